@@ -1,0 +1,20 @@
+// Device-side benchmark data: random fills (never zero) and a sampled float64 check.
+#pragma once
+#include <cstdint>
+
+#include "cuda/dense/dense_args.hpp"
+
+namespace llmm::bench {
+
+// n elements of `dtype` at p: sign * (0.25 + u) * 2^e * scale, e in [-3, 3], like the tests'.
+void fill_random_device(void* p, DType dtype, std::int64_t n, std::uint64_t seed, double scale, StreamHandle s);
+
+struct SampledError {
+  double max_abs = 0, max_rel = 0;  // rel: |err| / sum_k |a||b| (error relative to its scale)
+  int samples = 0;
+};
+// Copies a, b and c of a finished dense problem to the host and checks `samples` output
+// elements (spread over batch, rows and columns) against float64 dot products.
+SampledError sample_check(const cuda_dense::DenseArgs& g, int samples = 256);
+
+}  // namespace llmm::bench

@@ -1,0 +1,72 @@
+// llmm-bench: runs benchmark suites and prints one row per case (JSON lines with --json).
+//   llmm-bench --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--list]
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "llmm/context.hpp"
+#include "llmm/error.hpp"
+#include "suites.hpp"
+#include "system_info.hpp"
+
+using namespace llmm;
+using namespace llmm::bench;
+
+namespace {
+
+int usage(const char* argv0) {
+  std::fprintf(stderr, "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--list]\n", argv0);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string suite = "smoke", json, device = "auto";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
+      return argv[++i];
+    };
+    try {
+      if (a == "--suite") suite = value();
+      else if (a == "--json") json = value();
+      else if (a == "--device") device = value();
+      else if (a == "--quick") quick = true;
+      else if (a == "--list") {
+        for (const auto& s : kSuites) std::printf("%-10s %s\n", s.name, s.what);
+        return 0;
+      } else return usage(argv[0]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "llmm-bench: %s\n", e.what());
+      return usage(argv[0]);
+    }
+  }
+  if (device != "auto" && device != "cpu" && device != "cuda") return usage(argv[0]);
+  bool use_cuda = device == "cuda" || (device == "auto" && cuda_available());
+  try {
+    Context ctx = use_cuda ? Context::cuda(0) : Context::cpu();
+    Reporter out(json);
+    out.system_line(system_line(ctx));
+    BenchEnv env{ctx, out, quick, device_label(ctx)};
+    bool ran = false;
+    for (const auto& s : kSuites) {
+      if (suite == "all" || suite == s.name) {
+        s.run(env);
+        ran = true;
+      }
+    }
+    if (!ran) {
+      std::fprintf(stderr, "llmm-bench: unknown suite '%s' (try --list)\n", suite.c_str());
+      return 2;
+    }
+    std::printf("\n%zu rows\n", out.rows().size());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "llmm-bench: %s error: %s\n", std::string(error_code_name(e.code())).c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}

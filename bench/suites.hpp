@@ -1,0 +1,28 @@
+// Suite registry: each family adds `run_<family>(BenchEnv&)` here and in suites.cpp.
+#pragma once
+#include <string>
+
+#include "llmm/context.hpp"
+#include "report.hpp"
+
+namespace llmm::bench {
+
+struct BenchEnv {
+  Context& ctx;     // CUDA context on a GPU machine, else the CPU backend
+  Reporter& out;
+  bool quick = false;
+  std::string device_label;  // "cuda:0 NVIDIA H200" or "cpu"
+};
+
+void run_smoke(BenchEnv& env);
+
+struct SuiteEntry {
+  const char* name;
+  void (*run)(BenchEnv&);
+  const char* what;
+};
+inline constexpr SuiteEntry kSuites[] = {
+    {"smoke", run_smoke, "CPU reference matmuls; on a GPU: copy bandwidth and cuBLASLt GEMM ceilings"},
+};
+
+}  // namespace llmm::bench

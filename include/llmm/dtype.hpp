@@ -1,0 +1,71 @@
+// Element types and host-side 16-bit float conversions (no CUDA headers).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace llmm {
+
+enum class DType : std::uint8_t { F32, F16, BF16, U8, U32 };
+
+constexpr std::size_t dtype_size(DType t) noexcept {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::U8: return 1;
+    case DType::U32: return 4;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) noexcept {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::U8: return "u8";
+    case DType::U32: return "u32";
+  }
+  return "?";
+}
+
+constexpr bool is_float(DType t) noexcept {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+// Unit roundoff of a floating type (half an ulp at 1.0): 2^-24, 2^-11, 2^-8.
+constexpr double unit_roundoff(DType t) noexcept {
+  switch (t) {
+    case DType::F32: return 5.9604644775390625e-08;
+    case DType::F16: return 4.8828125e-04;
+    case DType::BF16: return 3.90625e-03;
+    default: return 0.0;
+  }
+}
+
+// IEEE binary16 and bfloat16 conversions, round to nearest even; NaN stays NaN
+// (quiet), infinities and signed zeros are kept, f16 subnormals are produced and read.
+std::uint16_t f32_to_f16_bits(float x) noexcept;
+float f16_bits_to_f32(std::uint16_t h) noexcept;
+std::uint16_t f32_to_bf16_bits(float x) noexcept;
+float bf16_bits_to_f32(std::uint16_t h) noexcept;
+
+// Storage types for host code: a bit pattern with explicit conversions.
+struct f16 {
+  std::uint16_t bits = 0;
+  static f16 from_float(float x) noexcept { return f16{f32_to_f16_bits(x)}; }
+  float to_float() const noexcept { return f16_bits_to_f32(bits); }
+};
+struct bf16 {
+  std::uint16_t bits = 0;
+  static bf16 from_float(float x) noexcept { return bf16{f32_to_bf16_bits(x)}; }
+  float to_float() const noexcept { return bf16_bits_to_f32(bits); }
+};
+static_assert(sizeof(f16) == 2 && sizeof(bf16) == 2);
+
+// Reads element i of a float-typed buffer as double; writes a double rounded to the type.
+double load_as_double(const void* base, DType t, std::int64_t index) noexcept;
+void store_from_double(void* base, DType t, std::int64_t index, double v) noexcept;
+
+}  // namespace llmm

@@ -1,0 +1,9 @@
+// Umbrella header: the whole public API of llmm.
+#pragma once
+#include "llmm/buffer.hpp"
+#include "llmm/checked.hpp"
+#include "llmm/context.hpp"
+#include "llmm/dtype.hpp"
+#include "llmm/error.hpp"
+#include "llmm/reference.hpp"
+#include "llmm/view.hpp"
