@@ -15,6 +15,7 @@ struct BenchEnv {
 };
 
 void run_smoke(BenchEnv& env);
+void run_dense(BenchEnv& env);
 
 struct SuiteEntry {
   const char* name;
@@ -23,6 +24,7 @@ struct SuiteEntry {
 };
 inline constexpr SuiteEntry kSuites[] = {
     {"smoke", run_smoke, "CPU reference matmuls; on a GPU: copy bandwidth and cuBLASLt GEMM ceilings"},
+    {"dense", run_dense, "llmm::matmul vs cuBLASLt: skinny decode weights x M 1..16, large prefill GEMMs"},
 };
 
 }  // namespace llmm::bench

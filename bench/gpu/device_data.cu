@@ -29,6 +29,16 @@ __global__ void fill_kernel(T* p, std::int64_t n, std::uint64_t seed, float scal
   }
 }
 
+__global__ void copy16_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, std::int64_t n) {
+  std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {  // four loads in flight per thread
+    uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail(ErrorCode::Cuda, "bench: ", what, ": ", cudaGetErrorString(e));
 }
@@ -45,6 +55,12 @@ void fill_random_device(void* p, DType dtype, std::int64_t n, std::uint64_t seed
     default: fail(ErrorCode::Unsupported, "fill_random_device: dtype ", dtype_name(dtype));
   }
   check(cudaGetLastError(), "fill_kernel launch");
+}
+
+void copy_kernel_device(void* dst, const void* src, std::size_t bytes, int sm_count, StreamHandle s) {
+  copy16_kernel<<<sm_count * 4, 512, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src),
+                                             static_cast<std::int64_t>(bytes / 16));
+  check(cudaGetLastError(), "copy16_kernel launch");
 }
 
 SampledError sample_check(const cuda_dense::DenseArgs& g, int samples) {

@@ -9,6 +9,10 @@ namespace llmm::bench {
 // n elements of `dtype` at p: sign * (0.25 + u) * 2^e * scale, e in [-3, 3], like the tests'.
 void fill_random_device(void* p, DType dtype, std::int64_t n, std::uint64_t seed, double scale, StreamHandle s);
 
+// dst = src with 16-byte loads and stores over a grid-stride loop (bytes a multiple of 16):
+// the copy ceiling of an ordinary kernel, beside cudaMemcpyAsync's.
+void copy_kernel_device(void* dst, const void* src, std::size_t bytes, int sm_count, StreamHandle s);
+
 struct SampledError {
   double max_abs = 0, max_rel = 0;  // rel: |err| / sum_k |a||b| (error relative to its scale)
   int samples = 0;

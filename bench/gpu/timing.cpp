@@ -41,7 +41,18 @@ Timing time_graph(StreamHandle s, const std::function<void(int)>& enqueue, doubl
   for (int i = 0; i < calls; ++i) enqueue(i);
   check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
   check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");  // warm replay
+  // Warm replays for at least 40 ms: the clocks of an idle GPU ramp up over a few ms, and the
+  // first configuration timed after a pause (setup, host checks) would otherwise run slower.
+  float warm_ms = 0;
+  for (int w = 0; w < 200 && warm_ms < 40.0f; ++w) {
+    check(cudaEventRecord(e0, s), "cudaEventRecord");
+    check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    check(cudaEventRecord(e1, s), "cudaEventRecord");
+    check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    warm_ms += ms;
+  }
   std::vector<double> per_call;
   for (int r = 0; r < repeats; ++r) {
     check(cudaEventRecord(e0, s), "cudaEventRecord");

@@ -2,6 +2,7 @@
 // device is (ArchInfo), lazily-created library handles, and a launch recorder for tests.
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -62,8 +63,14 @@ class Context {
   StreamHandle stream() const;
   void synchronize() const;  // waits for the stream (no-op on CPU)
 
-  // cuBLASLt handle (cublasLtHandle_t as void*), created on first use. CUDA only.
+  // cuBLASLt handle (cublasLtHandle_t as void*) and its workspace, created on first use (so the
+  // first call that routes to cuBLASLt should happen outside CUDA-graph capture). CUDA only.
   void* cublaslt_handle();
+  void* cublaslt_workspace();
+  static constexpr std::size_t kCublasLtWorkspaceBytes = 32u << 20;
+
+  // A per-context slot for an op's cached state (e.g. resolved cuBLASLt plans), keyed by name.
+  std::shared_ptr<void>& cache_slot(const std::string& key);
 
   void set_launch_recorder(LaunchRecorder* r);
   LaunchRecorder* launch_recorder() const;

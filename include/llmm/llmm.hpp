@@ -5,5 +5,6 @@
 #include "llmm/context.hpp"
 #include "llmm/dtype.hpp"
 #include "llmm/error.hpp"
+#include "llmm/matmul.hpp"
 #include "llmm/reference.hpp"
 #include "llmm/view.hpp"

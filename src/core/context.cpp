@@ -1,6 +1,7 @@
 // Context: device, stream, arch info, lazily-created handles, launch recorder.
 #include "llmm/context.hpp"
 
+#include <map>
 #include <thread>
 
 #include "llmm/error.hpp"
@@ -13,9 +14,13 @@ struct Context::Impl {
   StreamHandle stream = nullptr;
   bool owns_stream = false;
   void* cublaslt = nullptr;
+  void* cublaslt_ws = nullptr;
   LaunchRecorder* recorder = nullptr;
+  std::map<std::string, std::shared_ptr<void>> caches;
 
   ~Impl() {
+    caches.clear();  // cached plans may refer to the handle
+    if (cublaslt_ws) detail::cuda_free(cublaslt_ws, arch.device_index);
     if (cublaslt) detail::cublaslt_destroy(cublaslt);
     if (owns_stream) detail::cuda_destroy_stream(arch.device_index, stream);
   }
@@ -64,6 +69,14 @@ void* Context::cublaslt_handle() {
   if (!impl_->cublaslt) impl_->cublaslt = detail::cublaslt_create(impl_->arch.device_index);
   return impl_->cublaslt;
 }
+
+void* Context::cublaslt_workspace() {
+  if (!is_cuda()) fail(ErrorCode::Unsupported, "Context::cublaslt_workspace: not a CUDA context");
+  if (!impl_->cublaslt_ws) impl_->cublaslt_ws = detail::cuda_alloc(kCublasLtWorkspaceBytes, impl_->arch.device_index);
+  return impl_->cublaslt_ws;
+}
+
+std::shared_ptr<void>& Context::cache_slot(const std::string& key) { return impl_->caches[key]; }
 
 void Context::set_launch_recorder(LaunchRecorder* r) { impl_->recorder = r; }
 LaunchRecorder* Context::launch_recorder() const { return impl_->recorder; }

@@ -135,6 +135,9 @@ void cuda_free_pinned(void* p) noexcept { cudaFreeHost(p); }
 
 void cuda_copy(void* dst, const void* src, std::size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  // cudaMemcpy from pageable memory may return before the DMA lands, and work on a non-blocking
+  // stream does not wait for it: make these setup copies complete before returning.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy");
 }
 
 }  // namespace llmm::detail

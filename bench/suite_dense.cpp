@@ -1,0 +1,140 @@
+// Dense suite: llmm::matmul (whatever route the router picks, and our tiled engine forced) against
+// cuBLASLt on the same buffers, for decode (skinny) and prefill (large) shapes.
+#include <array>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "suites.hpp"
+
+#ifdef LLMM_HAS_CUDA
+#include "cuda/cublaslt/cublaslt_gemm.hpp"
+#include "gpu/device_data.hpp"
+#include "gpu/timing.hpp"
+#include "llmm/buffer.hpp"
+#include "llmm/error.hpp"
+#include "llmm/matmul.hpp"
+#endif
+
+namespace llmm::bench {
+
+#ifdef LLMM_HAS_CUDA
+namespace {
+
+struct DenseBenchCase {
+  std::string name;
+  std::int64_t m, n, k;  // C[m, n] = A[m, k] . W[n, k]^T
+  DType dtype;
+  Precision precision;
+  DenseRoute route;      // Auto: what users get
+};
+
+void run_case(BenchEnv& env, const DenseBenchCase& c) {
+  StreamHandle s = env.ctx.stream();
+  std::size_t es = dtype_size(c.dtype);
+  double wbytes = static_cast<double>(c.n * c.k) * es;
+  double iobytes = static_cast<double>(c.m * c.k + c.m * c.n) * es;
+  int copies = rotation_copies(wbytes + iobytes, static_cast<double>(env.ctx.arch().l2_bytes));
+  std::vector<DeviceBuffer> w, a;
+  for (int i = 0; i < copies; ++i) {
+    w.emplace_back(static_cast<std::size_t>(c.n * c.k) * es);
+    a.emplace_back(static_cast<std::size_t>(c.m * c.k) * es);
+    fill_random_device(w.back().data(), c.dtype, c.n * c.k, 1000 + static_cast<std::uint64_t>(i), 1.0, s);
+    fill_random_device(a.back().data(), c.dtype, c.m * c.k, 2000 + static_cast<std::uint64_t>(i), 0.25, s);
+  }
+  DeviceBuffer out(static_cast<std::size_t>(c.m * c.n) * es);
+  auto views = [&](int i) {
+    std::size_t j = static_cast<std::size_t>(i % copies);
+    return std::array<View, 3>{View::contiguous(a[j].data(), c.dtype, {c.m, c.k}, DeviceKind::CUDA),
+                               View::contiguous(w[j].data(), c.dtype, {c.n, c.k}, DeviceKind::CUDA),
+                               View::contiguous(out.data(), c.dtype, {c.m, c.n}, DeviceKind::CUDA)};
+  };
+  MatmulOptions o;
+  o.transpose_b = true;
+  o.precision = c.precision;
+  o.force_route = c.route;
+  Receipt receipt;
+  Timing t = time_graph(s, [&](int i) {
+    auto v = views(i);
+    receipt = matmul(env.ctx, v[0], v[1], v[2], o);
+  });
+  auto v0 = views(0);
+  matmul(env.ctx, v0[0], v0[1], v0[2], o);
+  cuda_dense::DenseArgs g;
+  g.dtype = c.dtype, g.m = c.m, g.n = c.n, g.k = c.k, g.a_ld = c.k, g.b_trans = true, g.b_ld = c.k, g.c_ld = c.n;
+  g.exact = c.precision == Precision::Exact;
+  g.a = a[0].data(), g.b = w[0].data(), g.c = out.data();
+  SampledError err = sample_check(g, 128);
+
+  // Baseline on the same buffers: cuBLASLt (SGEMM for f32 exact, TF32 for f32 fast).
+  auto math = c.dtype == DType::F32 && c.precision == Precision::Fast ? cuda_dense::LtMath::Tf32 : cuda_dense::LtMath::Default;
+  cuda_dense::CublasLtGemm lt(env.ctx.cublaslt_handle(), g, math, Context::kCublasLtWorkspaceBytes);
+  void* ws = env.ctx.cublaslt_workspace();
+  Timing tb = time_graph(s, [&](int i) {
+    cuda_dense::DenseArgs gi = g;
+    std::size_t j = static_cast<std::size_t>(i % copies);
+    gi.a = a[j].data(), gi.b = w[j].data();
+    lt.run(gi, ws, s);
+  });
+
+  Row row;
+  row.suite = "dense", row.name = c.name, row.route = receipt.route, row.kernel = receipt.kernel;
+  row.dtype = std::string(dtype_name(c.dtype));
+  row.precision = c.dtype == DType::F32 ? (c.precision == Precision::Exact ? "exact" : "fast") : "-";
+  row.m = c.m, row.n = c.n, row.k = c.k;
+  row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+  row.flops = 2.0 * c.m * c.n * c.k;
+  row.bytes = wbytes + iobytes;
+  row.baseline = lt.description(), row.baseline_us = tb.median_us;
+  row.max_abs_err = err.max_abs, row.max_rel_err = err.max_rel, row.err_note = std::to_string(err.samples) + " samples";
+  row.device = env.device_label;
+  env.out.add(row);
+}
+
+}  // namespace
+
+void run_dense(BenchEnv& env) {
+  if (!env.ctx.is_cuda()) {
+    std::printf("dense: no GPU; the CPU backend is the reference (see the smoke suite)\n");
+    return;
+  }
+  std::vector<DenseBenchCase> cases;
+  struct W { const char* name; std::int64_t n, k; };
+  std::vector<W> weights = {{"llama8b_up", 14336, 4096}, {"llama8b_down", 4096, 14336}, {"llama3_lmhead", 128256, 4096},
+                            {"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
+  std::vector<std::int64_t> ms = {1, 2, 4, 8, 16};
+  std::vector<DType> dts = {DType::F16, DType::BF16, DType::F32};
+  if (env.quick) weights = {{"llama8b_up", 14336, 4096}, {"dit_out", 3072, 3072}}, ms = {1, 8, 16};
+  for (const W& w : weights)
+    for (DType t : dts)
+      for (std::int64_t m : ms)
+        cases.push_back({w.name + std::string("_m") + std::to_string(m), m, w.n, w.k, t, Precision::Exact, DenseRoute::Auto});
+  struct L { const char* name; std::int64_t m, n, k; };
+  std::vector<L> large = {{"dit_proj", 1536, 27648, 3072}, {"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280},
+                          {"llama_ffn_prefill", 4096, 14336, 4096}};
+  if (env.quick) large = {{"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280}};
+  for (const L& l : large) {
+    for (DType t : {DType::F16, DType::BF16}) {
+      cases.push_back({l.name, l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Auto});
+      cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Tiled});
+    }
+    cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::Auto});
+    cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Auto});
+    cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Tiled});
+  }
+  for (const auto& c : cases) {
+    try {
+      run_case(env, c);
+    } catch (const Error& e) {
+      std::printf("dense: case %s %s failed: %s\n", c.name.c_str(), std::string(dtype_name(c.dtype)).c_str(), e.what());
+    }
+  }
+}
+#else
+void run_dense(BenchEnv& env) {
+  (void)env;
+  std::printf("dense: built without CUDA; the CPU backend is the reference (see the smoke suite)\n");
+}
+#endif
+
+}  // namespace llmm::bench

@@ -1,0 +1,101 @@
+// Host-side facts about the dense CUDA kernels: which shapes and layouts each kernel takes, the
+// configuration a launch uses, and the kernel name it reports. Pure functions of their
+// arguments (pointer values included), no CUDA headers: the router and CPU-only tests use them,
+// and the launchers in src/cuda/dense call the same functions, so a name or a configuration
+// computed here is exactly what a launch uses.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cuda/dense/dense_args.hpp"
+#include "llmm/dtype.hpp"
+
+namespace llmm::cuda_dense {
+
+// Elements per 16-byte vector load: 4 for f32, 8 for f16/bf16 (0 for non-float types).
+int vec16_elems(DType t) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// gemv_wide: y[v, j] = sum_l x[v, l] * w[j, l] for a few vectors v (x = a, w = b transposed).
+
+// Weight rows each warp streams at once, for all vectors of a pass (fixed by the kernel).
+inline constexpr int kGemvWideRowsPerWarp = 4;
+// Most vectors one block holds in registers in one pass (the largest instantiation).
+inline constexpr int kGemvWideMaxVecsPerPass = 8;
+// Largest M routed to gemv_wide: two passes of 8. Above that a tensor-core tile wastes little.
+inline constexpr int kGemvWideMaxM = 16;
+
+struct GemvWideConfig {
+  int vecs_per_block = 0;  // vectors per pass, a kernel template value: 2, 4 or 8
+  int passes = 0;          // ceil(m / vecs_per_block): 1 or 2
+  int k_lanes = 0;         // threads splitting K for one group of weight rows: 32, 64 or 128
+  int grid_x = 0;          // blocks per weight row block, one per pass (< passes: blocks loop)
+  int rows_per_block = 0;  // weight rows one 128-thread block covers
+
+  friend bool operator==(const GemvWideConfig&, const GemvWideConfig&) = default;
+};
+
+// The CUDA port of mlx's gemv_wide gate. nullopt when the shape belongs elsewhere:
+// m outside 2..16 (m == 1 is gemv), n <= 1, k not a multiple of one 16-byte vector of `dtype`,
+// dtype not f32/f16/bf16, or cc_major 1..7 (the kernels are built for sm_80+; 0 = unknown).
+// sm_count (0 = unknown, taken as 132) decides how finely K is split to fill the device.
+std::optional<GemvWideConfig> gemv_wide_config(std::int64_t m, std::int64_t n, std::int64_t k,
+                                               DType dtype, int cc_major, int sm_count = 0);
+
+// Layout and alignment gemv_wide needs beyond its shape gate: x = a row-major (not transposed),
+// w = b transposed ([n, k] rows), both K-contiguous, with 16-byte aligned base pointers, row
+// strides and batch strides (a batch stride of 0 is fine); c rows of stride c_ld.
+bool gemv_wide_supports(const DenseArgs& args);
+
+// ---------------------------------------------------------------------------------------------
+// gemv: m == 1 or n == 1, mapped onto y[i] = sum_l W(i, l) * x(l) for every batch entry.
+
+struct GemvProblem {
+  bool rows = true;          // W(i, l) contiguous in l ("rows" kernel); else in i ("cols")
+  std::int64_t outputs = 0;  // i range
+  std::int64_t len = 0;      // l range (the reduction, k)
+  std::int64_t batch = 1;
+  const void* w = nullptr;
+  std::int64_t w_ld = 0, w_batch = 0;  // W(i, l) = w[i * w_ld + l] (rows) or w[l * w_ld + i]
+  const void* x = nullptr;
+  std::int64_t x_inc = 0, x_batch = 0;  // x(l) = x[l * x_inc]
+  void* y = nullptr;
+  std::int64_t y_inc = 0, y_batch = 0;  // y(i) = y[i * y_inc]
+  bool w_vec = false;  // W rows (rows) or W columns-slices (cols) allow 16-byte loads
+  bool x_vec = false;  // rows kernel: x contiguous and 16-byte aligned
+  int split = 1;       // rows: warps per output row (1, 2, 4); cols: threads along i (2..32)
+};
+
+// Requires m == 1 or n == 1: W is a for n == 1, b for m == 1 (for a 1x1 output, b when both
+// operands are transposed, so that W is contiguous along l).
+// sm_count 0 = unknown (132).
+GemvProblem gemv_problem(const DenseArgs& args, int sm_count = 0);
+
+// ---------------------------------------------------------------------------------------------
+// gemm_mma: tiled tensor-core engine (mma.sync), every layout and size.
+
+struct GemmMmaTile {
+  int bm, bn, bk, stages, threads;
+};
+// 128x128x32 for f16/bf16, 128x128x16 for f32 (tf32 / 3xtf32); 3 stages, 8 warps.
+GemmMmaTile gemm_mma_tile(DType dtype);
+// f32 uses 3xTF32 (near-f32 accuracy) when exact, one TF32 pass otherwise.
+bool gemm_mma_uses_3xtf32(const DenseArgs& args);
+// Operand may use 16-byte cp.async: base, leading and batch strides all 16-byte aligned.
+bool gemm_mma_a_vec16(const DenseArgs& args);
+bool gemm_mma_b_vec16(const DenseArgs& args);
+
+// ---------------------------------------------------------------------------------------------
+// Kernel names, as the launchers report them (Context::check_launchable / note_launch).
+//   gemm_naive_<dt>_<ab>                        e.g. gemm_naive_f32_nt
+//   gemv_<rows|cols>_<dt>_<v16|scalar>[_xstrided] e.g. gemv_rows_bf16_v16
+//   gemv_wide_<dt>_v<vecs>_kl<k_lanes>           e.g. gemv_wide_bf16_v8_kl128
+//   gemm_mma_<f16|bf16|tf32|3xtf32>_<ab>_<bm>x<bn>x<bk>  e.g. gemm_mma_bf16_nt_128x128x32
+// <ab> is n/t for a then b (t: transposed, as in DenseArgs).
+std::string gemm_naive_kernel_name(const DenseArgs& args);
+std::string gemv_kernel_name(const DenseArgs& args);
+std::string gemv_wide_kernel_name(const DenseArgs& args, const GemvWideConfig& config);
+std::string gemm_mma_kernel_name(const DenseArgs& args);
+
+}  // namespace llmm::cuda_dense

@@ -1,0 +1,107 @@
+// plan_matmul: the dense router, a pure function of the problem and the device.
+#include "core/dense/dense_kernels.hpp"
+#include "core/dense/skinny_mma.hpp"
+#include "llmm/error.hpp"
+#include "llmm/matmul.hpp"
+
+namespace llmm {
+
+const char* route_name(DenseRoute r) noexcept {
+  switch (r) {
+    case DenseRoute::Auto: return "auto";
+    case DenseRoute::Cpu: return "cpu";
+    case DenseRoute::Naive: return "naive";
+    case DenseRoute::Gemv: return "gemv";
+    case DenseRoute::GemvWide: return "gemv_wide";
+    case DenseRoute::SkinnyMma: return "skinny_mma";
+    case DenseRoute::Tiled: return "tiled";
+    case DenseRoute::CublasLt: return "cublaslt";
+  }
+  return "?";
+}
+
+namespace {
+
+// Why a route cannot take the problem, or "" when it can.
+std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
+  bool cuda = arch.kind == DeviceKind::CUDA;
+  switch (r) {
+    case DenseRoute::Auto: return "";
+    case DenseRoute::Cpu: return cuda ? "the cpu route runs on CPU contexts only" : "";
+    case DenseRoute::Naive: return cuda ? "" : "needs a CUDA context";
+    case DenseRoute::Gemv:
+      if (!cuda) return "needs a CUDA context";
+      return d.m == 1 || d.n == 1 ? "" : "needs m == 1 or n == 1";
+    case DenseRoute::GemvWide: {
+      if (!cuda) return "needs a CUDA context";
+      if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
+      if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
+      if (!cuda_dense::gemv_wide_config(d.m, d.n, d.k, d.dtype, arch.cc_major, arch.sm_count))
+        return "shape outside the gemv_wide gate (m 2..16, n > 1, k a multiple of one 16-byte vector)";
+      return "";
+    }
+    case DenseRoute::SkinnyMma:
+      if (!cuda) return "needs a CUDA context";
+      if (d.dtype != DType::F16 && d.dtype != DType::BF16) return "needs f16 or bf16";
+      if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
+      if (d.m < 2 || d.m > cuda_dense::kSkinnyMmaMaxM) return "needs m in 2..16";
+      if (d.k % 8 != 0) return "needs k a multiple of 8";
+      if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
+      return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
+    case DenseRoute::Tiled:
+      if (!cuda) return "needs a CUDA context";
+      return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
+    case DenseRoute::CublasLt:
+      if (!cuda) return "needs a CUDA context";
+      return d.k > 0 ? "" : "k == 0 is not a cuBLASLt problem";
+  }
+  return "unknown route";
+}
+
+DensePlan with_route(DenseRoute r, std::string reason, const MatmulDesc& d, const ArchInfo& arch) {
+  DensePlan p;
+  p.route = r;
+  p.reason = std::move(reason);
+  if (r == DenseRoute::GemvWide) {
+    auto c = cuda_dense::gemv_wide_config(d.m, d.n, d.k, d.dtype, arch.cc_major, arch.sm_count);
+    p.gemv_wide_vecs = c->vecs_per_block;
+    p.gemv_wide_k_lanes = c->k_lanes;
+    p.gemv_wide_grid_x = c->grid_x;
+  }
+  return p;
+}
+
+}  // namespace
+
+DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute force) {
+  if (force != DenseRoute::Auto) {
+    std::string why = refusal(force, d, arch);
+    if (!why.empty())
+      fail(ErrorCode::Unsupported, "matmul: route ", route_name(force), " cannot run (m: ", d.m, ", n: ", d.n,
+           ", k: ", d.k, ", ", dtype_name(d.dtype), "): ", why);
+    return with_route(force, "forced", d, arch);
+  }
+  if (arch.kind != DeviceKind::CUDA) return with_route(DenseRoute::Cpu, "CPU context: float64 reference backend", d, arch);
+  if (d.k == 0) return with_route(DenseRoute::Naive, "k == 0: the output is zeros", d, arch);
+  // Gates below are calibrated on one H200 against cuBLASLt in the same run (docs/performance.md,
+  // dense suite, 2026-11-30); each sends a shape to whichever measured faster.
+  const bool half = d.dtype == DType::F16 || d.dtype == DType::BF16;
+  if (d.m == 1 || d.n == 1) {
+    if (half && d.k >= 8192)  // long 16-bit rows: cuBLASLt's gemv measured 1.14x ours (K = 14336)
+      return with_route(DenseRoute::CublasLt, "matrix-vector with 16-bit K >= 8192: cuBLASLt measured faster", d, arch);
+    return with_route(DenseRoute::Gemv, "m == 1 or n == 1: matrix-vector", d, arch);
+  }
+  // Skinny x . w^T: the weight streams once for all rows. f32 on CUDA cores: 1.1-2.3x cuBLASLt
+  // at M = 2..16. 16-bit: gemv_wide wins only at M = 2 with K <= 4096 (1.04-1.3x); elsewhere
+  // both our skinny kernels (gemv_wide, skinny_mma) measured 0.5-0.96x cuBLASLt, so cuBLASLt.
+  if (d.dtype == DType::F32 && refusal(DenseRoute::GemvWide, d, arch).empty())
+    return with_route(DenseRoute::GemvWide, "m 2..16, f32 x . w^T: stream the weight once for all rows", d, arch);
+  if (half && d.m == 2 && d.k <= 4096 && refusal(DenseRoute::GemvWide, d, arch).empty())
+    return with_route(DenseRoute::GemvWide, "m == 2, 16-bit x . w^T with K <= 4096: gemv_wide measured faster", d, arch);
+  if (arch.cc_major < 8) return with_route(DenseRoute::Naive, "pre-sm_80 device: portable kernel", d, arch);
+  // Tiled-class shapes: cuBLASLt (wgmma on Hopper) measures faster than our mma.sync engine so
+  // far; see docs/performance.md. Forcing Tiled runs ours.
+  return with_route(DenseRoute::CublasLt, "tiled-class shape: cuBLASLt measured faster than the mma.sync engine", d, arch);
+}
+
+}  // namespace llmm

@@ -1,0 +1,32 @@
+#include "core/dense/skinny_mma.hpp"
+
+#include <cstdint>
+
+namespace llmm::cuda_dense {
+namespace {
+bool aligned16(const void* p, std::int64_t ld, std::int64_t bstride) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && (ld * 2) % 16 == 0 && (bstride * 2) % 16 == 0;
+}
+}  // namespace
+
+std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& g, int cc_major, int sm_count) {
+  if (g.dtype != DType::F16 && g.dtype != DType::BF16) return std::nullopt;
+  if (g.m < 2 || g.m > kSkinnyMmaMaxM || g.n < 1 || g.k < 1 || g.k % 8 != 0) return std::nullopt;
+  if (g.a_trans || !g.b_trans) return std::nullopt;
+  if (!aligned16(g.a, g.a_ld, g.a_batch) || !aligned16(g.b, g.b_ld, g.b_batch)) return std::nullopt;
+  if (cc_major != 0 && cc_major < 8) return std::nullopt;
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t row_blocks = (g.n + kSkinnyMmaRowsPerBlock - 1) / kSkinnyMmaRowsPerBlock;
+  SkinnyMmaConfig c;
+  c.n_tiles = g.m <= 8 ? 1 : 2;
+  // Few row blocks (small N): more warps split K so that enough loads are in flight.
+  c.warps_k = row_blocks * g.batch < 4 * sms ? 8 : 4;
+  return c;
+}
+
+std::string skinny_mma_kernel_name(const DenseArgs& g, const SkinnyMmaConfig& c) {
+  return std::string("skinny_mma_") + (g.dtype == DType::BF16 ? "bf16" : "f16") + "_n" + std::to_string(8 * c.n_tiles) +
+         "_wk" + std::to_string(c.warps_k);
+}
+
+}  // namespace llmm::cuda_dense

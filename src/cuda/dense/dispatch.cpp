@@ -1,0 +1,98 @@
+// CUDA side of llmm::matmul: resolve the plan's kernel (and cuBLASLt algorithm), let the
+// context refuse it, then launch. Nothing is enqueued before every check has passed.
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "core/dense/dense_dispatch.hpp"
+#include "core/dense/dense_kernels.hpp"
+#include "core/dense/skinny_mma.hpp"
+#include "cuda/cublaslt/cublaslt_gemm.hpp"
+#include "cuda/dense/launch.hpp"
+#include "llmm/error.hpp"
+
+namespace llmm::detail {
+namespace {
+
+using cuda_dense::DenseArgs;
+
+// Resolved cuBLASLt plans of a context, keyed by everything but the pointers.
+struct LtCache {
+  std::map<std::string, std::shared_ptr<cuda_dense::CublasLtGemm>> plans;
+};
+
+std::string lt_key(const DenseArgs& g) {
+  std::ostringstream os;
+  os << static_cast<int>(g.dtype) << ':' << g.batch << ':' << g.m << ':' << g.n << ':' << g.k << ':' << g.a_batch << ':'
+     << g.a_ld << ':' << g.a_trans << ':' << g.b_batch << ':' << g.b_ld << ':' << g.b_trans << ':' << g.c_batch << ':'
+     << g.c_ld << ':' << g.exact;
+  return os.str();
+}
+
+const cuda_dense::CublasLtGemm& lt_plan(Context& ctx, const DenseArgs& g) {
+  auto& slot = ctx.cache_slot("dense.cublaslt");
+  if (!slot) slot = std::make_shared<LtCache>();
+  auto& cache = *static_cast<LtCache*>(slot.get());
+  std::string key = lt_key(g);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) {
+    auto math = g.dtype == DType::F32 && !g.exact ? cuda_dense::LtMath::Tf32 : cuda_dense::LtMath::Default;
+    auto plan = std::make_shared<cuda_dense::CublasLtGemm>(ctx.cublaslt_handle(), g, math,
+                                                           Context::kCublasLtWorkspaceBytes);
+    it = cache.plans.emplace(key, std::move(plan)).first;
+  }
+  return *it->second;
+}
+
+}  // namespace
+
+Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) {
+  StreamHandle s = ctx.stream();
+  std::string name;
+  cuda_dense::GemvWideConfig wide{};
+  cuda_dense::SkinnyMmaConfig skinny{};
+  const cuda_dense::CublasLtGemm* lt = nullptr;
+  void* workspace = nullptr;
+  switch (plan.route) {  // resolve: may throw, nothing enqueued yet
+    case DenseRoute::Naive: name = cuda_dense::gemm_naive_kernel_name(g); break;
+    case DenseRoute::Gemv: name = cuda_dense::gemv_kernel_name(g); break;
+    case DenseRoute::GemvWide: {
+      auto c = cuda_dense::gemv_wide_config(g.m, g.n, g.k, g.dtype, ctx.arch().cc_major, ctx.arch().sm_count);
+      if (!c || !cuda_dense::gemv_wide_supports(g))
+        fail(ErrorCode::Internal, "matmul: gemv_wide planned for a problem it does not take");
+      wide = *c;
+      name = cuda_dense::gemv_wide_kernel_name(g, wide);
+      break;
+    }
+    case DenseRoute::SkinnyMma: {
+      auto c = cuda_dense::skinny_mma_config(g, ctx.arch().cc_major, ctx.arch().sm_count);
+      if (!c) fail(ErrorCode::Internal, "matmul: skinny_mma planned for a problem it does not take");
+      skinny = *c;
+      name = cuda_dense::skinny_mma_kernel_name(g, skinny);
+      break;
+    }
+    case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
+    case DenseRoute::CublasLt:
+      lt = &lt_plan(ctx, g);
+      workspace = ctx.cublaslt_workspace();
+      name = lt->description();
+      break;
+    default: fail(ErrorCode::Internal, "matmul: route ", route_name(plan.route), " has no CUDA kernel");
+  }
+  ctx.check_launchable(name);
+  switch (plan.route) {
+    case DenseRoute::Naive: cuda_dense::launch_gemm_naive(g, s); break;
+    case DenseRoute::Gemv: cuda_dense::launch_gemv(g, s); break;
+    case DenseRoute::GemvWide: cuda_dense::launch_gemv_wide(g, wide, s); break;
+    case DenseRoute::SkinnyMma: cuda_dense::launch_skinny_mma(g, skinny, s); break;
+    case DenseRoute::Tiled: cuda_dense::launch_gemm_mma(g, s); break;
+    case DenseRoute::CublasLt: lt->run(g, workspace, s); break;
+    default: break;
+  }
+  // gemm_mma launches once per 65535 batch entries (gridDim.z); every other route launches once.
+  int launches = plan.route == DenseRoute::Tiled ? static_cast<int>((g.batch + 65534) / 65535) : 1;
+  for (int i = 0; i < launches; ++i) ctx.note_launch(name);
+  return Receipt{route_name(plan.route), name, launches};
+}
+
+}  // namespace llmm::detail

@@ -1,0 +1,28 @@
+// Launchers of the dense CUDA kernels. Host header, no CUDA headers: raw pointers, sizes and
+// strides come in a DenseArgs (already validated by llmm::matmul), kernels go on `stream`.
+// Every launcher throws llmm::Error(ErrorCode::Cuda, ...) naming the kernel when the launch
+// fails, and ErrorCode::Internal when given arguments it does not take (a router bug). None
+// synchronizes or allocates. Names: the *_kernel_name functions of core/dense/dense_kernels.hpp.
+#pragma once
+#include "core/dense/dense_kernels.hpp"
+#include "cuda/dense/dense_args.hpp"
+#include "llmm/context.hpp"
+
+namespace llmm::cuda_dense {
+
+// Reference kernel: one thread per output element, f32 accumulation in l order. Every layout,
+// dtype and size.
+void launch_gemm_naive(const DenseArgs& args, StreamHandle stream);
+
+// Matrix-vector product; requires m == 1 or n == 1 (any layout, stride, alignment, batch).
+void launch_gemv(const DenseArgs& args, StreamHandle stream);
+
+// c[v, j] = sum_l a[v, l] * b[j, l] for 2..16 vectors: requires gemv_wide_supports(args) and
+// `config` == gemv_wide_config(m, n, k, ...) of a qualifying shape.
+void launch_gemv_wide(const DenseArgs& args, const GemvWideConfig& config, StreamHandle stream);
+
+// Tiled tensor-core GEMM (mma.sync): f16/bf16, f32 as 3xTF32 (exact) or TF32 (!exact). Every
+// layout, size, stride and batch.
+void launch_gemm_mma(const DenseArgs& args, StreamHandle stream);
+
+}  // namespace llmm::cuda_dense

@@ -1,0 +1,290 @@
+// Pure host facts of the dense CUDA kernels: the gemv_wide gate (port of tract-metal's
+// gemv_wide_config_matches_mlx_gate, with the CUDA choices), layout eligibility, the gemv
+// mapping and the kernel names. No GPU needed: pointers are plain values here.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/dense/dense_kernels.hpp"
+
+namespace llmm::cuda_dense {
+namespace {
+
+const void* addr(std::uintptr_t v) { return reinterpret_cast<const void*>(v); }
+void* maddr(std::uintptr_t v) { return reinterpret_cast<void*>(v); }
+
+// x[m, k] @ w[n, k]^T, contiguous, 16-byte aligned.
+DenseArgs skinny(DType t, std::int64_t m, std::int64_t n, std::int64_t k) {
+  DenseArgs a;
+  a.dtype = t;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = addr(0x10000);
+  a.a_ld = k;
+  a.b = addr(0x200000);
+  a.b_ld = k;
+  a.b_trans = true;
+  a.c = maddr(0x4000000);
+  a.c_ld = n;
+  return a;
+}
+
+TEST(GemvWideConfig, GateRejectsShapesThatBelongElsewhere) {
+  EXPECT_FALSE(gemv_wide_config(2, 128, 256, DType::F16, 7).has_value());  // pre-sm_80
+  EXPECT_TRUE(gemv_wide_config(2, 128, 256, DType::F16, 0).has_value());   // unknown device
+  EXPECT_TRUE(gemv_wide_config(2, 128, 256, DType::F16, 8).has_value());
+  EXPECT_FALSE(gemv_wide_config(1, 128, 256, DType::F16, 9).has_value());   // m == 1 -> gemv
+  EXPECT_FALSE(gemv_wide_config(17, 128, 256, DType::F16, 9).has_value());  // 3 passes
+  EXPECT_TRUE(gemv_wide_config(16, 128, 256, DType::F16, 9).has_value());
+  EXPECT_FALSE(gemv_wide_config(4, 1, 256, DType::F16, 9).has_value());     // n == 1
+  EXPECT_FALSE(gemv_wide_config(4, 0, 256, DType::F16, 9).has_value());
+  // K must be whole 16-byte vectors: 8 halves, 4 floats.
+  EXPECT_FALSE(gemv_wide_config(2, 128, 254, DType::F16, 9).has_value());
+  EXPECT_FALSE(gemv_wide_config(2, 128, 252, DType::BF16, 9).has_value());
+  EXPECT_TRUE(gemv_wide_config(2, 128, 252, DType::F32, 9).has_value());
+  EXPECT_FALSE(gemv_wide_config(2, 128, 250, DType::F32, 9).has_value());
+  EXPECT_FALSE(gemv_wide_config(2, 128, 256, DType::U8, 9).has_value());
+}
+
+TEST(GemvWideConfig, VectorsPerBlockAndPasses) {
+  struct Case {
+    std::int64_t m;
+    int vecs, passes, grid_x;
+  };
+  // One pass up to 8 vectors (kernels for 2, 4, 8), two passes of 8 up to 16.
+  const Case cases[] = {{2, 2, 1, 1},  {3, 4, 1, 1},  {4, 4, 1, 1},  {5, 8, 1, 1},
+                        {8, 8, 1, 1},  {9, 8, 2, 2},  {12, 8, 2, 2}, {16, 8, 2, 2}};
+  for (const Case& c : cases) {
+    const auto cfg = gemv_wide_config(c.m, 128, 256, DType::F16, 9);
+    ASSERT_TRUE(cfg.has_value()) << "m=" << c.m;
+    EXPECT_EQ(cfg->vecs_per_block, c.vecs) << "m=" << c.m;
+    EXPECT_EQ(cfg->passes, c.passes) << "m=" << c.m;
+    EXPECT_EQ(cfg->grid_x, c.grid_x) << "m=" << c.m;
+    EXPECT_GE(cfg->vecs_per_block * cfg->passes, c.m);
+  }
+}
+
+TEST(GemvWideConfig, MatchesSeedCasesWithCudaChoices) {
+  // The seed's three fixed cases, with the values this port picks.
+  auto c = gemv_wide_config(8, 128, 256, DType::F16, 9);
+  ASSERT_TRUE(c.has_value());
+  // 32 row groups of 4 leave the device short of warps, but K = 32 vectors is too short to
+  // split further: one warp per row group.
+  EXPECT_EQ(*c, (GemvWideConfig{8, 1, 32, 1, 16}));
+  c = gemv_wide_config(4, 128, 256, DType::F16, 9);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, (GemvWideConfig{4, 1, 32, 1, 16}));
+  // Very large N: mlx drops to grid_x = 1 (passes loop in the block) for n >= 65536; on the
+  // H200 that was slower, so the port keeps one block per pass for every N.
+  c = gemv_wide_config(12, 131072, 4096, DType::BF16, 9);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->passes, 2);
+  EXPECT_EQ(c->grid_x, 2);
+  EXPECT_EQ(c->k_lanes, 32);
+  c = gemv_wide_config(4, 131072, 256, DType::F16, 9);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->grid_x, 1);
+}
+
+TEST(GemvWideConfig, KLanesFillTheDevice) {
+  // 3072 x 3072: 768 row groups of 4 rows < 132 SMs x 16 warps -> split K over 4 warps.
+  auto c = gemv_wide_config(4, 3072, 3072, DType::BF16, 9, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->k_lanes, 128);
+  EXPECT_EQ(c->rows_per_block, 4);
+  // 14336 rows: 3584 row groups are enough warps already.
+  c = gemv_wide_config(4, 14336, 4096, DType::BF16, 9, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->k_lanes, 32);
+  EXPECT_EQ(c->rows_per_block, 16);
+  // Two passes count as twice the warps: 1536 -> one doubling to 3072.
+  c = gemv_wide_config(16, 3072, 3072, DType::BF16, 9, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->k_lanes, 64);
+  EXPECT_EQ(c->rows_per_block, 8);
+  // A bigger device asks for more warps.
+  c = gemv_wide_config(4, 14336, 4096, DType::BF16, 9, 300);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->k_lanes, 64);
+  // sm_count 0 means 132.
+  EXPECT_EQ(gemv_wide_config(4, 3072, 3072, DType::BF16, 9, 0),
+            gemv_wide_config(4, 3072, 3072, DType::BF16, 9, 132));
+  // f32: 1024 rows, K = 1024 vectors -> 4 warps per row group.
+  c = gemv_wide_config(2, 4096, 4096, DType::F32, 9, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->k_lanes, 128);
+}
+
+TEST(GemvWideSupports, LayoutAndAlignment) {
+  DenseArgs a = skinny(DType::BF16, 4, 4096, 4096);
+  EXPECT_TRUE(gemv_wide_supports(a));
+  DenseArgs t = a;
+  t.b_trans = false;
+  EXPECT_FALSE(gemv_wide_supports(t));
+  t = a;
+  t.a_trans = true;
+  EXPECT_FALSE(gemv_wide_supports(t));
+  t = a;
+  t.a = addr(0x10002);  // element-aligned, not 16-byte aligned
+  EXPECT_FALSE(gemv_wide_supports(t));
+  t = a;
+  t.b_ld = 4100;  // 8200 bytes: rows lose 16-byte alignment
+  EXPECT_FALSE(gemv_wide_supports(t));
+  t = a;
+  t.b_ld = 4104;  // padded rows that keep alignment
+  EXPECT_TRUE(gemv_wide_supports(t));
+  t = a;
+  t.a_batch = 3;  // unused with one batch entry
+  EXPECT_TRUE(gemv_wide_supports(t));
+  t.batch = 2;
+  EXPECT_FALSE(gemv_wide_supports(t));
+  t.a_batch = 0;  // broadcast
+  EXPECT_TRUE(gemv_wide_supports(t));
+  t = a;
+  t.dtype = DType::U32;
+  EXPECT_FALSE(gemv_wide_supports(t));
+}
+
+TEST(GemvProblem, MapsBothOrientations) {
+  // m == 1, w = b^T [n, k]: rows kernel over n outputs, x = row 0 of a.
+  DenseArgs a = skinny(DType::BF16, 1, 3072, 3072);
+  a.c_ld = 3072;
+  GemvProblem p = gemv_problem(a, 132);
+  EXPECT_TRUE(p.rows);
+  EXPECT_EQ(p.outputs, 3072);
+  EXPECT_EQ(p.len, 3072);
+  EXPECT_EQ(p.w, a.b);
+  EXPECT_EQ(p.x, a.a);
+  EXPECT_EQ(p.x_inc, 1);
+  EXPECT_EQ(p.y_inc, 1);
+  EXPECT_TRUE(p.w_vec);
+  EXPECT_TRUE(p.x_vec);
+  EXPECT_EQ(p.split, 1);  // 3072 rows are enough warps
+
+  // m == 1, b not transposed: outputs contiguous -> cols kernel, narrowed to 2 threads x 8.
+  a.b_trans = false;
+  a.b_ld = 3072;
+  p = gemv_problem(a, 132);
+  EXPECT_FALSE(p.rows);
+  EXPECT_TRUE(p.w_vec);
+  EXPECT_EQ(p.split, 2);
+  a.n = 14336;
+  a.b_ld = 14336;
+  p = gemv_problem(a, 132);
+  EXPECT_EQ(p.split, 4);  // 448 blocks of 32 outputs
+
+  // n == 1: W = a, x = column 0 of b (stride b_ld unless transposed), y stride c_ld.
+  DenseArgs v;
+  v.dtype = DType::F16;
+  v.m = 256;
+  v.n = 1;
+  v.k = 4096;
+  v.a = addr(0x1000);
+  v.a_ld = 4096;
+  v.b = addr(0x900000);
+  v.b_ld = 5;
+  v.c = maddr(0x2000000);
+  v.c_ld = 3;
+  p = gemv_problem(v, 132);
+  EXPECT_TRUE(p.rows);
+  EXPECT_EQ(p.outputs, 256);
+  EXPECT_EQ(p.w, v.a);
+  EXPECT_EQ(p.x_inc, 5);
+  EXPECT_EQ(p.y_inc, 3);
+  EXPECT_TRUE(p.w_vec);
+  EXPECT_FALSE(p.x_vec);
+  EXPECT_EQ(p.split, 4);  // 256 rows, long K: 4 warps per row
+  v.a_trans = true;
+  v.a_ld = 256;
+  p = gemv_problem(v, 132);
+  EXPECT_FALSE(p.rows);
+  EXPECT_EQ(p.w_ld, 256);
+
+  // 1x1 output with both operands transposed: W = b, contiguous along k.
+  DenseArgs d;
+  d.dtype = DType::F32;
+  d.m = d.n = 1;
+  d.k = 100;
+  d.a = addr(0x1000);
+  d.a_ld = 1;
+  d.a_trans = true;
+  d.b = addr(0x2000);
+  d.b_ld = 100;
+  d.b_trans = true;
+  d.c = maddr(0x3000);
+  d.c_ld = 1;
+  p = gemv_problem(d);
+  EXPECT_TRUE(p.rows);
+  EXPECT_EQ(p.w, d.b);
+}
+
+TEST(DenseKernelNames, SayWhatDtypeLayoutVariant) {
+  DenseArgs a = skinny(DType::BF16, 1, 4096, 4096);
+  EXPECT_EQ(gemv_kernel_name(a), "gemv_rows_bf16_v16");
+  DenseArgs t = a;
+  t.b_trans = false;
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_cols_bf16_v16");
+  t.b = addr(0x200002);
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_cols_bf16_scalar");
+  t = a;
+  t.a_trans = true;  // x = column of a^T: strided
+  t.a_ld = 7;
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_rows_bf16_v16_xstrided");
+  t = a;
+  t.dtype = DType::F16;
+  t.b_ld = 4095;
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_rows_f16_scalar");
+
+  DenseArgs w = skinny(DType::BF16, 8, 3072, 3072);
+  const auto cfg = gemv_wide_config(w.m, w.n, w.k, w.dtype, 9, 132);
+  ASSERT_TRUE(cfg.has_value());
+  EXPECT_EQ(gemv_wide_kernel_name(w, *cfg), "gemv_wide_bf16_v8_kl128");
+  w.dtype = DType::F32;
+  EXPECT_EQ(gemv_wide_kernel_name(w, GemvWideConfig{2, 1, 32, 1, 16}), "gemv_wide_f32_v2_kl32");
+
+  DenseArgs g = skinny(DType::BF16, 4096, 14336, 4096);
+  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_bf16_nt_128x128x32");
+  g.dtype = DType::F16;
+  g.a_trans = true;
+  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_f16_tt_128x128x32");
+  g.dtype = DType::F32;
+  g.exact = true;
+  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_3xtf32_tt_128x128x16");
+  g.exact = false;
+  g.a_trans = g.b_trans = false;
+  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_tf32_nn_128x128x16");
+
+  g.b_trans = true;
+  EXPECT_EQ(gemm_naive_kernel_name(g), "gemm_naive_f32_nt");
+  g.dtype = DType::BF16;
+  g.a_trans = true;
+  g.b_trans = false;
+  EXPECT_EQ(gemm_naive_kernel_name(g), "gemm_naive_bf16_tn");
+}
+
+TEST(GemmMma, TileAndOperandPaths) {
+  EXPECT_EQ(gemm_mma_tile(DType::BF16).bk, 32);
+  EXPECT_EQ(gemm_mma_tile(DType::F32).bk, 16);
+  EXPECT_EQ(gemm_mma_tile(DType::F16).threads, 256);
+  DenseArgs g = skinny(DType::F32, 100, 33, 7);  // k = 7 floats: rows not 16-byte multiples
+  EXPECT_TRUE(gemm_mma_uses_3xtf32(g));
+  g.exact = false;
+  EXPECT_FALSE(gemm_mma_uses_3xtf32(g));
+  EXPECT_FALSE(gemm_mma_a_vec16(g));
+  g.a_ld = 8;
+  g.b_ld = 12;
+  EXPECT_TRUE(gemm_mma_a_vec16(g));
+  EXPECT_TRUE(gemm_mma_b_vec16(g));
+  g.batch = 3;
+  g.b_batch = 6;  // 24 bytes per entry
+  EXPECT_FALSE(gemm_mma_b_vec16(g));
+  g.b_batch = 0;
+  EXPECT_TRUE(gemm_mma_b_vec16(g));
+  EXPECT_EQ(vec16_elems(DType::F32), 4);
+  EXPECT_EQ(vec16_elems(DType::BF16), 8);
+  EXPECT_EQ(vec16_elems(DType::U8), 0);
+}
+
+}  // namespace
+}  // namespace llmm::cuda_dense

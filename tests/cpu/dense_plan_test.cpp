@@ -1,0 +1,127 @@
+// plan_matmul, the dense router: a pure function, tested without a GPU.
+#include <gtest/gtest.h>
+
+#include "llmm/error.hpp"
+#include "core/dense/skinny_mma.hpp"
+#include "llmm/matmul.hpp"
+
+using namespace llmm;
+
+namespace {
+ArchInfo h200() {
+  ArchInfo a;
+  a.kind = DeviceKind::CUDA;
+  a.name = "NVIDIA H200";
+  a.cc_major = 9;
+  a.sm_count = 132;
+  a.l2_bytes = 60 << 20;
+  return a;
+}
+MatmulDesc desc(std::int64_t m, std::int64_t n, std::int64_t k, DType t = DType::BF16, bool tb = true) {
+  MatmulDesc d;
+  d.m = m, d.n = n, d.k = k, d.dtype = t, d.transpose_b = tb, d.a_vec16 = true, d.b_vec16 = true;
+  return d;
+}
+}  // namespace
+
+TEST(DensePlan, CpuContextUsesReference) {
+  EXPECT_EQ(plan_matmul(desc(64, 64, 64), ArchInfo{}).route, DenseRoute::Cpu);
+  EXPECT_THROW(plan_matmul(desc(1, 64, 64), ArchInfo{}, DenseRoute::Gemv), Error);
+}
+
+TEST(DensePlan, RoutesByShape) {
+  ArchInfo a = h200();
+  EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::Gemv);
+  EXPECT_EQ(plan_matmul(desc(4096, 1, 4096), a).route, DenseRoute::Gemv);
+  EXPECT_EQ(plan_matmul(desc(1, 4096, 4096, DType::F32, false), a).route, DenseRoute::Gemv);  // vector x matrix
+  EXPECT_EQ(plan_matmul(desc(1, 4096, 14336), a).route, DenseRoute::CublasLt);  // long 16-bit rows
+  EXPECT_EQ(plan_matmul(desc(1, 4096, 14336, DType::F32), a).route, DenseRoute::Gemv);
+  for (int m = 2; m <= 16; ++m) {
+    DenseRoute half = m == 2 ? DenseRoute::GemvWide : DenseRoute::CublasLt;
+    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096), a).route, half) << m;
+    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096, DType::F16), a).route, half) << m;
+    EXPECT_EQ(plan_matmul(desc(m, 4096, 14336), a).route, DenseRoute::CublasLt) << m;  // K > 4096
+    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096, DType::F32), a).route, DenseRoute::GemvWide) << m;
+  }
+  EXPECT_EQ(plan_matmul(desc(8, 3072, 3072, DType::F32), a).route, DenseRoute::GemvWide);
+  for (DType t : {DType::BF16, DType::F32}) {
+    EXPECT_EQ(plan_matmul(desc(17, 14336, 4096, t), a).route, DenseRoute::CublasLt);
+    EXPECT_EQ(plan_matmul(desc(8, 14336, 4096, t, false), a).route, DenseRoute::CublasLt);  // w not [N, K]
+    MatmulDesc mis = desc(8, 14336, 4096, t);
+    mis.b_vec16 = false;
+    EXPECT_EQ(plan_matmul(mis, a).route, DenseRoute::CublasLt);
+    EXPECT_EQ(plan_matmul(desc(8, 14336, 4094, t), a).route, DenseRoute::CublasLt);  // k not a vector multiple
+  }
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a).route, DenseRoute::Naive);
+  EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096), a).route, DenseRoute::CublasLt);
+  ArchInfo old = a;
+  old.cc_major = 7;
+  EXPECT_EQ(plan_matmul(desc(512, 512, 512), old).route, DenseRoute::Naive);
+}
+
+TEST(DensePlan, GemvWideConfigTravelsInThePlan) {
+  DensePlan p = plan_matmul(desc(8, 14336, 4096, DType::F32), h200());
+  ASSERT_EQ(p.route, DenseRoute::GemvWide);
+  EXPECT_GT(p.gemv_wide_vecs, 0);
+  EXPECT_GT(p.gemv_wide_k_lanes, 0);
+  EXPECT_GT(p.gemv_wide_grid_x, 0);
+  EXPECT_FALSE(p.reason.empty());
+}
+
+TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
+  ArchInfo a = h200();
+  EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Tiled).route, DenseRoute::Tiled);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Naive).route, DenseRoute::Naive);
+  EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::CublasLt).route, DenseRoute::CublasLt);
+  try {
+    plan_matmul(desc(4, 4, 4), a, DenseRoute::Gemv);
+    ADD_FAILURE() << "gemv accepted m = n = 4";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("matmul: route gemv cannot run (m: 4, n: 4, k: 4, bf16): needs m == 1 or n == 1"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::BF16, false), a, DenseRoute::GemvWide), Error);
+  EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::F32), a, DenseRoute::SkinnyMma), Error);
+  EXPECT_THROW(plan_matmul(desc(17, 64, 64), a, DenseRoute::SkinnyMma), Error);
+  EXPECT_EQ(plan_matmul(desc(16, 64, 64), a, DenseRoute::SkinnyMma).route, DenseRoute::SkinnyMma);
+  EXPECT_THROW(plan_matmul(desc(64, 64, 64), a, DenseRoute::Cpu), Error);
+  EXPECT_THROW(plan_matmul(desc(64, 64, 0), a, DenseRoute::CublasLt), Error);
+  EXPECT_STREQ(route_name(DenseRoute::GemvWide), "gemv_wide");
+}
+
+TEST(DensePlan, SkinnyMmaConfig) {
+  using namespace llmm::cuda_dense;
+  alignas(16) static std::uint16_t buf[64];
+  DenseArgs g;
+  g.dtype = DType::BF16, g.m = 8, g.n = 128256, g.k = 4096, g.b_trans = true;
+  g.a = buf, g.b = buf, g.a_ld = 4096, g.b_ld = 4096;
+  auto c = skinny_mma_config(g, 9, 132);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->n_tiles, 1);
+  EXPECT_EQ(c->warps_k, 4);  // 4008 row blocks of 32 rows: >= 4 per SM
+  EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_bf16_n8_wk4");
+  g.m = 9, g.n = 3072, g.dtype = DType::F16;
+  c = skinny_mma_config(g, 9, 132);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->n_tiles, 2);
+  EXPECT_EQ(c->warps_k, 8);  // 96 row blocks (< 4 per SM): more warps split K
+  EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_f16_n16_wk8");
+  g.m = 17;
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.m = 1;
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.m = 4, g.k = 4092;  // k not a multiple of 8
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.k = 4096, g.a_ld = 4100;  // row stride of 8200 bytes: not 16-byte aligned
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.a_ld = 4096, g.a = buf + 1;  // misaligned base
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.a = buf, g.b_trans = false;
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.b_trans = true, g.dtype = DType::F32;
+  EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.dtype = DType::BF16;
+  EXPECT_FALSE(skinny_mma_config(g, 7, 80));  // pre-sm_80
+  EXPECT_TRUE(skinny_mma_config(g, 0, 0));    // unknown device: accepted
+}

@@ -1,0 +1,277 @@
+// llmm::matmul on the GPU against the float64 reference: the seed's cases, every route forced
+// over the shapes it accepts (non-tile-multiple sizes, padded strides, batches, broadcast,
+// transposes, dtypes, precisions), poisoned outputs, determinism, refusals.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "llmm/buffer.hpp"
+#include "llmm/error.hpp"
+#include "llmm/matmul.hpp"
+#include "support/dense_case.hpp"
+#include "support/gpu.hpp"
+#include "support/random.hpp"
+#include "support/tensor.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+
+void expect_good(Context& ctx, const DenseCase& c, const char* want_route = nullptr) {
+  DenseOutcome o = run_dense_case(ctx, c);
+  EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.route << "/" << o.receipt.kernel << "]: " << o.cmp.summary();
+  EXPECT_TRUE(o.padding_untouched) << c.describe() << ": wrote outside the output";
+  EXPECT_EQ(o.receipt.kernels_launched, 1) << c.describe();
+  if (want_route) EXPECT_EQ(o.receipt.route, want_route) << c.describe() << " kernel " << o.receipt.kernel;
+}
+
+const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+
+}  // namespace
+
+TEST(DenseGpu, SeedOnesAndRamp) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  HostTensor a = host_tensor(DType::F32, {10, 32, 16}), b = host_tensor(DType::F32, {10, 16, 32}),
+             c = host_tensor(DType::F32, {10, 32, 32});
+  for (int i = 0; i < 10 * 32 * 16; ++i) static_cast<float*>(a.view.data)[i] = static_cast<float*>(b.view.data)[i] = 1.0f;
+  poison(c.view);
+  DeviceTensor da = to_device(a), db = to_device(b), dc = to_device(c);
+  matmul(ctx, da.view, db.view, dc.view);
+  ctx.synchronize();
+  to_host(dc, c);
+  for (int i = 0; i < 10 * 32 * 32; ++i) ASSERT_EQ(static_cast<float*>(c.view.data)[i], 16.0f) << i;
+
+  HostTensor ra = host_tensor(DType::F32, {2, 2, 3}), rb = host_tensor(DType::F32, {2, 3, 4}), rc = host_tensor(DType::F32, {2, 2, 4});
+  for (int i = 0; i < 12; ++i) static_cast<float*>(ra.view.data)[i] = static_cast<float>(i);
+  for (int i = 0; i < 24; ++i) static_cast<float*>(rb.view.data)[i] = static_cast<float>(i);
+  poison(rc.view);
+  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::Naive, DenseRoute::Tiled, DenseRoute::CublasLt}) {
+    DeviceTensor dra = to_device(ra), drb = to_device(rb), drc = to_device(rc);
+    MatmulOptions o;
+    o.force_route = r;
+    matmul(ctx, dra.view, drb.view, drc.view, o);
+    ctx.synchronize();
+    std::vector<float> got(16);
+    copy_to_host(got.data(), drc.buffer.data(), 16 * sizeof(float));
+    EXPECT_EQ(got, (std::vector<float>{20, 23, 26, 29, 56, 68, 80, 92, 344, 365, 386, 407, 488, 518, 548, 578})) << route_name(r);
+  }
+}
+
+TEST(DenseGpu, SeedMatVecAndMatMulCases) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  struct S { std::int64_t b, m, k, n; bool tb; };
+  for (DType t : {DType::F32, DType::F16})
+    for (S s : {S{1, 4, 4, 1, false}, S{10, 1, 4, 4, false}, S{5, 1, 15, 7, true}, S{1, 3, 5, 4, false}, S{1, 2, 5, 10, true},
+                S{1, 4, 4, 4, true}, S{1, 4, 4, 200, true}, S{1, 25, 1280, 32000, true}})
+      expect_good(ctx, DenseCase{t, s.b, s.m, s.n, s.k, false, s.tb});
+}
+
+TEST(DenseGpu, SeedGemvWideCases) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  for (std::int64_t m = 2; m <= 15; ++m) {
+    DenseCase c{DType::F16, 1, m, 128, 256, false, true};
+    c.route = DenseRoute::GemvWide;
+    expect_good(ctx, c, "gemv_wide");
+  }
+  for (std::int64_t m : {2, 5, 8, 15}) {
+    DenseCase c{DType::F32, 1, m, 128, 256, false, true};
+    c.route = DenseRoute::GemvWide;
+    expect_good(ctx, c, "gemv_wide");
+  }
+  struct T { DType t; std::int64_t m, n, k; };
+  for (T t : {T{DType::F16, 7, 63, 2048}, T{DType::F32, 4, 2, 512}}) {
+    DenseCase c{t.t, 1, t.m, t.n, t.k, false, true};
+    c.route = DenseRoute::GemvWide;
+    expect_good(ctx, c, "gemv_wide");
+  }
+  // The seed's (3, 130, 260) f16 tail: k = 260 halves is not a whole number of 16-byte vectors,
+  // which CUDA's gemv_wide needs (the Metal gate asked k % 4 only). Forcing it is refused
+  // clearly; the router runs it correctly elsewhere.
+  DenseCase tail{DType::F16, 1, 3, 130, 260, false, true};
+  tail.route = DenseRoute::GemvWide;
+  try {
+    run_dense_case(ctx, tail);
+    ADD_FAILURE() << "gemv_wide accepted k = 260 f16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("route gemv_wide cannot run (m: 3, n: 130, k: 260, f16)"), std::string::npos)
+        << e.what();
+  }
+  tail.route = DenseRoute::Auto;
+  expect_good(ctx, tail);
+  // Skinny f16 through the public router (seed: (1, m, 256, 128) with transpose_b): on the H200
+  // the router picks gemv_wide at m = 2 and cuBLASLt above (measured faster there).
+  for (std::int64_t m = 2; m <= 15; ++m)
+    expect_good(ctx, DenseCase{DType::F16, 1, m, 128, 256, false, true}, m == 2 ? "gemv_wide" : "cublaslt");
+}
+
+TEST(DenseGpu, GemvSweep) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 10;
+  for (DType t : kDtypes)
+    for (std::int64_t len : {1, 7, 33, 257, 1000})
+      for (std::int64_t k : {1, 8, 100, 513})
+        for (int ta = 0; ta < 2; ++ta)
+          for (int tb = 0; tb < 2; ++tb)
+            for (int mv = 0; mv < 2; ++mv) {  // m == 1 (vector x matrix) or n == 1 (matrix x vector)
+              DenseCase c{t, 1, mv ? 1 : len, mv ? len : 1, k, ta == 1, tb == 1, (len + k) % 3};
+              c.route = DenseRoute::Gemv;
+              c.seed = ++seed;
+              expect_good(ctx, c, "gemv");
+            }
+  for (DType t : kDtypes)  // batches, broadcast operands
+    for (int bc = 0; bc < 3; ++bc) {
+      DenseCase c{t, 3, 1, 300, 77, false, bc == 1, 2, bc == 2, bc == 1};
+      c.route = DenseRoute::Gemv;
+      c.seed = ++seed;
+      expect_good(ctx, c, "gemv");
+    }
+}
+
+TEST(DenseGpu, GemvWideSweep) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 100;
+  for (DType t : kDtypes)
+    for (std::int64_t m : {2, 3, 5, 8, 9, 13, 16})
+      for (std::int64_t n : {2, 7, 33, 257, 3000})
+        for (std::int64_t k : {8, 64, 264, 2056}) {
+          if (t == DType::F32 && k % 4) continue;
+          DenseCase c{t, 1, m, n, k, false, true, 8};  // pad 8 keeps 16-byte row alignment
+          c.route = DenseRoute::GemvWide;
+          c.seed = ++seed;
+          expect_good(ctx, c, "gemv_wide");
+        }
+}
+
+TEST(DenseGpu, SkinnyMmaSweep) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 700;
+  for (DType t : {DType::F16, DType::BF16})
+    for (std::int64_t m : {2, 3, 7, 8, 9, 15, 16})
+      for (std::int64_t n : {1, 7, 33, 257, 3000})
+        for (std::int64_t k : {8, 24, 64, 264, 2056}) {
+          DenseCase c{t, 1, m, n, k, false, true, 8};  // pad 8 keeps rows 16-byte aligned
+          c.route = DenseRoute::SkinnyMma;
+          c.seed = ++seed;
+          expect_good(ctx, c, "skinny_mma");
+        }
+  for (DType t : {DType::F16, DType::BF16})  // batches and broadcast operands (no fold when forced)
+    for (int bc = 0; bc < 3; ++bc) {
+      DenseCase c{t, 3, 5, 100, 128, false, true, 8, bc == 1, bc == 2};
+      c.route = DenseRoute::SkinnyMma;
+      c.seed = ++seed;
+      expect_good(ctx, c, "skinny_mma");
+    }
+}
+
+TEST(DenseGpu, TiledSweep) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 1000;
+  struct S { std::int64_t m, n, k; };
+  for (DType t : kDtypes)
+    for (S s : {S{1, 1, 1}, S{7, 33, 100}, S{33, 7, 257}, S{100, 257, 33}, S{129, 130, 131}, S{256, 128, 512}, S{257, 300, 65}})
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          for (Precision p : {Precision::Exact, Precision::Fast}) {
+            if (t != DType::F32 && p == Precision::Fast) continue;
+            DenseCase c{t, 1, s.m, s.n, s.k, ta == 1, tb == 1, (s.m + s.k) % 5};
+            c.precision = p;
+            c.route = DenseRoute::Tiled;
+            c.seed = ++seed;
+            expect_good(ctx, c, "tiled");
+          }
+}
+
+TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 5000;
+  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Auto})
+    for (DType t : kDtypes)
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          for (int bc = 0; bc < 3; ++bc) {
+            DenseCase c{t, 3, 45, 70, 99, ta == 1, tb == 1, 3, bc == 1, bc == 2};
+            c.route = r;
+            c.seed = ++seed;
+            expect_good(ctx, c);
+          }
+}
+
+TEST(DenseGpu, BroadcastWeightFoldsIntoSkinnyRoute) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  // Batch 2 of single rows against one broadcast weight: folded into m = 2, gemv_wide.
+  DenseCase c{DType::BF16, 2, 1, 512, 256, false, true, 0, false, true};
+  expect_good(ctx, c, "gemv_wide");
+  DenseCase f32c{DType::F32, 4, 2, 300, 128, false, true, 0, false, true};  // m 2 x batch 4 = 8
+  expect_good(ctx, f32c, "gemv_wide");
+}
+
+TEST(DenseGpu, KZeroWritesZeros) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  for (DType t : kDtypes) expect_good(ctx, DenseCase{t, 2, 5, 9, 0}, "naive");
+}
+
+TEST(DenseGpu, DeterministicAcrossRuns) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::CublasLt,
+                       DenseRoute::Naive}) {
+    DenseCase c{DType::BF16, 1, r == DenseRoute::Gemv ? 1 : 8, 1000, 4096, false, true};
+    if (r == DenseRoute::Tiled || r == DenseRoute::Naive) c.m = 200;
+    c.route = r;
+    DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
+    EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
+    EXPECT_EQ(x.out_bytes, y.out_bytes) << route_name(r) << " is not bitwise deterministic";
+  }
+}
+
+TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  HostTensor a = host_tensor(DType::F16, {64, 64}), b = host_tensor(DType::F16, {64, 64}), c = host_tensor(DType::F16, {64, 64});
+  fill_random(a.view, 1);
+  fill_random(b.view, 2);
+  poison(c.view);
+  DeviceTensor da = to_device(a), db = to_device(b), dc = to_device(c);
+  auto still_poisoned = [&] {
+    std::vector<unsigned char> back(c.bytes.size(), 0);
+    copy_to_host(back.data(), dc.buffer.data(), back.size());
+    for (unsigned char x : back)
+      if (x != 0xFF) return false;
+    return true;
+  };
+  View c_over = dc.view;
+  c_over.data = da.buffer.data();  // output aliasing input a
+  EXPECT_THROW(matmul(ctx, da.view, db.view, c_over), Error);
+  View host_view = a.view;  // a host pointer on a CUDA context
+  EXPECT_THROW(matmul(ctx, host_view, db.view, dc.view), Error);
+  View wrong_dtype = db.view;
+  wrong_dtype.dtype = DType::BF16;
+  EXPECT_THROW(matmul(ctx, da.view, wrong_dtype, dc.view), Error);
+  MatmulOptions o;
+  o.force_route = DenseRoute::GemvWide;  // m = 64 is outside its gate
+  EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, o), Error);
+  rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
+  for (DenseRoute r : {DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Naive}) {
+    MatmulOptions f;
+    f.force_route = r;
+    EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, f), Error) << route_name(r);
+  }
+  ctx.synchronize();
+  EXPECT_TRUE(rec.launched.empty());
+  EXPECT_TRUE(still_poisoned());
+}
