@@ -26,7 +26,7 @@ void fill_host(std::vector<unsigned char>& buf, DType t, std::int64_t n, std::ui
   for (std::int64_t i = 0; i < n; ++i) {
     h = h * 6364136223846793005ull + 1442695040888963407ull;
     double u = static_cast<double>(h >> 11) * 0x1.0p-53;
-    store_from_double(buf.data(), t, i, (h >> 7 & 1 ? -1 : 1) * (0.25 + u));
+    store_from_double(buf.data(), t, i, ((h >> 33) & 1 ? -1 : 1) * (0.25 + u));
   }
 }
 
