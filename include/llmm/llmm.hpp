@@ -7,4 +7,5 @@
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/reference.hpp"
+#include "llmm/ternary.hpp"
 #include "llmm/view.hpp"

@@ -21,5 +21,6 @@ void cuda_free(void* p, int device) noexcept;
 void* cuda_alloc_pinned(std::size_t bytes);
 void cuda_free_pinned(void* p) noexcept;
 void cuda_copy(void* dst, const void* src, std::size_t bytes);  // cudaMemcpyDefault, synchronous
+void cuda_copy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s);  // ordered on s
 
 }  // namespace llmm::detail

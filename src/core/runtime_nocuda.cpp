@@ -22,5 +22,6 @@ void cuda_free(void*, int) noexcept {}
 void* cuda_alloc_pinned(std::size_t) { no_cuda("PinnedBuffer"); }
 void cuda_free_pinned(void*) noexcept {}
 void cuda_copy(void*, const void*, std::size_t) { no_cuda("copy_to_device/copy_to_host"); }
+void cuda_copy_async(void*, const void*, std::size_t, StreamHandle) { no_cuda("cuda_copy_async"); }
 
 }  // namespace llmm::detail

@@ -8,22 +8,11 @@
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/view.hpp"
+#include "support/expect_error.hpp"
 
 using namespace llmm;
 
-namespace {
-// Expects `fn` to throw llmm::Error with `code` and a message containing `part`.
-template <class Fn>
-void expect_error(Fn fn, ErrorCode code, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown (expected one containing '" << part << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
-  }
-}
-}  // namespace
+using llmm::test::expect_error;
 
 TEST(Checked, ArithmeticThrowsOnOverflow) {
   EXPECT_EQ(checked_mul(1u << 20, 1u << 20, "x"), 1ull << 40);

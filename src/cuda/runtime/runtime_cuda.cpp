@@ -140,4 +140,8 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes) {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy");
 }
 
+void cuda_copy_async(void* dst, const void* src, std::size_t bytes, StreamHandle s) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+}
+
 }  // namespace llmm::detail

@@ -1,0 +1,150 @@
+// Ternary (1.58-bit) weights: the TQ2_0_g128 format, a device weight cache, a grow-only buffer
+// pool, and gemm_tq2: out[m, n] = sum_k in[m, k] * W[n, k], from decode (M = 1) to DiT prefill.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "llmm/buffer.hpp"
+#include "llmm/context.hpp"
+#include "llmm/matmul.hpp"
+#include "llmm/view.hpp"
+
+namespace llmm {
+
+// One block of 128 weights: 32 bytes of 2-bit codes (4 a byte, LSB first; code 0/1/2 means
+// -1/0/+1, code 3 is invalid) and an f16 scale: 34 bytes, 2.125 bits a weight. A weight [N, K]
+// is N rows of K/128 blocks, row-major (the seed's AoS stream).
+#pragma pack(push, 1)
+struct BlockTQ2_128 {
+  std::uint8_t qs[32];
+  std::uint16_t d;  // f16 bits
+};
+#pragma pack(pop)
+static_assert(sizeof(BlockTQ2_128) == 34);
+inline constexpr std::int64_t kTq2BlockWeights = 128;
+inline constexpr std::size_t kTq2BlockBytes = 34;
+
+// Bytes of an [n, k] weight in AoS form (checked; throws on overflow or k % 128 != 0).
+std::size_t tq2_aos_bytes(std::int64_t n, std::int64_t k);
+
+// W[n, k] as f32 (row-major). Throws InvalidArgument for a bad size, or for code 3, naming the
+// row, block and byte ("tq2_dequantize: invalid code 3 in row 2, block 1, byte 5").
+std::vector<float> tq2_dequantize(const void* aos, std::size_t bytes, std::int64_t n, std::int64_t k);
+
+// How tq2_quantize picks a block's scale.
+enum class Tq2ScaleRule {
+  AbsMean,  // BitNet b1.58: scale = mean |w| of the block; codes = clamp(round(w / scale), -1, 1)
+  AbsMax,   // scale = max |w|: round-trips exactly a weight that is already ternary x scale
+};
+// Quantizes f32 W[n, k] (k % 128 == 0). The scale is rounded to f16 first, and the codes are
+// computed against that rounded scale. An all-zero block gets scale 0 and code 1 (zero).
+std::vector<BlockTQ2_128> tq2_quantize(const float* w, std::int64_t n, std::int64_t k,
+                                       Tq2ScaleRule rule = Tq2ScaleRule::AbsMean);
+
+// ---------------------------------------------------------------------------------------------
+// A weight in the kernels' layout (SoA): codes [n][k/4] bytes (a row's codes contiguous, 32
+// bytes per 128-block, 16-byte aligned), scales [n][k/128] f16 bits. On a CUDA context the two
+// arrays live in device memory; on a CPU context in host memory (the reference backend).
+class TernaryWeight {
+ public:
+  std::uint64_t key() const { return key_; }
+  std::int64_t n() const { return n_; }
+  std::int64_t k() const { return k_; }
+  DeviceKind device() const { return device_; }
+  int device_index() const { return device_index_; }
+  const std::uint8_t* codes() const { return codes_; }
+  const std::uint16_t* scales() const { return scales_; }
+  std::size_t bytes() const { return codes_bytes_ + scales_bytes_; }  // packed: 2.125 bits a weight
+
+ private:
+  friend class TernaryWeightCache;
+  std::uint64_t key_ = 0;
+  std::int64_t n_ = 0, k_ = 0;
+  DeviceKind device_ = DeviceKind::CPU;
+  int device_index_ = 0;
+  const std::uint8_t* codes_ = nullptr;
+  const std::uint16_t* scales_ = nullptr;
+  std::size_t codes_bytes_ = 0, scales_bytes_ = 0;
+  DeviceBuffer device_mem_;                 // CUDA: codes then scales
+  std::vector<unsigned char> host_mem_;     // CPU
+};
+using WeightHandle = std::shared_ptr<const TernaryWeight>;
+
+// Keyed cache of uploaded ternary weights for one device (the context's). Converts AoS to SoA
+// and uploads once per key; the returned handle keeps the memory alive even after evict().
+// Thread-safe: one mutex; concurrent calls with one key upload once.
+class TernaryWeightCache {
+ public:
+  explicit TernaryWeightCache(const Context& ctx);
+  // Throws InvalidArgument for k % 128 != 0, n or k < 1, bytes != n * (k/128) * 34, code 3
+  // (naming the block), or a key already cached with another n, k or byte count.
+  WeightHandle get_or_upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n, std::int64_t k);
+  bool evict(std::uint64_t key);  // true if the key was cached
+  std::size_t bytes_held() const;
+  std::size_t size() const;
+  std::uint64_t upload_count() const;  // conversions + uploads done so far
+
+ private:
+  DeviceKind device_;
+  int device_index_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint64_t, WeightHandle> map_;
+  std::uint64_t uploads_ = 0;
+};
+
+// Grow-only scratch for the host-I/O gemm_tq2: named slots that only ever grow. The allocation
+// counter is process-wide, so "a warmed pool allocates nothing" is a plain counter delta.
+class BufferPool {
+ public:
+  BufferPool(DeviceKind device, int device_index);
+  void* get(const std::string& slot, std::size_t bytes);  // grows the slot when too small
+  std::size_t capacity(const std::string& slot) const;
+  static std::uint64_t alloc_count();  // allocations by every pool of the process
+
+ private:
+  struct Slot {
+    DeviceBuffer device;
+    std::vector<unsigned char> host;
+    std::size_t capacity = 0;
+  };
+  DeviceKind device_;
+  int device_index_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Slot> slots_;
+};
+
+enum class Tq2Route {
+  Auto,
+  Cpu,     // float64 reference (CPU contexts)
+  Naive,   // CUDA reference kernel: one thread per output
+  Stream,  // decode: weight streamed once, codes decoded in registers (M up to ~16)
+  Tiled,   // prefill: tensor cores on decoded tiles
+};
+const char* tq2_route_name(Tq2Route r) noexcept;
+
+struct Tq2Options {
+  Precision precision = Precision::Exact;  // f32 input: Exact keeps f32 accuracy
+  Tq2Route force_route = Tq2Route::Auto;
+};
+
+// Pure router: CPU -> Cpu; m <= 16 -> Stream; larger -> Tiled (sm_80+), else Naive.
+Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,
+                  Tq2Route force = Tq2Route::Auto);
+
+// Device tensors: in [m, k] (f32, f16, bf16; innermost stride 1), out [m, n] (f32 or in's dtype).
+// No synchronisation; refuses (before enqueueing anything) a null or foreign handle, k or n
+// that differ from the handle's, bad dtypes, strides or overlap.
+Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& opts = {});
+
+// The seed's encode_gemm_tq2: host f32 in [m, k] and out [m, n] (row-major), through the
+// context's grow-only pool (use_pool = false allocates fresh buffers per call, for the A/B
+// benchmark); waits for the result.
+Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, float* host_out, std::int64_t m,
+                 std::int64_t n, std::int64_t k, const Tq2Options& opts = {}, bool use_pool = true);
+
+}  // namespace llmm

@@ -1,0 +1,166 @@
+// gemm_tq2: validate, plan, then the CPU reference or the CUDA dispatcher; and the seed's
+// host-I/O form through the context's grow-only pool.
+#include <climits>
+#include <memory>
+
+#include "core/runtime.hpp"
+#include "core/ternary/tq2_dispatch.hpp"
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/reference.hpp"
+#include "llmm/ternary.hpp"
+
+namespace llmm {
+namespace {
+
+constexpr const char* kOp = "gemm_tq2";
+
+// W[n, k] as f32 from a host-resident SoA weight (CPU contexts).
+std::vector<float> decode_host(const TernaryWeight& w) {
+  std::vector<float> out(static_cast<std::size_t>(w.n() * w.k()));
+  const std::int64_t bpr = w.k() / kTq2BlockWeights;
+  for (std::int64_t r = 0; r < w.n(); ++r)
+    for (std::int64_t l = 0; l < w.k(); ++l) {
+      int code = (w.codes()[r * (w.k() / 4) + l / 4] >> (2 * (l % 4))) & 3;
+      float d = f16_bits_to_f32(w.scales()[r * bpr + l / kTq2BlockWeights]);
+      out[static_cast<std::size_t>(r * w.k() + l)] = static_cast<float>(code - 1) * d;
+    }
+  return out;
+}
+
+void check_handle(const Context& ctx, const WeightHandle& w) {
+  if (!w) fail(ErrorCode::InvalidArgument, kOp, ": null weight handle");
+  if (w->device() != ctx.kind() || (ctx.is_cuda() && w->device_index() != ctx.arch().device_index))
+    fail(ErrorCode::InvalidArgument, kOp, ": weight ", w->key(), " lives on ", w->device() == DeviceKind::CUDA ? "cuda" : "cpu",
+         " but the context is ", ctx.is_cuda() ? "cuda" : "cpu");
+}
+
+struct Checked {
+  cuda_ternary::Tq2Args args;
+  Tq2Route route = Tq2Route::Cpu;
+};
+
+Checked validate(const Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& o) {
+  check_handle(ctx, w);
+  validate_view(in, kOp, "in");
+  validate_view(out, kOp, "out");
+  for (const auto& [v, name] : {std::pair{&in, "in"}, std::pair{&out, "out"}}) {
+    if (v->rank != 2) fail(ErrorCode::InvalidArgument, kOp, ": ", name, " must be rank 2, got ", v->describe());
+    if (v->device != ctx.kind() || (ctx.is_cuda() && v->device_index != ctx.arch().device_index))
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v->describe(), " but the context is ",
+           ctx.is_cuda() ? "cuda" : "cpu");
+    if (v->dim(1) > 1 && v->stride(1) != 1)
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " innermost stride is ", v->stride(1), ", must be 1: ", v->describe());
+    if (v->dim(0) > 1 && v->stride(0) < v->dim(1))
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " row stride ", v->stride(0), " is smaller than its row of ",
+           v->dim(1), ": ", v->describe());
+  }
+  if (!is_float(in.dtype)) fail(ErrorCode::Unsupported, kOp, ": input dtype ", dtype_name(in.dtype), " (f32, f16, bf16)");
+  if (out.dtype != DType::F32 && out.dtype != in.dtype)
+    fail(ErrorCode::Unsupported, kOp, ": output dtype ", dtype_name(out.dtype), " must be f32 or the input's (",
+         dtype_name(in.dtype), ")");
+  const std::int64_t m = in.dim(0);
+  if (in.dim(1) != w->k())
+    fail(ErrorCode::InvalidArgument, kOp, ": in is [", m, ", ", in.dim(1), "] but weight ", w->key(), " has k = ", w->k());
+  if (out.dim(0) != m || out.dim(1) != w->n())
+    fail(ErrorCode::InvalidArgument, kOp, ": out must be [", m, ", ", w->n(), "], got ", out.describe());
+  if (m > INT_MAX) fail(ErrorCode::Unsupported, kOp, ": m ", m, " exceeds 2^31 - 1");
+  if (overlaps(in, out)) fail(ErrorCode::InvalidArgument, kOp, ": out overlaps in");
+  Checked c;
+  c.args.codes = w->codes(), c.args.scales = w->scales();
+  c.args.m = m, c.args.n = w->n(), c.args.k = w->k();
+  c.args.in = in.data, c.args.in_dtype = in.dtype, c.args.in_ld = m > 1 ? in.stride(0) : w->k();
+  c.args.out = out.data, c.args.out_dtype = out.dtype, c.args.out_ld = m > 1 ? out.stride(0) : w->n();
+  c.args.exact = o.precision == Precision::Exact;
+  c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
+  return c;
+}
+
+Receipt run_cpu(Context& ctx, const TernaryWeight& w, const cuda_ternary::Tq2Args& g) {
+  ctx.check_launchable("cpu_reference_tq2");
+  std::vector<float> wf = decode_host(w);
+  cpu::MatmulProblem p{View::strided(const_cast<void*>(g.in), g.in_dtype, {1, g.m, g.k}, {0, g.in_ld, 1}),
+                       View::contiguous(wf.data(), DType::F32, {1, g.n, g.k}), false, true};
+  cpu::matmul(p, View::strided(g.out, g.out_dtype, {1, g.m, g.n}, {0, g.out_ld, 1}), ctx.arch().cpu_threads);
+  ctx.note_launch("cpu_reference_tq2");
+  return Receipt{tq2_route_name(Tq2Route::Cpu), "cpu_reference_tq2", 1};
+}
+
+}  // namespace
+
+const char* tq2_route_name(Tq2Route r) noexcept {
+  switch (r) {
+    case Tq2Route::Auto: return "auto";
+    case Tq2Route::Cpu: return "cpu";
+    case Tq2Route::Naive: return "tq2_naive";
+    case Tq2Route::Stream: return "tq2_stream";
+    case Tq2Route::Tiled: return "tq2_tiled";
+  }
+  return "?";
+}
+
+Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch, Tq2Route force) {
+  const bool cuda = arch.kind == DeviceKind::CUDA;
+  if (force != Tq2Route::Auto) {
+    const char* why = nullptr;
+    if (force == Tq2Route::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
+    if (force != Tq2Route::Cpu && !cuda) why = "needs a CUDA context";
+    if (force == Tq2Route::Tiled && cuda && arch.cc_major < 8) why = "needs sm_80 or newer";
+    if (force == Tq2Route::Stream && cuda && m > 16) why = "the streaming kernel takes m <= 16";
+    if (why)
+      fail(ErrorCode::Unsupported, "gemm_tq2: route ", tq2_route_name(force), " cannot run (m: ", m, ", n: ", n, ", k: ",
+           k, ", ", dtype_name(in_dtype), "): ", why);
+    return force;
+  }
+  if (!cuda) return Tq2Route::Cpu;
+  if (m <= 16) return Tq2Route::Stream;
+  return arch.cc_major >= 8 ? Tq2Route::Tiled : Tq2Route::Naive;
+}
+
+Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& opts) {
+  Checked c = validate(ctx, w, in, out, opts);
+  if (c.args.m == 0) return Receipt{"none", "", 0};
+  if (c.route == Tq2Route::Cpu) return run_cpu(ctx, *w, c.args);
+  return detail::run_tq2_cuda(ctx, c.route, c.args);
+}
+
+Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, float* host_out, std::int64_t m,
+                 std::int64_t n, std::int64_t k, const Tq2Options& opts, bool use_pool) {
+  check_handle(ctx, w);
+  if (m < 0) fail(ErrorCode::InvalidArgument, kOp, ": m ", m, " is negative");
+  if (n != w->n() || k != w->k())
+    fail(ErrorCode::InvalidArgument, kOp, ": n ", n, ", k ", k, " differ from weight ", w->key(), "'s [", w->n(), ", ",
+         w->k(), "]");
+  if (m == 0) return Receipt{"none", "", 0};
+  if (!host_in || !host_out) fail(ErrorCode::InvalidArgument, kOp, ": null host pointer");
+  const std::size_t in_bytes = to_usize(checked_mul(checked_mul(to_u64(m, "m"), to_u64(k, "k"), kOp), 4, kOp), kOp);
+  const std::size_t out_bytes = to_usize(checked_mul(checked_mul(to_u64(m, "m"), to_u64(n, "n"), kOp), 4, kOp), kOp);
+  if (!ctx.is_cuda())
+    return gemm_tq2(ctx, w, View::contiguous(const_cast<float*>(host_in), DType::F32, {m, k}),
+                    View::contiguous(host_out, DType::F32, {m, n}), opts);
+  // Device scratch: the context's grow-only pool, or fresh buffers (the pre-pool behaviour).
+  DeviceBuffer fresh_in, fresh_out;
+  void* din;
+  void* dout;
+  if (use_pool) {
+    auto& slot = ctx.cache_slot("ternary.pool");
+    if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
+    auto& pool = *static_cast<BufferPool*>(slot.get());
+    din = pool.get("in", in_bytes);
+    dout = pool.get("out", out_bytes);
+  } else {
+    fresh_in = DeviceBuffer(in_bytes, ctx.arch().device_index);
+    fresh_out = DeviceBuffer(out_bytes, ctx.arch().device_index);
+    din = fresh_in.data(), dout = fresh_out.data();
+  }
+  View in = View::contiguous(din, DType::F32, {m, k}, DeviceKind::CUDA, ctx.arch().device_index);
+  View out = View::contiguous(dout, DType::F32, {m, n}, DeviceKind::CUDA, ctx.arch().device_index);
+  Checked c = validate(ctx, w, in, out, opts);  // resolve the route before any copy
+  Receipt r = detail::run_tq2_cuda(ctx, c.route, c.args,
+                                   [&] { detail::cuda_copy_async(din, host_in, in_bytes, ctx.stream()); });
+  detail::cuda_copy_async(host_out, dout, out_bytes, ctx.stream());
+  ctx.synchronize();
+  return r;
+}
+
+}  // namespace llmm

@@ -1,0 +1,127 @@
+// TernaryWeightCache (AoS -> SoA, upload once per key) and BufferPool (grow-only scratch).
+#include <atomic>
+#include <cstring>
+
+#include "core/runtime.hpp"
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+
+namespace llmm {
+namespace {
+
+std::atomic<std::uint64_t> g_pool_allocs{0};
+
+// Codes padded to a 256-byte boundary so the scales start aligned.
+std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+TernaryWeightCache::TernaryWeightCache(const Context& ctx)
+    : device_(ctx.kind()), device_index_(ctx.arch().device_index) {}
+
+WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n,
+                                               std::int64_t k) {
+  std::size_t want = tq2_aos_bytes(n, k);
+  if (bytes != want)
+    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": ", bytes, " bytes given, an [", n, ", ", k,
+         "] TQ2_0_g128 weight is ", want, " (n * k/128 * 34)");
+  if (aos == nullptr) fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": null data");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  if (it != map_.end()) {
+    const TernaryWeight& w = *it->second;
+    if (w.n() != n || w.k() != k)
+      fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, " holds an [", w.n(), ", ", w.k(),
+           "] weight, asked for [", n, ", ", k, "]");
+    return it->second;
+  }
+  // AoS -> SoA on the host, rejecting code 3.
+  const std::int64_t bpr = k / kTq2BlockWeights;
+  const std::size_t codes_bytes = static_cast<std::size_t>(n * (k / 4));
+  const std::size_t scales_bytes = static_cast<std::size_t>(n * bpr) * 2;
+  const std::size_t scales_off = round_up(codes_bytes, 256);
+  std::vector<unsigned char> soa(scales_off + scales_bytes, 0);
+  const auto* p = static_cast<const unsigned char*>(aos);
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t b = 0; b < bpr; ++b) {
+      const unsigned char* blk = p + static_cast<std::size_t>(r * bpr + b) * kTq2BlockBytes;
+      for (int i = 0; i < 32; ++i) {
+        std::uint8_t q = blk[i];
+        if (((q & 0x55) & (q >> 1) & 0x55) != 0)  // some 2-bit field is 0b11
+          fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": invalid code 3 in row ", r, ", block ", b,
+               ", byte ", i);
+      }
+      std::memcpy(soa.data() + static_cast<std::size_t>(r * (k / 4) + b * 32), blk, 32);
+      std::memcpy(soa.data() + scales_off + static_cast<std::size_t>(r * bpr + b) * 2, blk + 32, 2);
+    }
+  auto w = std::make_shared<TernaryWeight>();
+  w->key_ = key, w->n_ = n, w->k_ = k, w->device_ = device_, w->device_index_ = device_index_;
+  w->codes_bytes_ = codes_bytes, w->scales_bytes_ = scales_bytes;
+  if (device_ == DeviceKind::CUDA) {
+    w->device_mem_ = DeviceBuffer(soa.size(), device_index_);
+    copy_to_device(w->device_mem_.data(), soa.data(), soa.size());
+    auto* base = static_cast<unsigned char*>(w->device_mem_.data());
+    w->codes_ = base;
+    w->scales_ = reinterpret_cast<const std::uint16_t*>(base + scales_off);
+  } else {
+    w->host_mem_ = std::move(soa);
+    w->codes_ = w->host_mem_.data();
+    w->scales_ = reinterpret_cast<const std::uint16_t*>(w->host_mem_.data() + scales_off);
+  }
+  ++uploads_;
+  WeightHandle h = std::move(w);
+  map_.emplace(key, h);
+  return h;
+}
+
+bool TernaryWeightCache::evict(std::uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.erase(key) > 0;
+}
+
+std::size_t TernaryWeightCache::bytes_held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t s = 0;
+  for (const auto& [key, w] : map_) s += w->bytes();
+  return s;
+}
+
+std::size_t TernaryWeightCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.size();
+}
+
+std::uint64_t TernaryWeightCache::upload_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return uploads_;
+}
+
+BufferPool::BufferPool(DeviceKind device, int device_index) : device_(device), device_index_(device_index) {}
+
+void* BufferPool::get(const std::string& slot, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot& s = slots_[slot];
+  if (bytes > s.capacity) {
+    // Grow-only: the old buffer goes, the new one keeps the larger size for every later call.
+    if (device_ == DeviceKind::CUDA) {
+      s.device = DeviceBuffer();
+      s.device = DeviceBuffer(bytes, device_index_);
+    } else {
+      s.host.assign(bytes, 0);
+    }
+    s.capacity = bytes;
+    g_pool_allocs.fetch_add(1, std::memory_order_relaxed);
+  }
+  return device_ == DeviceKind::CUDA ? s.device.data() : static_cast<void*>(s.host.data());
+}
+
+std::size_t BufferPool::capacity(const std::string& slot) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(slot);
+  return it == slots_.end() ? 0 : it->second.capacity;
+}
+
+std::uint64_t BufferPool::alloc_count() { return g_pool_allocs.load(std::memory_order_relaxed); }
+
+}  // namespace llmm

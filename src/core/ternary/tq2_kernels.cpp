@@ -1,0 +1,93 @@
+#include "core/ternary/tq2_kernels.hpp"
+
+#include <cstddef>
+
+namespace llmm::cuda_ternary {
+namespace {
+
+std::string dname(DType t) { return std::string(dtype_name(t)); }
+
+std::string math_name(DType in, int splits) {
+  if (in == DType::F16) return "f16";
+  if (in == DType::BF16) return "bf16";
+  return "bf16x" + std::to_string(splits);
+}
+
+std::string prefix(const char* kernel, const Tq2Args& a) {
+  return std::string(kernel) + "_" + dname(a.in_dtype) + "_" + dname(a.out_dtype);
+}
+
+}  // namespace
+
+bool tq2_args_ok(const Tq2Args& a) noexcept {
+  if (a.m < 1 || a.n < 1 || a.k < kTq2Group || a.k % kTq2Group != 0) return false;
+  if (!is_float(a.in_dtype)) return false;
+  if (a.out_dtype != DType::F32 && a.out_dtype != a.in_dtype) return false;
+  if (a.in_ld < a.k || a.out_ld < a.n) return false;
+  return a.codes != nullptr && a.scales != nullptr && a.in != nullptr && a.out != nullptr;
+}
+
+int tq2_stream_splits(const Tq2Args& a) noexcept {
+  return a.in_dtype == DType::F32 && a.exact ? 3 : 1;
+}
+
+int tq2_tiled_splits(const Tq2Args& a) noexcept {
+  return a.in_dtype == DType::F32 && a.exact ? 2 : 1;
+}
+
+bool tq2_input_vec16(const Tq2Args& a) noexcept {
+  const auto es = static_cast<std::int64_t>(dtype_size(a.in_dtype));
+  return es != 0 && reinterpret_cast<std::uintptr_t>(a.in) % 16 == 0 && (a.in_ld * es) % 16 == 0;
+}
+
+bool tq2_codes_vec16(const Tq2Args& a) noexcept {
+  return reinterpret_cast<std::uintptr_t>(a.codes) % 16 == 0 && (a.k / 4) % 16 == 0;
+}
+
+std::string tq2_naive_kernel_name(const Tq2Args& a) { return prefix("tq2_naive", a); }
+
+bool tq2_stream_supports(const Tq2Args& a) noexcept {
+  return tq2_args_ok(a) && a.m <= kTq2StreamMaxM;
+}
+
+std::optional<Tq2StreamConfig> tq2_stream_config(const Tq2Args& a, int sm_count) noexcept {
+  if (!tq2_stream_supports(a)) return std::nullopt;
+  Tq2StreamConfig c;
+  c.splits = tq2_stream_splits(a);
+  const std::int64_t cols = a.m * c.splits;
+  c.n_tiles = cols <= 8 ? 1 : cols <= 16 ? 2 : 6;
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t row_tiles = (a.n + kTq2StreamRows - 1) / kTq2StreamRows;
+  // Few row tiles (narrow N): more warps split K so that every SM has loads in flight.
+  c.warps = row_tiles < 4 * sms ? 8 : 4;
+  return c;
+}
+
+std::string tq2_stream_kernel_name(const Tq2Args& a, int sm_count) {
+  const auto c = tq2_stream_config(a, sm_count);
+  if (!c) return {};
+  return prefix("tq2_stream", a) + "_" + math_name(a.in_dtype, c->splits) + "_n" +
+         std::to_string(8 * c->n_tiles) + "_w" + std::to_string(c->warps);
+}
+
+int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {
+  constexpr int BM = kTq2TiledBM, BN = kTq2TiledBN, BK = kTq2TiledBK, S = kTq2TiledStages;
+  constexpr int LD16 = BK + 8;                 // padded 16-bit rows (ldmatrix without conflicts)
+  const int codes = S * BN * (BK / 4);         // code bytes ring
+  const int b16 = BN * LD16 * 2;               // decoded weight tile
+  if (in_dtype == DType::F32) {
+    const int raw = S * BM * BK * 4;           // f32 input ring
+    const int a16 = splits * BM * LD16 * 2;    // converted hi (+ lo) tiles
+    return raw + codes + a16 + b16;
+  }
+  return S * BM * LD16 * 2 + codes + b16;      // 16-bit input ring read directly
+}
+
+bool tq2_tiled_supports(const Tq2Args& a) noexcept { return tq2_args_ok(a); }
+
+std::string tq2_tiled_kernel_name(const Tq2Args& a) {
+  if (!tq2_tiled_supports(a)) return {};
+  return prefix("tq2_tiled", a) + "_" + math_name(a.in_dtype, tq2_tiled_splits(a));
+}
+
+}  // namespace llmm::cuda_ternary

@@ -1,0 +1,86 @@
+// Host-side facts about the ternary (TQ2_0_g128) CUDA kernels: which calls each kernel takes,
+// the configuration a launch uses, and the kernel name it reports. Pure functions of their
+// arguments (pointer values included), no CUDA headers: routers and CPU-only tests use them, and
+// the launchers in src/cuda/ternary call the same functions, so a name or configuration
+// computed here is exactly what a launch uses.
+//
+// Kernels (all compute out[i, j] = sum_l in[i, l] * W[j, l], see cuda/ternary/tq2_args.hpp):
+//   tq2_naive  : reference, one thread per output, f32 FMA in l order.
+//   tq2_stream : decode (m <= 16), memory-bound, tensor cores with the weight as the A operand.
+//   tq2_tiled  : prefill (any m), 128x128 block tiles, tensor cores with the weight as B.
+// Both tensor-core kernels decode the 2-bit codes to the exact 16-bit values -1/0/+1 and apply
+// the f16 block scale in f32 on a per-128-block partial accumulator, so f16 and bf16 weights
+// are equally exact and the scale never meets a 16-bit rounding.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cuda/ternary/tq2_args.hpp"
+
+namespace llmm::cuda_ternary {
+
+inline constexpr std::int64_t kTq2Group = 128;  // codes per f16 scale
+
+// The contract every ternary kernel relies on: m, n >= 1; k >= 128 and k % 128 == 0; input
+// f32/f16/bf16; output f32 or the input's dtype; in_ld >= k, out_ld >= n; non-null pointers.
+bool tq2_args_ok(const Tq2Args& args) noexcept;
+
+// 16-bit parts an activation is split into on tensor cores: f32 input: 3 in the stream kernel's
+// Exact mode (bf16 hi + mid + lo, an exact f32 split), 2 in the tiled kernel's Exact mode
+// (bf16 hi + lo, error <= 2^-17 |a| per product), 1 in Fast mode (one bf16 rounding); f16/bf16
+// input: 1 (exact; `exact` is irrelevant).
+int tq2_stream_splits(const Tq2Args& args) noexcept;
+int tq2_tiled_splits(const Tq2Args& args) noexcept;
+
+// Input rows can be read with 16-byte loads: `in` 16-byte aligned and in_ld * elem % 16 == 0.
+// Otherwise the kernels read the input element by element (same results).
+bool tq2_input_vec16(const Tq2Args& args) noexcept;
+// Codes can be read with 16-byte loads: `codes` 16-byte aligned (the row stride k/4 is a
+// multiple of 32 bytes). Otherwise byte loads (same results).
+bool tq2_codes_vec16(const Tq2Args& args) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// tq2_naive
+
+std::string tq2_naive_kernel_name(const Tq2Args& args);  // tq2_naive_<in>_<out>
+
+// ---------------------------------------------------------------------------------------------
+// tq2_stream: one block owns 16 weight rows (one m16 mma tile); its warps split K in steps of
+// 256 codes (two scale blocks). Activation columns (m rows x splits) are the mma's n8 tiles.
+
+inline constexpr int kTq2StreamMaxM = 16;
+inline constexpr int kTq2StreamRows = 16;     // weight rows per block
+inline constexpr int kTq2StreamMaxWarps = 8;  // warps splitting K
+
+struct Tq2StreamConfig {
+  int splits = 1;   // 16-bit parts per activation (1 or 3)
+  int n_tiles = 1;  // n8 tiles of activation columns: 1, 2 or 6 (>= ceil(m * splits / 8))
+  int warps = 4;    // warps per block splitting K: 4, or 8 when there are few row tiles
+  friend bool operator==(const Tq2StreamConfig&, const Tq2StreamConfig&) = default;
+};
+
+// tq2_args_ok and m <= 16.
+bool tq2_stream_supports(const Tq2Args& args) noexcept;
+// nullopt unless tq2_stream_supports. sm_count 0 = unknown (132).
+std::optional<Tq2StreamConfig> tq2_stream_config(const Tq2Args& args, int sm_count = 0) noexcept;
+// tq2_stream_<in>_<out>_<math>_n<8*n_tiles>_w<warps>, math f16 | bf16 | bf16x1 | bf16x3
+// (empty string when unsupported).
+std::string tq2_stream_kernel_name(const Tq2Args& args, int sm_count = 0);
+
+// ---------------------------------------------------------------------------------------------
+// tq2_tiled: 128 (m) x 128 (n) output tile per 256-thread block, K slices of 64 through a
+// 3-stage cp.async ring; 8 warps of 64 x 32.
+
+inline constexpr int kTq2TiledBM = 128, kTq2TiledBN = 128, kTq2TiledBK = 64;
+inline constexpr int kTq2TiledThreads = 256, kTq2TiledStages = 3;
+
+// Dynamic shared memory of one block, by input dtype and splits (bytes).
+int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept;
+
+// tq2_args_ok (any m).
+bool tq2_tiled_supports(const Tq2Args& args) noexcept;
+// tq2_tiled_<in>_<out>_<math>, math f16 | bf16 | bf16x1 | bf16x2 (empty when unsupported).
+std::string tq2_tiled_kernel_name(const Tq2Args& args);
+
+}  // namespace llmm::cuda_ternary

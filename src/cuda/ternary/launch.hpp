@@ -1,0 +1,27 @@
+// Launchers of the ternary (TQ2_0_g128) CUDA kernels. Host header, no CUDA headers: raw pointers
+// and sizes come in a Tq2Args (already validated by the caller), kernels go on `stream`. Every
+// launcher throws llmm::Error(ErrorCode::Cuda, ...) naming the kernel when the launch fails, and
+// ErrorCode::Internal when given arguments it does not take (a router bug). None synchronizes or
+// allocates; all are deterministic (fixed-order reductions, no atomics) and write every output
+// element. Names and eligibility: core/ternary/tq2_kernels.hpp.
+#pragma once
+#include "core/ternary/tq2_kernels.hpp"
+#include "cuda/ternary/tq2_args.hpp"
+#include "llmm/context.hpp"
+
+namespace llmm::cuda_ternary {
+
+// Reference kernel: one thread per output element, W decoded as code x scale in f32, f32 FMA of
+// the f32-converted input in l order. Requires tq2_args_ok.
+void launch_tq2_naive(const Tq2Args& args, StreamHandle stream);
+
+// Decode kernel for m = 1..16 (tq2_stream_supports): streams every code byte once with 16-byte
+// loads, tensor cores (mma.sync m16n8k16) with the weight rows as the A operand and the
+// activation columns (split into exact 16-bit parts) as B; f32 accumulation.
+void launch_tq2_stream(const Tq2Args& args, StreamHandle stream);
+
+// Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
+// f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.
+void launch_tq2_tiled(const Tq2Args& args, StreamHandle stream);
+
+}  // namespace llmm::cuda_ternary

@@ -1,0 +1,256 @@
+// Ternary on the CPU: the format by hand, quantize rules, the weight cache (semantics, refusals,
+// threads), the buffer pool, gemm_tq2 through the CPU backend on the seed's cases, refusals.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+#include "support/expect_error.hpp"
+#include "support/random.hpp"
+#include "support/tq2_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+std::vector<BlockTQ2_128> zero_blocks(std::int64_t n, std::int64_t k) {
+  BlockTQ2_128 z{};
+  std::memset(z.qs, 0x55, 32);  // every code 1: zero
+  z.d = f32_to_f16_bits(1.0f);
+  return std::vector<BlockTQ2_128>(static_cast<std::size_t>(n * (k / 128)), z);
+}
+std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
+}  // namespace
+
+TEST(Tq2Format, SizesAndHandDecodedBlock) {
+  EXPECT_EQ(sizeof(BlockTQ2_128), 34u);
+  EXPECT_EQ(tq2_aos_bytes(2, 256), 2u * 2 * 34);
+  expect_error([] { tq2_aos_bytes(2, 100); }, ErrorCode::InvalidArgument, "k 100 is not a multiple of 128");
+  expect_error([] { tq2_aos_bytes(0, 128); }, ErrorCode::InvalidArgument, "must be >= 1");
+  std::vector<BlockTQ2_128> b = zero_blocks(1, 128);
+  b[0].qs[0] = 0b10'01'00'10;  // LSB first: codes 2, 0, 1, 2 -> +1, -1, 0, +1
+  b[0].qs[31] = 0b00'10'01'01;  // codes 1, 1, 2, 0 -> 0, 0, +1, -1
+  b[0].d = f32_to_f16_bits(0.5f);
+  std::vector<float> w = tq2_dequantize(b.data(), bytes_of(b), 1, 128);
+  EXPECT_EQ(w[0], 0.5f);
+  EXPECT_EQ(w[1], -0.5f);
+  EXPECT_EQ(w[2], 0.0f);
+  EXPECT_EQ(w[3], 0.5f);
+  for (int i = 4; i < 124; ++i) EXPECT_EQ(w[static_cast<std::size_t>(i)], 0.0f) << i;
+  EXPECT_EQ(w[126], 0.5f);
+  EXPECT_EQ(w[127], -0.5f);
+}
+
+TEST(Tq2Format, DequantizeRefusals) {
+  std::vector<BlockTQ2_128> b = zero_blocks(2, 128);
+  b[1].qs[7] = 0b01'11'01'01;  // code 3 in row 1, block 0, byte 7
+  expect_error([&] { tq2_dequantize(b.data(), bytes_of(b), 2, 128); }, ErrorCode::InvalidArgument,
+               "tq2_dequantize: invalid code 3 in row 1, block 0, byte 7");
+  expect_error([&] { tq2_dequantize(b.data(), bytes_of(b) - 1, 2, 128); }, ErrorCode::InvalidArgument,
+               "67 bytes given, an [2, 128] weight is 68");
+}
+
+TEST(Tq2Quantize, AbsMaxRoundTripsTernaryWeights) {
+  Rng rng(5);
+  const std::int64_t n = 3, k = 256;
+  std::vector<float> w(static_cast<std::size_t>(n * k));
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t b = 0; b < 2; ++b) {
+      float s = f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(0.01 + rng.uniform())));
+      for (int i = 0; i < 128; ++i)
+        w[static_cast<std::size_t>(r * k + b * 128 + i)] = static_cast<float>(i == 0 ? 1 : rng.uniform_int(-1, 1)) * s;
+    }
+  std::vector<BlockTQ2_128> q = tq2_quantize(w.data(), n, k, Tq2ScaleRule::AbsMax);
+  EXPECT_EQ(tq2_dequantize(q.data(), bytes_of(q), n, k), w);
+  std::vector<BlockTQ2_128> q2 = tq2_quantize(tq2_dequantize(q.data(), bytes_of(q), n, k).data(), n, k, Tq2ScaleRule::AbsMax);
+  EXPECT_EQ(std::memcmp(q.data(), q2.data(), bytes_of(q)), 0);
+}
+
+TEST(Tq2Quantize, AbsMeanRuleByHand) {
+  std::vector<float> w(128);
+  for (int i = 0; i < 64; ++i) w[static_cast<std::size_t>(i)] = 1.0f;
+  for (int i = 64; i < 128; ++i) w[static_cast<std::size_t>(i)] = -0.1f;
+  // mean |w| = (64 + 6.4) / 128 = 0.55: 1 / 0.55 rounds (clamped) to +1, -0.1 / 0.55 to 0.
+  std::vector<BlockTQ2_128> q = tq2_quantize(w.data(), 1, 128);
+  EXPECT_EQ(q[0].d, f32_to_f16_bits(0.55f));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(q[0].qs[i], 0b10'10'10'10) << i;
+  for (int i = 16; i < 32; ++i) EXPECT_EQ(q[0].qs[i], 0b01'01'01'01) << i;
+  std::vector<float> zeros(128, 0.0f);
+  q = tq2_quantize(zeros.data(), 1, 128);
+  EXPECT_EQ(q[0].d, 0);
+  for (auto byte : q[0].qs) EXPECT_EQ(byte, 0x55);
+  zeros[3] = NAN;
+  expect_error([&] { tq2_quantize(zeros.data(), 1, 128); }, ErrorCode::InvalidArgument, "non-finite weight at row 0, column 3");
+}
+
+TEST(Tq2Quantize, AbsMaxErrorIsHalfAScaleStep) {
+  Rng rng(9);
+  std::vector<float> w(4 * 384);
+  for (auto& x : w) x = static_cast<float>(rng.uniform() * 2 - 1);
+  std::vector<BlockTQ2_128> q = tq2_quantize(w.data(), 4, 384, Tq2ScaleRule::AbsMax);
+  std::vector<float> back = tq2_dequantize(q.data(), bytes_of(q), 4, 384);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    float d = f16_bits_to_f32(q[i / 128].d);
+    EXPECT_LE(std::fabs(back[i] - w[i]), 0.5f * d * (1 + 1e-3f) + 1e-6f) << i;
+  }
+}
+
+TEST(Tq2Cache, UploadOnceSameHandleAndRefusals) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(40, 256, 1);
+  WeightHandle h1 = cache.get_or_upload(7, b.data(), bytes_of(b), 40, 256);
+  WeightHandle h2 = cache.get_or_upload(7, b.data(), bytes_of(b), 40, 256);
+  EXPECT_EQ(h1.get(), h2.get());
+  EXPECT_EQ(cache.upload_count(), 1u);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.bytes_held(), 40u * 256 / 4 + 40u * 2 * 2);
+  EXPECT_EQ(h1->n(), 40);
+  EXPECT_EQ(h1->k(), 256);
+  EXPECT_EQ(h1->bytes(), 40u * 64 + 160);
+  // The SoA codes of row 3, block 1 are the AoS block's bytes; its scale sits apart.
+  EXPECT_EQ(std::memcmp(h1->codes() + 3 * 64 + 32, b[3 * 2 + 1].qs, 32), 0);
+  EXPECT_EQ(h1->scales()[3 * 2 + 1], b[3 * 2 + 1].d);
+  expect_error([&] { cache.get_or_upload(7, b.data(), bytes_of(b), 80, 128); }, ErrorCode::InvalidArgument,
+               "key 7 holds an [40, 256] weight, asked for [80, 128]");
+  expect_error([&] { cache.get_or_upload(8, b.data(), bytes_of(b), 40, 200); }, ErrorCode::InvalidArgument,
+               "k 200 is not a multiple of 128");
+  expect_error([&] { cache.get_or_upload(8, b.data(), bytes_of(b) - 34, 40, 256); }, ErrorCode::InvalidArgument,
+               "key 8: 2686 bytes given, an [40, 256] TQ2_0_g128 weight is 2720");
+  std::vector<BlockTQ2_128> bad = b;
+  bad[5].qs[2] |= 0b11'00'00'00;
+  expect_error([&] { cache.get_or_upload(9, bad.data(), bytes_of(bad), 40, 256); }, ErrorCode::InvalidArgument,
+               "key 9: invalid code 3 in row 2, block 1, byte 2");
+  EXPECT_EQ(cache.upload_count(), 1u);
+  EXPECT_TRUE(cache.evict(7));
+  EXPECT_FALSE(cache.evict(7));
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes_held(), 0u);
+  EXPECT_EQ(h1->k(), 256);  // the handle keeps the weight alive after eviction
+  EXPECT_EQ(std::memcmp(h1->codes() + 3 * 64 + 32, b[3 * 2 + 1].qs, 32), 0);
+}
+
+TEST(Tq2Cache, EightThreadsRaceOnSameAndDifferentKeys) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 384, 2);
+  std::vector<std::thread> threads;
+  std::vector<const TernaryWeight*> shared(8), own(8);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 20; ++rep) {
+        shared[static_cast<std::size_t>(t)] = cache.get_or_upload(100, b.data(), bytes_of(b), 64, 384).get();
+        own[static_cast<std::size_t>(t)] = cache.get_or_upload(200 + static_cast<std::uint64_t>(t), b.data(), bytes_of(b), 64, 384).get();
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(cache.upload_count(), 9u);  // key 100 once, keys 200..207 once each
+  EXPECT_EQ(cache.size(), 9u);
+  for (int t = 1; t < 8; ++t) EXPECT_EQ(shared[static_cast<std::size_t>(t)], shared[0]);
+  EXPECT_EQ(std::set<const TernaryWeight*>(own.begin(), own.end()).size(), 8u);
+}
+
+TEST(Tq2Pool, GrowOnlyAndCounted) {
+  BufferPool pool(DeviceKind::CPU, 0);
+  std::uint64_t before = BufferPool::alloc_count();
+  void* a = pool.get("in", 1000);
+  EXPECT_NE(a, nullptr);
+  EXPECT_EQ(BufferPool::alloc_count() - before, 1u);
+  EXPECT_EQ(pool.get("in", 500), a);  // smaller: same buffer, no allocation
+  EXPECT_EQ(pool.get("in", 1000), a);
+  EXPECT_EQ(BufferPool::alloc_count() - before, 1u);
+  pool.get("in", 4000);  // grows
+  EXPECT_EQ(pool.capacity("in"), 4000u);
+  pool.get("out", 10);
+  EXPECT_EQ(BufferPool::alloc_count() - before, 3u);
+  pool.get("in", 3999);
+  EXPECT_EQ(pool.capacity("in"), 4000u);
+  EXPECT_EQ(BufferPool::alloc_count() - before, 3u);
+  EXPECT_EQ(pool.capacity("nothing"), 0u);
+}
+
+TEST(Tq2Plan, Routes) {
+  ArchInfo cpu;
+  EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, cpu), Tq2Route::Cpu);
+  ArchInfo h200;
+  h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.sm_count = 132;
+  for (std::int64_t m : {1, 2, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::Stream) << m;
+  EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::Tiled);
+  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::Tiled);
+  ArchInfo old = h200;
+  old.cc_major = 7;
+  EXPECT_EQ(plan_tq2(1536, 3072, 3072, DType::F32, old), Tq2Route::Naive);
+  EXPECT_EQ(plan_tq2(16, 3072, 3072, DType::F32, h200, Tq2Route::Stream), Tq2Route::Stream);
+  EXPECT_EQ(plan_tq2(2, 3072, 3072, DType::F32, h200, Tq2Route::Tiled), Tq2Route::Tiled);
+  expect_error([&] { plan_tq2(4, 8, 128, DType::F32, cpu, Tq2Route::Tiled); }, ErrorCode::Unsupported,
+               "gemm_tq2: route tq2_tiled cannot run (m: 4, n: 8, k: 128, f32): needs a CUDA context");
+  expect_error([&] { plan_tq2(4, 8, 128, DType::F32, h200, Tq2Route::Cpu); }, ErrorCode::Unsupported, "CPU contexts only");
+  expect_error([&] { plan_tq2(17, 8, 128, DType::F32, h200, Tq2Route::Stream); }, ErrorCode::Unsupported,
+               "the streaming kernel takes m <= 16");
+  EXPECT_STREQ(tq2_route_name(Tq2Route::Stream), "tq2_stream");
+}
+
+TEST(Tq2Cpu, SeedAntiCapOfEightThroughHostApi) {
+  Context ctx = Context::cpu(2);
+  expect_seed_anti_cap_of_eight(ctx);
+}
+
+TEST(Tq2Cpu, ViewApiDtypesAndPadding) {
+  Context ctx = Context::cpu(2);
+  TernaryWeightCache cache(ctx);
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (DType out : {DType::F32, in}) {
+      Tq2Case c;
+      c.m = 9, c.n = 40, c.k = 384, c.in_dtype = in, c.out_dtype = out, c.pad = 3, c.seed_input = false;
+      Tq2Outcome o = run_tq2_case(ctx, cache, c);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+      EXPECT_TRUE(o.any_nonzero);
+      EXPECT_TRUE(o.padding_untouched) << c.describe();
+    }
+}
+
+TEST(Tq2Cpu, Refusals) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(8, 128, 3);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 8, 128);
+  std::vector<float> in(4 * 128, 1.0f), out(64, NAN);
+  std::vector<std::uint8_t> u8(64);
+  auto refused = [&](const std::function<void(Context&)>& call, ErrorCode code, const std::string& part) {
+    LaunchRecorder rec;
+    ctx.set_launch_recorder(&rec);
+    expect_error([&] { call(ctx); }, code, part);
+    ctx.set_launch_recorder(nullptr);
+    EXPECT_TRUE(rec.launched.empty()) << part;
+    for (float x : out) ASSERT_TRUE(std::isnan(x)) << "output written by a refused call: " << part;
+  };
+  View vin = View::contiguous(in.data(), DType::F32, {4, 128}), vout = View::contiguous(out.data(), DType::F32, {4, 8});
+  refused([&](Context& c) { gemm_tq2(c, nullptr, vin, vout); }, ErrorCode::InvalidArgument, "gemm_tq2: null weight handle");
+  refused([&](Context& c) { gemm_tq2(c, w, View::contiguous(in.data(), DType::F32, {2, 256}), vout); },
+          ErrorCode::InvalidArgument, "gemm_tq2: in is [2, 256] but weight 1 has k = 128");
+  refused([&](Context& c) { gemm_tq2(c, w, vin, View::contiguous(out.data(), DType::F32, {4, 9})); },
+          ErrorCode::InvalidArgument, "gemm_tq2: out must be [4, 8]");
+  refused([&](Context& c) { gemm_tq2(c, w, vin, View::contiguous(u8.data(), DType::U8, {4, 8})); }, ErrorCode::Unsupported,
+          "gemm_tq2: output dtype u8 must be f32 or the input's (f32)");
+  refused([&](Context& c) { gemm_tq2(c, w, vin, View::contiguous(in.data() + 8, DType::F32, {4, 8})); },
+          ErrorCode::InvalidArgument, "gemm_tq2: out overlaps in");
+  refused([&](Context& c) { gemm_tq2(c, w, View::strided(in.data(), DType::F32, {4, 128}, {128, 2}), vout); },
+          ErrorCode::InvalidArgument, "in innermost stride is 2");
+  refused([&](Context& c) {
+    Tq2Options o;
+    o.force_route = Tq2Route::Stream;
+    gemm_tq2(c, w, vin, vout, o);
+  }, ErrorCode::Unsupported, "route tq2_stream cannot run");
+  refused([&](Context& c) { gemm_tq2(c, w, in.data(), out.data(), 4, 8, 256); }, ErrorCode::InvalidArgument,
+          "gemm_tq2: n 8, k 256 differ from weight 1's [8, 128]");
+  refused([&](Context& c) {
+    LaunchRecorder* r = c.launch_recorder();
+    r->before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
+    gemm_tq2(c, w, vin, vout);
+  }, ErrorCode::Cuda, "injected: cpu_reference_tq2");
+}

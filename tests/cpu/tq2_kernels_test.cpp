@@ -1,0 +1,150 @@
+// Pure host facts of the ternary CUDA kernels: the argument contract, eligibility, the stream
+// kernel's configuration, alignment flags and kernel names. No GPU needed: pointers are values.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/ternary/tq2_kernels.hpp"
+
+namespace llmm::cuda_ternary {
+namespace {
+
+template <class T>
+T* at(std::uintptr_t v) { return reinterpret_cast<T*>(v); }
+
+Tq2Args args(std::int64_t m, std::int64_t n, std::int64_t k, DType in = DType::F32,
+             DType out = DType::F32, bool exact = true) {
+  Tq2Args a;
+  a.codes = at<const std::uint8_t>(0x100000);
+  a.scales = at<const std::uint16_t>(0x200000);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.in = at<const void>(0x300000);
+  a.in_dtype = in;
+  a.in_ld = k;
+  a.out = at<void>(0x400000);
+  a.out_dtype = out;
+  a.out_ld = n;
+  a.exact = exact;
+  return a;
+}
+
+TEST(Tq2Kernels, ArgsContract) {
+  EXPECT_TRUE(tq2_args_ok(args(1, 8, 128)));
+  EXPECT_TRUE(tq2_args_ok(args(1536, 27648, 3072)));
+  EXPECT_FALSE(tq2_args_ok(args(0, 8, 128)));
+  EXPECT_FALSE(tq2_args_ok(args(1, 0, 128)));
+  EXPECT_FALSE(tq2_args_ok(args(1, 8, 64)));    // below one block
+  EXPECT_FALSE(tq2_args_ok(args(1, 8, 192)));   // not a multiple of 128
+  EXPECT_FALSE(tq2_args_ok(args(1, 8, 128, DType::U8)));
+  EXPECT_FALSE(tq2_args_ok(args(1, 8, 128, DType::F32, DType::F16)));  // out: f32 or input's
+  EXPECT_TRUE(tq2_args_ok(args(1, 8, 128, DType::F16, DType::F16)));
+  EXPECT_TRUE(tq2_args_ok(args(1, 8, 128, DType::BF16, DType::F32)));
+  EXPECT_FALSE(tq2_args_ok(args(1, 8, 128, DType::BF16, DType::F16)));
+  Tq2Args a = args(2, 8, 256);
+  a.in_ld = 255;
+  EXPECT_FALSE(tq2_args_ok(a));
+  a = args(2, 8, 256);
+  a.out_ld = 7;
+  EXPECT_FALSE(tq2_args_ok(a));
+  a = args(2, 8, 256);
+  a.scales = nullptr;
+  EXPECT_FALSE(tq2_args_ok(a));
+}
+
+TEST(Tq2Kernels, Splits) {
+  EXPECT_EQ(tq2_stream_splits(args(1, 8, 128, DType::F32, DType::F32, true)), 3);
+  EXPECT_EQ(tq2_stream_splits(args(1, 8, 128, DType::F32, DType::F32, false)), 1);
+  EXPECT_EQ(tq2_stream_splits(args(1, 8, 128, DType::F16, DType::F16, true)), 1);
+  EXPECT_EQ(tq2_tiled_splits(args(64, 8, 128, DType::F32, DType::F32, true)), 2);
+  EXPECT_EQ(tq2_tiled_splits(args(64, 8, 128, DType::F32, DType::F32, false)), 1);
+  EXPECT_EQ(tq2_tiled_splits(args(64, 8, 128, DType::BF16, DType::BF16, true)), 1);
+}
+
+TEST(Tq2Kernels, Alignment) {
+  Tq2Args a = args(4, 8, 128);
+  EXPECT_TRUE(tq2_input_vec16(a));
+  EXPECT_TRUE(tq2_codes_vec16(a));
+  a.in = at<const void>(0x300004);  // f32-aligned, not 16-byte aligned
+  EXPECT_FALSE(tq2_input_vec16(a));
+  a = args(4, 8, 128);
+  a.in_ld = 130;  // rows of 520 bytes
+  EXPECT_FALSE(tq2_input_vec16(a));
+  a.in_ld = 132;
+  EXPECT_TRUE(tq2_input_vec16(a));
+  a = args(4, 8, 128, DType::F16, DType::F16);
+  a.in_ld = 136;  // 272 bytes
+  EXPECT_TRUE(tq2_input_vec16(a));
+  a.in_ld = 132;  // 264 bytes
+  EXPECT_FALSE(tq2_input_vec16(a));
+  a = args(4, 8, 128);
+  a.codes = at<const std::uint8_t>(0x100001);
+  EXPECT_FALSE(tq2_codes_vec16(a));
+  // Misaligned rows never make a call ineligible: the kernels fall back to narrower loads.
+  EXPECT_TRUE(tq2_stream_supports(a));
+  EXPECT_TRUE(tq2_tiled_supports(a));
+}
+
+TEST(Tq2Kernels, StreamEligibility) {
+  EXPECT_TRUE(tq2_stream_supports(args(1, 3072, 3072)));
+  EXPECT_TRUE(tq2_stream_supports(args(16, 3072, 3072)));
+  EXPECT_FALSE(tq2_stream_supports(args(17, 3072, 3072)));
+  EXPECT_FALSE(tq2_stream_supports(args(1, 3072, 3000)));
+  EXPECT_FALSE(tq2_stream_config(args(17, 8, 128)).has_value());
+  EXPECT_EQ(tq2_stream_kernel_name(args(17, 8, 128)), "");
+}
+
+TEST(Tq2Kernels, StreamConfig) {
+  // Columns = m x splits: n8 tiles 1 (<= 8), 2 (<= 16), 6 (<= 48).
+  auto c = tq2_stream_config(args(1, 27648, 3072), 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, (Tq2StreamConfig{3, 1, 4}));  // 1728 row tiles >= 4 x 132: 4 warps
+  c = tq2_stream_config(args(2, 27648, 3072), 132);
+  EXPECT_EQ(c->n_tiles, 1);  // 6 columns
+  c = tq2_stream_config(args(3, 27648, 3072), 132);
+  EXPECT_EQ(c->n_tiles, 2);  // 9 columns
+  c = tq2_stream_config(args(6, 27648, 3072), 132);
+  EXPECT_EQ(c->n_tiles, 6);  // 18 columns
+  c = tq2_stream_config(args(16, 27648, 3072), 132);
+  EXPECT_EQ(c->n_tiles, 6);  // 48 columns
+  c = tq2_stream_config(args(8, 27648, 3072, DType::F32, DType::F32, false), 132);
+  EXPECT_EQ(*c, (Tq2StreamConfig{1, 1, 4}));
+  c = tq2_stream_config(args(9, 27648, 3072, DType::BF16, DType::BF16), 132);
+  EXPECT_EQ(*c, (Tq2StreamConfig{1, 2, 4}));
+  c = tq2_stream_config(args(16, 3072, 3072, DType::F16, DType::F32), 132);
+  EXPECT_EQ(*c, (Tq2StreamConfig{1, 2, 8}));  // 192 row tiles: narrow N, 8 warps split K
+  // Unknown SM count is taken as 132; a small device keeps 4 warps for the same N.
+  EXPECT_EQ(tq2_stream_config(args(1, 3072, 3072), 0)->warps, 8);
+  EXPECT_EQ(tq2_stream_config(args(1, 3072, 3072), 24)->warps, 4);
+}
+
+TEST(Tq2Kernels, Names) {
+  EXPECT_EQ(tq2_naive_kernel_name(args(3, 40, 256)), "tq2_naive_f32_f32");
+  EXPECT_EQ(tq2_naive_kernel_name(args(3, 40, 256, DType::BF16, DType::F32)), "tq2_naive_bf16_f32");
+  EXPECT_EQ(tq2_stream_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_f32_f32_bf16x3_n8_w4");
+  EXPECT_EQ(tq2_stream_kernel_name(args(16, 27648, 3072), 132), "tq2_stream_f32_f32_bf16x3_n48_w4");
+  EXPECT_EQ(tq2_stream_kernel_name(args(16, 3072, 3072, DType::F32, DType::F32, false), 132),
+            "tq2_stream_f32_f32_bf16x1_n16_w8");
+  EXPECT_EQ(tq2_stream_kernel_name(args(7, 40, 128, DType::F16, DType::F16), 132),
+            "tq2_stream_f16_f16_f16_n8_w8");
+  EXPECT_EQ(tq2_tiled_kernel_name(args(1536, 27648, 3072)), "tq2_tiled_f32_f32_bf16x2");
+  EXPECT_EQ(tq2_tiled_kernel_name(args(1536, 27648, 3072, DType::F32, DType::F32, false)),
+            "tq2_tiled_f32_f32_bf16x1");
+  EXPECT_EQ(tq2_tiled_kernel_name(args(100, 40, 256, DType::BF16, DType::BF16)), "tq2_tiled_bf16_bf16_bf16");
+  EXPECT_EQ(tq2_tiled_kernel_name(args(100, 40, 256, DType::F16, DType::F32)), "tq2_tiled_f16_f32_f16");
+  EXPECT_EQ(tq2_tiled_kernel_name(args(100, 40, 200)), "");  // k not a multiple of 128
+}
+
+TEST(Tq2Kernels, TiledSharedMemoryFitsSm80AndSm90) {
+  // 3 x 32 KB f32 ring + 6 KB codes + hi/lo 36 KB + 18 KB decoded weights.
+  EXPECT_EQ(tq2_tiled_smem_bytes(DType::F32, 2), 159744);
+  EXPECT_EQ(tq2_tiled_smem_bytes(DType::F32, 1), 141312);
+  EXPECT_EQ(tq2_tiled_smem_bytes(DType::F16, 1), 79872);
+  EXPECT_LE(tq2_tiled_smem_bytes(DType::F32, 2), 166912);  // A100 opt-in limit
+  EXPECT_TRUE(tq2_tiled_supports(args(1, 8, 128)));
+  EXPECT_TRUE(tq2_tiled_supports(args(1537, 27649, 3072)));
+}
+
+}  // namespace
+}  // namespace llmm::cuda_ternary

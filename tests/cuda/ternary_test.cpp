@@ -1,0 +1,167 @@
+// gemm_tq2 on the GPU: the seed's parity sweeps for every kernel version (max abs err < 1e-3 in
+// Exact, output not all zero), the anti-cap-of-8 case through the host API, random sweeps over
+// dtypes/precisions/strides with poisoned outputs, determinism, refusals, the pool proof.
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+#include "support/gpu.hpp"
+#include "support/tensor.hpp"
+#include "support/tq2_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
+}  // namespace
+
+TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::Tiled, Tq2Route::Auto})
+    for (std::int64_t n : {8, 40, 3072})
+      for (std::int64_t k : {128, 256, 3072})
+        for (std::int64_t m : {1, 7, 8, 9, 32, 33, 100, 1536}) {
+          if (r == Tq2Route::Stream && m > 16) continue;  // the streaming kernel takes m <= 16
+          Tq2Case c;
+          c.m = m, c.n = n, c.k = k, c.route = r;
+          Tq2Outcome o = run_tq2_case(ctx, cache, c);
+          EXPECT_LT(o.max_abs_err, 1e-3) << c.describe() << " [" << o.receipt.kernel << "]";
+          EXPECT_TRUE(o.any_nonzero) << c.describe();
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        }
+}
+
+TEST(Tq2Gpu, SeedAntiCapOfEightThroughHostApi) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  expect_seed_anti_cap_of_eight(ctx);
+}
+
+TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 1;
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::Tiled, Tq2Route::Naive})
+    for (DType in : {DType::F32, DType::F16, DType::BF16})
+      for (DType out : {DType::F32, in})
+        for (Precision p : {Precision::Exact, Precision::Fast}) {
+          if (in != DType::F32 && p == Precision::Fast) continue;
+          for (std::int64_t m : {1, 5, 17, 130})
+            for (std::int64_t n : {8, 333})
+              for (std::int64_t k : {128, 384})
+                for (std::int64_t pad : {0, 3}) {
+                  if (r == Tq2Route::Stream && m > 16) continue;
+                  Tq2Case c;
+                  c.m = m, c.n = n, c.k = k, c.route = r, c.precision = p, c.in_dtype = in, c.out_dtype = out;
+                  c.pad = pad, c.seed_input = false, c.seed = ++seed;
+                  Tq2Outcome o = run_tq2_case(ctx, cache, c);
+                  EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+                  EXPECT_TRUE(o.padding_untouched) << c.describe();
+                  EXPECT_EQ(o.receipt.route, tq2_route_name(r));
+                }
+        }
+}
+
+TEST(Tq2Gpu, DeterministicAcrossRuns) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::Tiled}) {
+    Tq2Case c;
+    c.m = r == Tq2Route::Stream ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
+    Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
+    EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
+    EXPECT_EQ(a.out_bytes, b.out_bytes) << tq2_route_name(r) << " is not bitwise deterministic";
+  }
+}
+
+TEST(Tq2Gpu, RefusalsLaunchNothing) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  Context cpu = Context::cpu();
+  TernaryWeightCache cpu_cache(cpu);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 5);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 64, 256);
+  WeightHandle host_w = cpu_cache.get_or_upload(1, b.data(), bytes_of(b), 64, 256);
+  HostTensor in = host_tensor(DType::F32, {4, 256}), out = host_tensor(DType::F32, {4, 64});
+  for (int i = 0; i < 4 * 256; ++i) static_cast<float*>(in.view.data)[i] = 0.5f;
+  std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
+  out.bytes = poison_bytes;
+  out.view.data = out.bytes.data();
+  DeviceTensor din = to_device(in), dout = to_device(out);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  EXPECT_THROW(gemm_tq2(ctx, host_w, din.view, dout.view), Error);  // weight on the CPU
+  EXPECT_THROW(gemm_tq2(ctx, w, in.view, dout.view), Error);        // host input on a CUDA context
+  View wrong_k = din.view;
+  wrong_k.shape = {2, 512};
+  wrong_k.strides = {512, 1};
+  EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
+  rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::Tiled}) {
+    Tq2Options o;
+    o.force_route = r;
+    EXPECT_THROW(gemm_tq2(ctx, w, din.view, dout.view, o), Error) << tq2_route_name(r);
+  }
+  std::vector<float> hin(4 * 256, 0.5f), hout(4 * 64, NAN);
+  EXPECT_THROW(gemm_tq2(ctx, w, hin.data(), hout.data(), 4, 64, 256), Error);
+  ctx.synchronize();
+  EXPECT_TRUE(rec.launched.empty());
+  std::vector<unsigned char> back(out.bytes.size());
+  copy_to_host(back.data(), dout.buffer.data(), back.size());
+  EXPECT_EQ(back, poison_bytes);
+  for (float x : hout) EXPECT_TRUE(std::isnan(x));
+}
+
+TEST(Tq2Gpu, WarmedPoolAllocatesNothing) {
+  LLMM_REQUIRE_CUDA();
+  // The seed's proof: warm the pool at the largest shape, then many smaller shapes allocate 0.
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> big = seed_tq2_blocks(3072, 3072, 0x9E3779B9u), small = seed_tq2_blocks(64, 256, 7);
+  WeightHandle wb = cache.get_or_upload(7701400, big.data(), bytes_of(big), 3072, 3072);
+  WeightHandle ws = cache.get_or_upload(7701500, small.data(), bytes_of(small), 64, 256);
+  std::vector<float> in = seed_tq2_input(1536, 3072), out(1536u * 3072u, 0.0f);
+  std::uint64_t before_warm = BufferPool::alloc_count();
+  gemm_tq2(ctx, wb, in.data(), out.data(), 1536, 3072, 3072);
+  EXPECT_GT(BufferPool::alloc_count(), before_warm);  // the first call did fill the pool
+  bool nonzero = false;
+  for (float x : out) nonzero = nonzero || std::fabs(x) > 1e-6f;
+  EXPECT_TRUE(nonzero);
+  std::uint64_t before = BufferPool::alloc_count();
+  for (std::int64_t m : {1, 8, 9, 32, 100, 256, 512, 7, 64, 128, 512, 1}) {
+    std::vector<float> si = seed_tq2_input(m, 256), so(static_cast<std::size_t>(m * 64), 0.0f);
+    gemm_tq2(ctx, ws, si.data(), so.data(), m, 64, 256);
+    bool nz = false;
+    for (float x : so) nz = nz || std::fabs(x) > 1e-6f;
+    EXPECT_TRUE(nz) << m;
+  }
+  EXPECT_EQ(BufferPool::alloc_count() - before, 0u);
+}
+
+TEST(Tq2Gpu, CacheUploadsOncePerKeyAcrossThreads) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(256, 512, 3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 10; ++rep) {
+        cache.get_or_upload(42, b.data(), bytes_of(b), 256, 512);
+        cache.get_or_upload(100 + static_cast<std::uint64_t>(t), b.data(), bytes_of(b), 256, 512);
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(cache.upload_count(), 9u);
+  EXPECT_EQ(cache.bytes_held(), 9u * (256u * 512 / 4 + 256u * 4 * 2));
+}
