@@ -17,6 +17,7 @@ struct BenchEnv {
 void run_smoke(BenchEnv& env);
 void run_dense(BenchEnv& env);
 void run_ternary(BenchEnv& env);
+void run_moe(BenchEnv& env);
 
 struct SuiteEntry {
   const char* name;
@@ -26,6 +27,7 @@ struct SuiteEntry {
 inline constexpr SuiteEntry kSuites[] = {
     {"smoke", run_smoke, "CPU reference matmuls; on a GPU: copy bandwidth and cuBLASLt GEMM ceilings"},
     {"dense", run_dense, "llmm::matmul vs cuBLASLt: skinny decode weights x M 1..16, large prefill GEMMs"},
+    {"moe", run_moe, "matmul_id (direct, grouped incl. map) vs a per-expert cuBLASLt loop on pre-permuted rows"},
     {"ternary", run_ternary, "gemm_tq2 vs cuBLAS on the dequantized weight (SGEMM, TF32, bf16): decode and DiT prefill"},
 };
 

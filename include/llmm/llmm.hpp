@@ -6,6 +6,7 @@
 #include "llmm/dtype.hpp"
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
+#include "llmm/moe.hpp"
 #include "llmm/reference.hpp"
 #include "llmm/ternary.hpp"
 #include "llmm/view.hpp"

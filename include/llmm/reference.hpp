@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmm/moe.hpp"
 #include "llmm/view.hpp"
 
 namespace llmm::cpu {
@@ -29,5 +30,15 @@ MatmulF64 matmul_f64(const MatmulProblem& p, int threads = 0);
 
 // c = a . b with float64 accumulation, rounded once to c's dtype. c is a 3-D CPU view.
 void matmul(const MatmulProblem& p, const View& c, int threads = 0);
+
+// Expert-ID matmul in float64 over host buffers laid out as matmul_id's contract (params give
+// the shapes, strides and dtypes): value and sum_k |in||w| per output, [m * top_k, n] row-major;
+// rows of out-of-range ids are 0 with abs_sum 0.
+struct MatmulIdF64 {
+  std::int64_t rows = 0, n = 0;
+  std::vector<double> value, abs_sum;
+};
+MatmulIdF64 matmul_id_f64(const void* weights, DType weight_dtype, const void* input, const std::uint32_t* ids,
+                          const MatmulIdParams& params, int threads = 0);
 
 }  // namespace llmm::cpu

@@ -1,0 +1,69 @@
+// matmul_id_capability: the fail-closed byte contract, pure and allocation-free.
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/moe.hpp"
+
+namespace llmm {
+namespace {
+
+constexpr const char* kOp = "matmul_id";
+
+std::size_t product(const char* what, std::initializer_list<std::uint64_t> f) {
+  std::uint64_t v = 1;
+  for (std::uint64_t x : f) v = checked_mul(v, x, what);
+  return to_usize(v, what);
+}
+
+}  // namespace
+
+const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
+  return r == MatmulIdRoute::Direct ? "direct" : "grouped_prefill";
+}
+
+MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams& p) {
+  if (p.m == 0 || p.n == 0 || p.k == 0 || p.top_k == 0 || p.n_experts == 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": m, n, k, top_k and n_experts must be nonzero (m ", p.m, ", n ", p.n, ", k ",
+         p.k, ", top_k ", p.top_k, ", n_experts ", p.n_experts, ")");
+  if (p.top_k > p.n_experts && p.id_multiplicity == MatmulIdMultiplicity::DistinctPerToken)
+    fail(ErrorCode::InvalidArgument, kOp, ": distinct top_k ", p.top_k, " exceeds n_experts ", p.n_experts);
+  if (!is_float(weight_dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": weights must be f32, f16 or bf16, got ", dtype_name(weight_dtype));
+  if (!is_float(p.input_dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": input must be f32, f16 or bf16, got ", dtype_name(p.input_dtype));
+  if (p.output_dtype != DType::F32 && p.output_dtype != p.input_dtype)
+    fail(ErrorCode::InvalidArgument, kOp, ": output must be f32 or the input's dtype (", dtype_name(p.input_dtype),
+         "), got ", dtype_name(p.output_dtype));
+  const std::uint64_t es = dtype_size(weight_dtype);
+  const std::uint64_t matrix = checked_mul(checked_mul(p.n, p.k, "matmul_id expert matrix byte extent"), es,
+                                           "matmul_id expert matrix byte extent");
+  if (p.expert_stride_bytes < matrix)
+    fail(ErrorCode::InvalidArgument, kOp, ": expert stride ", p.expert_stride_bytes, " is smaller than one ", matrix,
+         "-byte matrix");
+  if (p.expert_stride_bytes % es != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": expert stride ", p.expert_stride_bytes, " is not aligned to ",
+         dtype_name(weight_dtype));
+  MatmulIdCapability c;
+  c.weight_dtype = weight_dtype;
+  c.route = p.route;
+  const std::uint64_t last = checked_mul(p.n_experts - 1u, p.expert_stride_bytes, "matmul_id expert weight offset");
+  c.required_weight_bytes = to_usize(checked_add(last, matrix, "matmul_id weight extent"), "matmul_id weight extent");
+  const std::uint64_t rows = checked_mul(p.m, p.top_k, "matmul_id routed row count");
+  if (rows > UINT32_MAX)
+    fail(ErrorCode::InvalidArgument, kOp, ": ", p.m, " x ", p.top_k, " = ", rows, " routed rows exceed the u32 range");
+  const std::uint64_t in_rows = p.input_layout == MatmulIdInputLayout::SharedPerToken ? p.m : rows;
+  c.required_input_bytes = product("matmul_id input byte extent", {in_rows, p.k, dtype_size(p.input_dtype)});
+  c.required_ids_bytes = product("matmul_id expert id byte extent", {rows, 4});
+  c.required_output_bytes = product("matmul_id output byte extent", {rows, p.n, dtype_size(p.output_dtype)});
+  if (p.route == MatmulIdRoute::GroupedPrefill) {
+    if (p.id_multiplicity != MatmulIdMultiplicity::DistinctPerToken)
+      fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires distinct expert ids per token (MayRepeat given; use Direct)");
+    if (p.n_experts > kMatmulIdGroupedMaxExperts)
+      fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill supports at most ", kMatmulIdGroupedMaxExperts,
+           " experts, got ", p.n_experts);
+    c.scratch = MatmulIdScratchRequirement{product("matmul_id scratch expert counts", {p.n_experts, 4}),
+                                           product("matmul_id scratch routed rows", {p.n_experts, p.m, 4})};
+  }
+  return c;
+}
+
+}  // namespace llmm

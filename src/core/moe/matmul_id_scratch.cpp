@@ -1,0 +1,25 @@
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/moe.hpp"
+
+namespace llmm {
+
+MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, std::uint32_t max_tokens)
+    : max_experts_(max_experts), max_tokens_(max_tokens), device_(ctx.kind()), device_index_(ctx.arch().device_index) {
+  if (max_experts == 0 || max_tokens == 0)
+    fail(ErrorCode::InvalidArgument, "MatmulIdScratch: capacities must be nonzero (experts ", max_experts, ", tokens ",
+         max_tokens, ")");
+  std::uint64_t words = checked_add(max_experts, checked_mul(max_experts, max_tokens, "MatmulIdScratch routed rows"),
+                                    "MatmulIdScratch size");
+  std::size_t bytes = to_usize(checked_mul(words, 4, "MatmulIdScratch bytes"), "MatmulIdScratch bytes");
+  if (device_ == DeviceKind::CUDA) {
+    device_mem_ = DeviceBuffer(bytes, device_index_);
+    counts_ = static_cast<std::uint32_t*>(device_mem_.data());
+  } else {
+    host_mem_.assign(to_usize(words, "MatmulIdScratch"), 0);
+    counts_ = host_mem_.data();
+  }
+  rows_ = counts_ + max_experts;  // one allocation: counts then lists (16-byte aligned: 4-byte words)
+}
+
+}  // namespace llmm

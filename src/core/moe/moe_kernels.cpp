@@ -1,0 +1,114 @@
+#include "core/moe/moe_kernels.hpp"
+
+#include <algorithm>
+
+namespace llmm::cuda_moe {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Byte value of `elems` elements of t is a multiple of 16.
+bool bytes16(std::int64_t elems, DType t) {
+  return (elems * static_cast<std::int64_t>(dtype_size(t))) % 16 == 0;
+}
+
+bool w_vec16(const MoeArgs& a) {
+  return aligned16(a.w) && bytes16(a.k, a.w_dtype) && bytes16(a.expert_stride, a.w_dtype);
+}
+
+bool in_vec16(const MoeArgs& a) {
+  return aligned16(a.in) && bytes16(a.in_token_stride, a.in_dtype) &&
+         bytes16(a.in_slot_stride, a.in_dtype);
+}
+
+std::string dtypes_tag(const MoeArgs& a) {
+  std::string s(dtype_name(a.w_dtype));
+  s += '_';
+  s += dtype_name(a.in_dtype);
+  s += '_';
+  s += dtype_name(a.out_dtype);
+  return s;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+bool moe_dtypes_supported(DType w, DType in, DType out) noexcept {
+  if (!is_float(w)) return false;
+  if (in != DType::F32 && in != w) return false;
+  return out == DType::F32 || out == in;
+}
+
+bool moe_dtypes_supported(const MoeArgs& a) noexcept {
+  return moe_dtypes_supported(a.w_dtype, a.in_dtype, a.out_dtype);
+}
+
+bool moe_direct_vec16(const MoeArgs& a) noexcept {
+  if (!is_float(a.w_dtype) || !is_float(a.in_dtype)) return false;
+  return w_vec16(a) && in_vec16(a);
+}
+
+std::int64_t moe_direct_tiles(const MoeArgs& a) noexcept {
+  if (a.m <= 0 || a.top_k <= 0 || a.n <= 0) return 0;
+  return a.m * a.top_k * ceil_div(a.n, kMoeDirectColsPerBlock);
+}
+
+std::string moe_direct_kernel_name(const MoeArgs& a) {
+  return "moe_direct_" + dtypes_tag(a) + (moe_direct_vec16(a) ? "_v16" : "_scalar");
+}
+
+int moe_map_max_experts() noexcept { return kMoeMapMaxExperts; }
+
+std::int64_t moe_map_zero_blocks(const MoeArgs& a) noexcept {
+  if (a.m <= 0 || a.top_k <= 0 || a.n <= 0) return 0;
+  return std::min<std::int64_t>(ceil_div(a.m * a.top_k, kMoeMapThreads / 32), kMoeMapMaxZeroBlocks);
+}
+
+std::string moe_map_kernel_name(const MoeArgs&) { return "moe_map_distinct"; }
+
+const char* moe_grouped_math_name(MoeGroupedMath m) noexcept {
+  switch (m) {
+    case MoeGroupedMath::F16: return "f16";
+    case MoeGroupedMath::BF16: return "bf16";
+    case MoeGroupedMath::TF32: return "tf32";
+    case MoeGroupedMath::TF32x2: return "2xtf32";
+    case MoeGroupedMath::TF32x3: return "3xtf32";
+  }
+  return "?";
+}
+
+MoeGroupedConfig moe_grouped_config(const MoeArgs& a) noexcept {
+  MoeGroupedConfig c;
+  if (a.w_dtype == DType::F32) {
+    c.math = a.exact ? MoeGroupedMath::TF32x3 : MoeGroupedMath::TF32;
+  } else if (a.in_dtype == a.w_dtype) {
+    c.math = a.w_dtype == DType::F16 ? MoeGroupedMath::F16 : MoeGroupedMath::BF16;
+  } else if (a.w_dtype == DType::BF16) {  // f32 input
+    c.math = a.exact ? MoeGroupedMath::TF32x2 : MoeGroupedMath::BF16;
+  } else {  // f16 weights, f32 input: rounding the input to f16 could overflow; tf32 cannot
+    c.math = a.exact ? MoeGroupedMath::TF32x2 : MoeGroupedMath::TF32;
+  }
+  c.bk = (c.math == MoeGroupedMath::F16 || c.math == MoeGroupedMath::BF16) ? 32 : 16;
+  c.in_vec = is_float(a.in_dtype) && in_vec16(a);
+  c.w_vec = is_float(a.w_dtype) && w_vec16(a);
+  return c;
+}
+
+std::int64_t moe_grouped_row_slots(const MoeArgs& a) noexcept {
+  if (a.m <= 0 || a.top_k <= 0 || a.n_experts <= 0) return 0;
+  const std::int64_t routed = a.m * a.top_k;
+  return ceil_div(routed, kMoeGroupedBM) + std::min(a.n_experts, routed);
+}
+
+std::int64_t moe_grouped_col_tiles(const MoeArgs& a) noexcept {
+  return a.n <= 0 ? 0 : ceil_div(a.n, kMoeGroupedBN);
+}
+
+std::string moe_grouped_kernel_name(const MoeArgs& a) {
+  const MoeGroupedConfig c = moe_grouped_config(a);
+  return "moe_grouped_" + dtypes_tag(a) + "_" + moe_grouped_math_name(c.math) + "_" +
+         std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" + std::to_string(c.bk);
+}
+
+}  // namespace llmm::cuda_moe

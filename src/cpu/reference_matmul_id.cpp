@@ -1,0 +1,46 @@
+// Float64 expert-ID matmul reference: one plain dot product per output element.
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "llmm/error.hpp"
+#include "llmm/reference.hpp"
+
+namespace llmm::cpu {
+
+MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const std::uint32_t* ids, const MatmulIdParams& p,
+                          int threads) {
+  (void)matmul_id_capability(wt, p);  // shapes and extents must make sense
+  const std::int64_t rows = static_cast<std::int64_t>(p.m) * p.top_k, n = p.n, k = p.k;
+  const std::int64_t wstride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(wt));
+  const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
+  MatmulIdF64 r{rows, n, std::vector<double>(static_cast<std::size_t>(rows * n), 0.0),
+                std::vector<double>(static_cast<std::size_t>(rows * n), 0.0)};
+  unsigned hw = std::thread::hardware_concurrency();
+  int t = std::max(1, std::min<int>(threads > 0 ? threads : static_cast<int>(hw ? hw : 1), static_cast<int>(std::min<std::int64_t>(rows, 64))));
+  auto work = [&](int w0) {
+    std::vector<double> x(static_cast<std::size_t>(k));
+    for (std::int64_t row = w0; row < rows; row += t) {
+      const std::uint32_t e = ids[row];
+      if (e >= p.n_experts) continue;  // zero row
+      const std::int64_t in_row = slotted ? row : row / p.top_k;
+      for (std::int64_t l = 0; l < k; ++l) x[static_cast<std::size_t>(l)] = load_as_double(in, p.input_dtype, in_row * k + l);
+      for (std::int64_t j = 0; j < n; ++j) {
+        double acc = 0, abs = 0;
+        for (std::int64_t l = 0; l < k; ++l) {
+          double prod = x[static_cast<std::size_t>(l)] * load_as_double(w, wt, static_cast<std::int64_t>(e) * wstride + j * k + l);
+          acc += prod;
+          abs += std::fabs(prod);
+        }
+        r.value[static_cast<std::size_t>(row * n + j)] = acc;
+        r.abs_sum[static_cast<std::size_t>(row * n + j)] = abs;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 0; i < t; ++i) pool.emplace_back(work, i);
+  for (auto& th : pool) th.join();
+  return r;
+}
+
+}  // namespace llmm::cpu
