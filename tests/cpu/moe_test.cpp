@@ -129,8 +129,12 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), View::contiguous(b.in.data() + 150, DType::F32, {9, 2, 7}), nullptr, seed_params());
   }, ErrorCode::InvalidArgument, "matmul_id: output must not overlap input");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
-    matmul_id(c, b.wv(), b.iv(), b.idv(), View::contiguous(reinterpret_cast<float*>(b.ids.data()), DType::F32, {9, 2, 7}),
-              nullptr, seed_params());
+    // ids and output inside one arena, so the output can only overlap the ids (not whatever the
+    // heap placed after b.ids).
+    std::vector<float> arena(200, NAN);
+    std::memcpy(arena.data(), b.ids.data(), 18 * 4);
+    View ids = View::contiguous(arena.data(), DType::U32, {9, 2});
+    matmul_id(c, b.wv(), b.iv(), ids, View::contiguous(arena.data() + 10, DType::F32, {9, 2, 7}), nullptr, seed_params());
   }, ErrorCode::InvalidArgument, "matmul_id: output must not overlap expert ids");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, seed_params(MatmulIdRoute::GroupedPrefill));
