@@ -8,6 +8,7 @@
 // is a plain 32-bit word of the loads (no shuffles), and all loads are 16 bytes wide.
 // Partial sums meet in shared memory and are added in warp order (deterministic).
 #include "core/dense/skinny_mma.hpp"
+#include "cuda/common/mma_sync.cuh"
 #include "cuda/dense/dense_common.cuh"
 
 namespace llmm::cuda_dense {
@@ -16,22 +17,6 @@ namespace {
 constexpr int kRowTiles = kSkinnyMmaRowsPerBlock / 16;  // m16 tiles per block
 constexpr int kUnroll = 4;                              // K chunks in flight per warp
 constexpr int kMaxWarps = 8;
-
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                         std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
 
 __device__ __forceinline__ uint4 ldg16_or_zero(const void* p, bool valid) {
   return valid ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
@@ -88,8 +73,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_mma_kernel(DenseArgs g,
             for (int j = 0; j < NT; ++j) {
               const uint4& lo = wv[u][t][0];  // row r
               const uint4& hi = wv[u][t][1];  // row r + 8
-              mma16816<T>(acc[t][j], lo.x, hi.x, lo.y, hi.y, xv[u][j].x, xv[u][j].y);
-              mma16816<T>(acc[t][j], lo.z, hi.z, lo.w, hi.w, xv[u][j].z, xv[u][j].w);
+              ptx::mma_16816<T>(acc[t][j], lo.x, hi.x, lo.y, hi.y, xv[u][j].x, xv[u][j].y);
+              ptx::mma_16816<T>(acc[t][j], lo.z, hi.z, lo.w, hi.w, xv[u][j].z, xv[u][j].w);
             }
       }
       // C fragment: c0, c1 at (row r, vectors 2q, 2q+1), c2, c3 at row r + 8.

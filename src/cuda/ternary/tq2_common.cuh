@@ -2,6 +2,7 @@
 // decoding of 2-bit codes into 16-bit -1/0/+1 values, 16-bit packing of f32 activations.
 // Included by src/cuda/ternary/*.cu only.
 #pragma once
+#include "cuda/common/mma_sync.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,47 +23,17 @@ __device__ __forceinline__ float f16_bits_to_f32(std::uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }
 
-// d += a * b on one 16x8x16 tile; TM (__half or __nv_bfloat16) is the operand type.
+// Shared PTX wrappers (cuda/common/mma_sync.cuh) under the names these kernels use.
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::smem_addr;
 template <class TM>
-__device__ __forceinline__ void mma16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1,
-                                         std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
-                                         std::uint32_t b1) {
-  if constexpr (std::is_same_v<TM, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
+__device__ __forceinline__ void mma16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                         std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  ptx::mma_16816<TM>(d, a0, a1, a2, a3, b0, b1);
 }
-
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte global -> shared copy of 16 in-range bytes (callers never name bytes past a buffer).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Four 8x8 b16 matrices (non-transposed) from shared memory.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) { ptx::cp_async16(dst, src, 16); }
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) { ptx::ldmatrix_x4<false>(r, addr); }
 
 // 16 bytes from a possibly unaligned address, byte by byte (fallback of the 16-byte loads).
 __device__ __forceinline__ uint4 load16_bytes(const std::uint8_t* p) {
