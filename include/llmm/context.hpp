@@ -61,6 +61,9 @@ class Context {
   bool is_cuda() const { return kind() == DeviceKind::CUDA; }
   const ArchInfo& arch() const;
   StreamHandle stream() const;
+  // Rebinds a borrowed-stream CUDA context to another of the caller's streams (e.g. the current
+  // framework stream of each call). Refused for contexts that own their stream.
+  void set_stream(StreamHandle stream);
   void synchronize() const;  // waits for the stream (no-op on CPU)
 
   // cuBLASLt handle (cublasLtHandle_t as void*) and its workspace, created on first use (so the

@@ -60,6 +60,12 @@ DeviceKind Context::kind() const { return impl_->arch.kind; }
 const ArchInfo& Context::arch() const { return impl_->arch; }
 StreamHandle Context::stream() const { return impl_->stream; }
 
+void Context::set_stream(StreamHandle stream) {
+  if (impl_->owns_stream) fail(ErrorCode::InvalidArgument, "Context::set_stream: this context owns its stream");
+  if (!is_cuda()) fail(ErrorCode::InvalidArgument, "Context::set_stream: not a CUDA context");
+  impl_->stream = stream;
+}
+
 void Context::synchronize() const {
   if (is_cuda()) detail::cuda_sync(impl_->arch.device_index, impl_->stream);
 }

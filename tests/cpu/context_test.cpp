@@ -16,6 +16,7 @@ TEST(Context, CpuContext) {
   ctx.synchronize();  // no-op on the CPU
   EXPECT_GE(Context::cpu().arch().cpu_threads, 1);
   EXPECT_THROW(ctx.cublaslt_handle(), Error);
+  EXPECT_THROW(ctx.set_stream(nullptr), Error);  // only borrowed-stream CUDA contexts rebind
 }
 
 TEST(Context, LaunchRecorderRecordsAndCanRefuse) {

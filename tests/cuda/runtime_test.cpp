@@ -48,4 +48,8 @@ TEST(CudaRuntime, BorrowedStream) {
   EXPECT_EQ(ctx.stream(), nullptr);
   ctx.synchronize();
   EXPECT_THROW(Context::cuda(99), Error);
+  Context owned = Context::cuda(0);
+  EXPECT_THROW(owned.set_stream(nullptr), Error);
+  ctx.set_stream(owned.stream());  // a borrowed context follows the caller's stream
+  EXPECT_EQ(ctx.stream(), owned.stream());
 }

@@ -1,0 +1,147 @@
+"""pytest for the Python package: NumPy on the CPU backend everywhere; torch on CUDA where present."""
+import numpy as np
+import pytest
+
+import llmm
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape, dtype=np.float32):
+    x = (RNG.random(shape) + 0.25) * np.exp2(RNG.integers(-2, 3, shape)) * np.where(RNG.random(shape) < 0.5, -1, 1)
+    return x.astype(dtype)
+
+
+def close(got, want, tol):
+    assert np.all(np.isfinite(got)), "non-finite output"
+    err = np.max(np.abs(got.astype(np.float64) - want))
+    assert err <= tol * max(1.0, np.max(np.abs(want))), f"max abs err {err}"
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-6), (np.float16, 2e-3)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_matmul_numpy_layouts(dtype, tol, ta, tb):
+    a = rand(3, 37, 5, dtype=dtype) if ta else rand(3, 5, 37, dtype=dtype)
+    b = rand(3, 29, 37, dtype=dtype) if tb else rand(3, 37, 29, dtype=dtype)
+    out = llmm.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    A = np.swapaxes(a, 1, 2) if ta else a
+    B = np.swapaxes(b, 1, 2) if tb else b
+    assert out.shape == (3, 5, 29) and out.dtype == dtype
+    close(out, A.astype(np.float64) @ B.astype(np.float64), tol)
+
+
+def test_matmul_broadcast_weight_and_out_param():
+    x, w = rand(4, 6, 64), rand(100, 64)
+    out = np.full((4, 6, 100), np.nan, np.float32)
+    r = llmm.matmul(x, w, out, transpose_b=True)
+    assert r is out
+    close(out, x.astype(np.float64) @ w.T.astype(np.float64), 1e-6)
+
+
+def test_seed_exact_values():
+    a = np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+    b = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert llmm.matmul(a, b).reshape(-1).tolist() == [20, 23, 26, 29, 56, 68, 80, 92, 344, 365, 386, 407, 488, 518,
+                                                     548, 578]
+
+
+def test_errors_are_llmm_errors_with_messages():
+    with pytest.raises(llmm.Error, match="inner dimensions differ"):
+        llmm.matmul(rand(4, 5), rand(6, 3))
+    with pytest.raises(RuntimeError):  # llmm.Error is a RuntimeError
+        llmm.matmul(rand(4, 5), rand(6, 3))
+    with pytest.raises(llmm.Error, match="only homogeneous dtypes"):
+        llmm.matmul(rand(4, 5), rand(5, 3, dtype=np.float16))
+    with pytest.raises(llmm.Error, match="invalid left matmul argument"):
+        llmm.matmul(rand(5, 8)[:, ::2], rand(4, 3))  # inner stride 2: refused, not copied
+    with pytest.raises(llmm.Error, match="negative stride"):
+        llmm.matmul(rand(4, 5)[::-1], rand(5, 3))
+    out = np.full((4, 3), np.nan, np.float32)
+    with pytest.raises(llmm.Error, match="c must be"):
+        llmm.matmul(rand(4, 5), rand(5, 2), out)
+    assert np.all(np.isnan(out))  # nothing written by a refused call
+    with pytest.raises(llmm.Error, match="precision must be"):
+        llmm.matmul(rand(4, 5), rand(5, 3), precision="quick")
+
+
+def test_plan_on_cpu():
+    p = llmm.plan_matmul(8, 4096, 4096, "cpu")
+    assert p["route"] == "cpu" and p["reason"]
+
+
+def test_ternary_roundtrip_and_gemm():
+    n, k = 40, 256
+    t = RNG.integers(-1, 2, (n, k)).astype(np.float32)
+    t[:, ::128] = 1.0  # every block has a nonzero: absmax recovers the scale exactly
+    w = t * np.float32(0.0625)
+    aos = llmm.quantize_tq2(w, "absmax")
+    assert len(aos) == n * (k // 128) * 34
+    np.testing.assert_array_equal(llmm.dequantize_tq2(aos, n, k), w)
+    weight = llmm.upload_tq2(aos, n, k)
+    assert (weight.n, weight.k, weight.device) == (n, k, "cpu")
+    for m in (1, 7, 8, 9, 100):
+        x = (np.sin(np.arange(k) * 0.011 - 0.37)[None, :] + np.arange(m)[:, None] * 0.0005).astype(np.float32)
+        out = llmm.gemm_tq2(weight, x)
+        assert out.shape == (m, n)
+        assert np.max(np.abs(out - x.astype(np.float64) @ w.T.astype(np.float64))) < 1e-3
+        assert np.any(np.abs(out) > 1e-6)
+    with pytest.raises(llmm.Error, match="invalid code 3"):
+        bad = bytearray(aos)
+        bad[0] = 0xFF
+        llmm.dequantize_tq2(bytes(bad), n, k)
+    with pytest.raises(llmm.Error, match="weight .* has k = 256"):
+        llmm.gemm_tq2(weight, rand(3, 128))
+
+
+@pytest.mark.parametrize("route", ["direct", "grouped"])
+@pytest.mark.parametrize("layout", ["shared", "slotted"])
+def test_matmul_id_numpy(route, layout):
+    m, n, k, top_k, e = 9, 7, 35, 2, 4
+    w = rand(e, n, k)
+    ids = np.array([[(t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.uint32)
+    ids[3, 1] = 99  # out of range: a zero row
+    x = rand(m, k) if layout == "shared" else rand(m * top_k, k)
+    scratch = llmm.matmul_id_scratch(e, m) if route == "grouped" else None
+    out = llmm.matmul_id(w, x, ids, layout=layout, route=route, scratch=scratch)
+    assert out.shape == (m, top_k, n)
+    for t in range(m):
+        for s in range(top_k):
+            row = x[t] if layout == "shared" else x[t * top_k + s]
+            want = np.zeros(n) if ids[t, s] >= e else w[ids[t, s]].astype(np.float64) @ row.astype(np.float64)
+            close(out[t, s], want, 1e-6)
+    assert np.all(out[3, 1] == 0)
+
+
+def test_matmul_id_capability_and_refusals():
+    c = llmm.matmul_id_capability("f32", 9, 7, 35, 2, 4, 7 * 35 * 4, route="grouped")
+    assert (c["weight_bytes"], c["input_bytes"], c["ids_bytes"], c["output_bytes"]) == (3920, 1260, 72, 504)
+    assert (c["scratch_counts_bytes"], c["scratch_rows_bytes"]) == (16, 144)
+    with pytest.raises(llmm.Error, match="expert stride 12 is smaller than one 28-byte matrix"):
+        llmm.matmul_id_capability("f32", 1, 1, 7, 1, 2, 12)
+    with pytest.raises(llmm.Error, match="grouped prefill requires caller-owned scratch"):
+        llmm.matmul_id(rand(4, 7, 35), rand(9, 35), np.zeros((9, 2), np.uint32) + np.array([0, 1], np.uint32),
+                       route="grouped")
+
+
+
+
+def _cuda_torch():
+    try:
+        import torch as t
+    except ImportError:
+        pytest.skip("torch is not installed: CUDA tests skipped")
+    if not (t.cuda.is_available() and llmm.cuda_available()):
+        pytest.skip("no CUDA device (or llmm built without CUDA): CUDA tests skipped")
+    return t
+
+
+def test_torch_cuda_matmul_on_current_stream():
+    t = _cuda_torch()
+    s = t.cuda.Stream()
+    with t.cuda.stream(s):
+        a = t.randn(5, 256, device="cuda", dtype=t.bfloat16)
+        w = t.randn(512, 256, device="cuda", dtype=t.bfloat16)
+        out = llmm.matmul(a, w, transpose_b=True)
+        ref = (a.double() @ w.double().T)
+    s.synchronize()
+    assert (out.double() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item()
