@@ -65,6 +65,13 @@ struct MatmulIdCapability {
 // unsupported dtypes).
 MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams& params);
 
+// A route suggestion calibrated on one H200 (docs/performance.md, MoE, run 5): Direct while the
+// average routed rows per active expert, m * top_k / min(n_experts, m * top_k), is at most 4
+// (each weight row then feeds few rows, and streaming it per row wins: 1.03-2.3x over Grouped
+// at the measured points), GroupedPrefill above. MayRepeat ids, or more experts than the grouped
+// route takes, always get Direct. Separate from matmul_id_capability, which never guesses.
+MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& params, const ArchInfo& arch);
+
 // Caller-owned scratch of the grouped route on one device (host memory for CPU contexts):
 // expert counts [max_experts] and routed-row lists [max_experts][max_tokens], u32. Calls that
 // reuse one scratch on one stream are ordered by that stream; to use it from several streams,

@@ -197,3 +197,28 @@ TEST(MatmulIdCpu, SeedShapeEveryDtypeLayoutRoute) {
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(scratch.rows()[e * 9 + i], want[i]);
   }
 }
+
+TEST(MatmulIdSuggest, CrossoverMatchesTheMeasuredPoints) {
+  ArchInfo h200;
+  h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.sm_count = 132;
+  auto route = [&](std::uint32_t m, std::uint32_t top_k, std::uint32_t e) {
+    MatmulIdParams p;
+    p.m = m, p.n = 1024, p.k = 1024, p.top_k = top_k, p.n_experts = e;
+    return suggest_matmul_id_route(p, h200);
+  };
+  // Measured (run 5): direct faster at these points ...
+  EXPECT_EQ(route(16, 8, 128), MatmulIdRoute::Direct);   // Qwen3: 153 vs 294 us
+  EXPECT_EQ(route(4, 2, 8), MatmulIdRoute::Direct);      // Mixtral: 197 vs 430 us
+  EXPECT_EQ(route(16, 2, 8), MatmulIdRoute::Direct);     // Mixtral: 488 vs 535 us
+  EXPECT_EQ(route(64, 8, 256), MatmulIdRoute::Direct);   // DeepSeek-like: 4316 vs 7001 us
+  EXPECT_EQ(route(1, 8, 128), MatmulIdRoute::Direct);    // decode
+  // ... grouped faster here.
+  EXPECT_EQ(route(64, 2, 8), MatmulIdRoute::GroupedPrefill);     // Mixtral: 545 vs 1687 us
+  EXPECT_EQ(route(256, 8, 128), MatmulIdRoute::GroupedPrefill);  // prefill
+  EXPECT_EQ(route(4096, 8, 256), MatmulIdRoute::GroupedPrefill);
+  MatmulIdParams rep;
+  rep.m = 4096, rep.top_k = 8, rep.n_experts = 8, rep.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
+  EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // grouped needs distinct ids
+  rep.id_multiplicity = MatmulIdMultiplicity::DistinctPerToken, rep.n_experts = 2048;
+  EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // beyond the grouped limit
+}

@@ -1,4 +1,6 @@
 // matmul_id_capability: the fail-closed byte contract, pure and allocation-free.
+#include <algorithm>
+
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
@@ -18,6 +20,16 @@ std::size_t product(const char* what, std::initializer_list<std::uint64_t> f) {
 
 const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
   return r == MatmulIdRoute::Direct ? "direct" : "grouped_prefill";
+}
+
+MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& p, const ArchInfo& arch) {
+  (void)arch;  // one calibration so far (H200); other devices get the same rule until measured
+  if (p.id_multiplicity == MatmulIdMultiplicity::MayRepeat || p.n_experts > kMatmulIdGroupedMaxExperts)
+    return MatmulIdRoute::Direct;
+  const std::uint64_t rows = static_cast<std::uint64_t>(p.m) * p.top_k;
+  const std::uint64_t active = std::min<std::uint64_t>(p.n_experts, rows);
+  if (active == 0) return MatmulIdRoute::Direct;
+  return rows <= 4 * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
 }
 
 MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams& p) {
