@@ -32,12 +32,17 @@ DType dtype_of(const nb::dlpack::dtype& t) {
        " bits): use float32, float16, bfloat16, uint8 or uint32");
 }
 
-View view_of(const nb::ndarray<>& a, const char* name) {
+// ids_ok: int32 arrays are read as u32 expert ids (frameworks' usual index type; a negative id
+// becomes a huge u32, i.e. out of range: a zero row, as for any out-of-range id).
+View view_of(const nb::ndarray<>& a, const char* name, bool ids_ok = false) {
   if (a.ndim() > static_cast<std::size_t>(View::kMaxRank))
     fail(ErrorCode::InvalidArgument, "llmm: ", name, " has ", a.ndim(), " dimensions (at most 4)");
   View v;
   v.data = a.data();
-  v.dtype = dtype_of(a.dtype());
+  const auto t = a.dtype();
+  v.dtype = ids_ok && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && t.bits == 32 && t.lanes == 1
+                ? DType::U32
+                : dtype_of(t);
   int dev = a.device_type();
   if (dev == nb::device::cpu::value) v.device = DeviceKind::CPU;
   else if (dev == nb::device::cuda::value) v.device = DeviceKind::CUDA;
@@ -266,7 +271,7 @@ NB_MODULE(_llmm, m) {
       [params_of](nb::ndarray<> weights, nb::ndarray<> x, nb::ndarray<> ids, nb::ndarray<> out, std::uint32_t top_k,
                   std::uint32_t n_experts, std::uint64_t expert_stride_bytes, const std::string& layout, bool may_repeat,
                   const std::string& route, MatmulIdScratch* scratch, const std::string& precision, std::uintptr_t stream) {
-        View w = view_of(weights, "weights"), vx = view_of(x, "x"), vid = view_of(ids, "ids"), vo = view_of(out, "out");
+        View w = view_of(weights, "weights"), vx = view_of(x, "x"), vid = view_of(ids, "ids", true), vo = view_of(out, "out");
         if (vo.rank != 3) fail(ErrorCode::InvalidArgument, "matmul_id: out must be [m, top_k, n], got ", vo.describe());
         if (vx.rank != 2) fail(ErrorCode::InvalidArgument, "matmul_id: x must be rank 2, got ", vx.describe());
         MatmulIdParams p = params_of(static_cast<std::uint32_t>(vo.dim(0)), static_cast<std::uint32_t>(vo.dim(2)),

@@ -110,6 +110,8 @@ def test_matmul_id_numpy(route, layout):
             want = np.zeros(n) if ids[t, s] >= e else w[ids[t, s]].astype(np.float64) @ row.astype(np.float64)
             close(out[t, s], want, 1e-6)
     assert np.all(out[3, 1] == 0)
+    out32 = llmm.matmul_id(w, x, ids.astype(np.int32), layout=layout, route=route, scratch=scratch)
+    np.testing.assert_array_equal(out32, out)  # int32 ids are read as u32
 
 
 def test_matmul_id_capability_and_refusals():
