@@ -45,6 +45,8 @@ bool cuda_available() noexcept;
 // True when the library was built with CUDA support at all.
 bool built_with_cuda() noexcept;
 
+// A Context is used by one thread at a time (ops append to its caches and stream); give each
+// thread its own, or serialise. Contexts on one device may share a stream.
 class Context {
  public:
   static Context cpu(int threads = 0);  // 0: std::thread::hardware_concurrency()
