@@ -31,11 +31,14 @@ TEST(DensePlan, CpuContextUsesReference) {
 
 TEST(DensePlan, RoutesByShape) {
   ArchInfo a = h200();
-  EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::Gemv);
-  EXPECT_EQ(plan_matmul(desc(4096, 1, 4096), a).route, DenseRoute::Gemv);
-  EXPECT_EQ(plan_matmul(desc(1, 4096, 4096, DType::F32, false), a).route, DenseRoute::Gemv);  // vector x matrix
-  EXPECT_EQ(plan_matmul(desc(1, 4096, 14336), a).route, DenseRoute::CublasLt);  // long 16-bit rows
-  EXPECT_EQ(plan_matmul(desc(1, 4096, 14336, DType::F32), a).route, DenseRoute::Gemv);
+  // Matrix-vector: gemv for very long outputs (the lm head), cuBLASLt's gemv below (measured).
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096), a).route, DenseRoute::Gemv);
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096, DType::F32), a).route, DenseRoute::Gemv);
+  EXPECT_EQ(plan_matmul(desc(128256, 1, 4096), a).route, DenseRoute::Gemv);
+  EXPECT_EQ(plan_matmul(desc(1, 65536, 64, DType::F32, false), a).route, DenseRoute::Gemv);  // vector x matrix
+  EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(4096, 1, 4096), a).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(1, 65535, 4096, DType::F32), a).route, DenseRoute::CublasLt);
   for (int m = 2; m <= 16; ++m) {
     DenseRoute half = m == 2 ? DenseRoute::GemvWide : DenseRoute::CublasLt;
     EXPECT_EQ(plan_matmul(desc(m, 14336, 4096), a).route, half) << m;

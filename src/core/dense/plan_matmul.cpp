@@ -87,9 +87,11 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
   // dense suite, 2026-11-30); each sends a shape to whichever measured faster.
   const bool half = d.dtype == DType::F16 || d.dtype == DType::BF16;
   if (d.m == 1 || d.n == 1) {
-    if (half && d.k >= 8192)  // long 16-bit rows: cuBLASLt's gemv measured 1.14x ours (K = 14336)
-      return with_route(DenseRoute::CublasLt, "matrix-vector with 16-bit K >= 8192: cuBLASLt measured faster", d, arch);
-    return with_route(DenseRoute::Gemv, "m == 1 or n == 1: matrix-vector", d, arch);
+    // Our gemv measured 1.02-1.04x cuBLASLt on the 128256-row lm head but 0.92-0.96x on 3k-28k
+    // rows (run 4), so it takes only very long outputs; cuBLASLt's gemv the rest.
+    const std::int64_t outputs = d.m == 1 ? d.n : d.m;
+    if (outputs >= 65536) return with_route(DenseRoute::Gemv, "matrix-vector with >= 65536 outputs: gemv measured faster", d, arch);
+    return with_route(DenseRoute::CublasLt, "matrix-vector with < 65536 outputs: cuBLASLt measured faster", d, arch);
   }
   // Skinny x . w^T: the weight streams once for all rows. f32 on CUDA cores: 1.1-2.3x cuBLASLt
   // at M = 2..16. 16-bit: gemv_wide wins only at M = 2 with K <= 4096 (1.04-1.3x); elsewhere
