@@ -28,7 +28,7 @@ Tolerance dense_tolerance(DType dtype, Precision precision, std::int64_t k) {
 namespace {
 
 // True when every byte of `bytes` outside the logical [batch, m, n] elements of `v` is still 0xFF.
-bool padding_untouched(const std::vector<unsigned char>& bytes, const View& v, const unsigned char* base) {
+bool padding_untouched(const std::vector<unsigned char>& bytes, const View& v) {
   std::vector<bool> logical(bytes.size(), false);
   std::size_t es = dtype_size(v.dtype);
   for (std::int64_t b = 0; b < v.dim(0); ++b)
@@ -37,7 +37,6 @@ bool padding_untouched(const std::vector<unsigned char>& bytes, const View& v, c
         std::size_t off = static_cast<std::size_t>(b * v.stride(0) + i * v.stride(1) + j) * es;
         for (std::size_t e = 0; e < es; ++e) logical[off + e] = true;
       }
-  (void)base;
   for (std::size_t i = 0; i < bytes.size(); ++i)
     if (!logical[i] && bytes[i] != 0xFF) return false;
   return true;
@@ -68,7 +67,7 @@ DenseOutcome run_dense_case(Context& ctx, const DenseCase& c) {
   }
   cpu::MatmulF64 ref = cpu::matmul_f64({a.view, b.view, c.ta, c.tb});
   r.cmp = compare(out.view, ref, dense_tolerance(c.dtype, c.precision, c.k));
-  r.padding_untouched = padding_untouched(out.bytes, out.view, out.bytes.data());
+  r.padding_untouched = padding_untouched(out.bytes, out.view);
   r.out_bytes = out.bytes;
   return r;
 }

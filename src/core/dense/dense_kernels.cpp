@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/vec16.hpp"
+
 namespace llmm::cuda_dense {
 namespace {
 
@@ -11,12 +13,10 @@ constexpr int kDefaultSmCount = 132;  // H100/H200 SXM
 // lane this keeps roughly 40 KB per SM outstanding, enough to cover DRAM latency.
 constexpr std::int64_t kTargetWarpsPerSm = 16;
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+using detail::aligned16;
 
 // A stride of `elems` elements keeps 16-byte alignment (or is never used: `used` false).
-bool stride_ok(std::int64_t elems, DType t, bool used) {
-  return !used || (elems * static_cast<std::int64_t>(dtype_size(t))) % 16 == 0;
-}
+bool stride_ok(std::int64_t elems, DType t, bool used) { return !used || detail::bytes16(elems, t); }
 
 char trans_letter(bool t) { return t ? 't' : 'n'; }
 

@@ -6,6 +6,7 @@
 
 #include "core/dense/dense_dispatch.hpp"
 #include "core/dense/dense_kernels.hpp"
+#include "core/vec16.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
@@ -45,11 +46,6 @@ std::int64_t check_rows(const View& v, const Mat& x, const char* side, const cha
          ", ", inner, "] != [>= ", x.cols, ", 1], strides: ", strides_of(v), " dims: (m: ", m, ", n: ", n, ", k: ", k,
          ")");
   return x.rows <= 1 ? std::max<std::int64_t>(x.ld, x.cols) : x.ld;
-}
-
-bool aligned16(const void* p, std::int64_t ld, std::int64_t bstride, DType t) {
-  auto es = static_cast<std::int64_t>(dtype_size(t));
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && (ld * es) % 16 == 0 && (bstride * es) % 16 == 0;
 }
 
 struct Validated {
@@ -150,8 +146,8 @@ Receipt matmul(Context& ctx, const View& a, const View& b, const View& c, const 
   d.dtype = g.dtype;
   d.transpose_a = g.a_trans, d.transpose_b = g.b_trans;
   d.precision = opts.precision;
-  d.a_vec16 = aligned16(g.a, g.a_ld, g.a_batch, g.dtype);
-  d.b_vec16 = aligned16(g.b, g.b_ld, g.b_batch, g.dtype);
+  d.a_vec16 = detail::rows_vec16(g.a, g.a_ld, g.a_batch, g.dtype);
+  d.b_vec16 = detail::rows_vec16(g.b, g.b_ld, g.b_batch, g.dtype);
   DensePlan plan = plan_matmul(d, ctx.arch(), opts.force_route);
   if (plan.route != DenseRoute::Cpu) return detail::run_dense_cuda(ctx, plan, g);
 

@@ -2,18 +2,15 @@
 
 #include <cstdint>
 
-namespace llmm::cuda_dense {
-namespace {
-bool aligned16(const void* p, std::int64_t ld, std::int64_t bstride) {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && (ld * 2) % 16 == 0 && (bstride * 2) % 16 == 0;
-}
-}  // namespace
+#include "core/vec16.hpp"
 
+namespace llmm::cuda_dense {
 std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& g, int cc_major, int sm_count) {
   if (g.dtype != DType::F16 && g.dtype != DType::BF16) return std::nullopt;
   if (g.m < 2 || g.m > kSkinnyMmaMaxM || g.n < 1 || g.k < 1 || g.k % 8 != 0) return std::nullopt;
   if (g.a_trans || !g.b_trans) return std::nullopt;
-  if (!aligned16(g.a, g.a_ld, g.a_batch) || !aligned16(g.b, g.b_ld, g.b_batch)) return std::nullopt;
+  if (!detail::rows_vec16(g.a, g.a_ld, g.a_batch, g.dtype) || !detail::rows_vec16(g.b, g.b_ld, g.b_batch, g.dtype))
+    return std::nullopt;
   if (cc_major != 0 && cc_major < 8) return std::nullopt;
   const std::int64_t sms = sm_count > 0 ? sm_count : 132;
   const std::int64_t row_blocks = (g.n + kSkinnyMmaRowsPerBlock - 1) / kSkinnyMmaRowsPerBlock;

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 
+#include "core/vec16.hpp"
+
 namespace llmm::cuda_moe {
 namespace {
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// Byte value of `elems` elements of t is a multiple of 16.
-bool bytes16(std::int64_t elems, DType t) {
-  return (elems * static_cast<std::int64_t>(dtype_size(t))) % 16 == 0;
-}
+using detail::aligned16;
+using detail::bytes16;
 
 bool w_vec16(const MoeArgs& a) {
   return aligned16(a.w) && bytes16(a.k, a.w_dtype) && bytes16(a.expert_stride, a.w_dtype);

@@ -1,5 +1,7 @@
 #include "core/ternary/tq2_kernels.hpp"
 
+#include "core/vec16.hpp"
+
 #include <cstddef>
 
 namespace llmm::cuda_ternary {
@@ -36,12 +38,11 @@ int tq2_tiled_splits(const Tq2Args& a) noexcept {
 }
 
 bool tq2_input_vec16(const Tq2Args& a) noexcept {
-  const auto es = static_cast<std::int64_t>(dtype_size(a.in_dtype));
-  return es != 0 && reinterpret_cast<std::uintptr_t>(a.in) % 16 == 0 && (a.in_ld * es) % 16 == 0;
+  return is_float(a.in_dtype) && detail::aligned16(a.in) && detail::bytes16(a.in_ld, a.in_dtype);
 }
 
 bool tq2_codes_vec16(const Tq2Args& a) noexcept {
-  return reinterpret_cast<std::uintptr_t>(a.codes) % 16 == 0 && (a.k / 4) % 16 == 0;
+  return detail::aligned16(a.codes) && (a.k / 4) % 16 == 0;
 }
 
 std::string tq2_naive_kernel_name(const Tq2Args& a) { return prefix("tq2_naive", a); }
