@@ -164,6 +164,26 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
+        if (m == 1 || m == 16) {  // A/B: the decode kernel against its previous version
+          Tq2Options o1 = o;
+          o1.force_route = Tq2Route::Stream;
+          Receipt r1;
+          auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
+            const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
+            r1 = gemm_tq2(env.ctx, w, View::contiguous(in.data(), DType::F32, {m, sh.k}, DeviceKind::CUDA),
+                          View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), o1);
+          });
+          Row row;
+          row.suite = "ternary", row.name = std::string(sh.name) + "_m" + std::to_string(m) + "_vs_v1", row.route = receipt.route;
+          row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
+          row.m = m, row.n = sh.n, row.k = sh.k;
+          row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+          row.flops = 2.0 * m * sh.n * sh.k;
+          row.bytes = packed + 4.0 * static_cast<double>(m * sh.k + m * sh.n);
+          row.baseline = r1.kernel, row.baseline_us = tb.median_us;
+          row.device = env.device_label;
+          env.out.add(row);
+        }
       }
     }
     if (std::string(sh.name) == "dit_proj") {  // host-I/O API: pool vs fresh buffers per call

@@ -122,8 +122,9 @@ enum class Tq2Route {
   Auto,
   Cpu,     // float64 reference (CPU contexts)
   Naive,   // CUDA reference kernel: one thread per output
-  Stream,  // decode: weight streamed once, codes decoded in registers (M up to ~16)
-  Tiled,   // prefill: tensor cores on decoded tiles
+  Stream,    // decode v1: weight streamed once, codes decoded in registers (m <= 16)
+  StreamV2,  // decode v2: activation split once per block into shared memory (m <= 16)
+  Tiled,     // prefill: tensor cores on decoded tiles
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 
@@ -132,7 +133,7 @@ struct Tq2Options {
   Tq2Route force_route = Tq2Route::Auto;
 };
 
-// Pure router: CPU -> Cpu; m <= 16 -> Stream; larger -> Tiled (sm_80+), else Naive.
+// Pure router: CPU -> Cpu; m <= 16 -> StreamV2; larger -> Tiled (sm_80+), else Naive.
 Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,
                   Tq2Route force = Tq2Route::Auto);
 

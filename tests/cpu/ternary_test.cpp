@@ -179,20 +179,26 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, cpu), Tq2Route::Cpu);
   ArchInfo h200;
   h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.sm_count = 132;
-  for (std::int64_t m : {1, 2, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::Stream) << m;
+  for (std::int64_t m : {1, 2, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
   EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::Tiled);
   EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::Tiled);
   ArchInfo old = h200;
   old.cc_major = 7;
   EXPECT_EQ(plan_tq2(1536, 3072, 3072, DType::F32, old), Tq2Route::Naive);
+  EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, old), Tq2Route::Naive);
+  expect_error([&] { plan_tq2(1, 8, 128, DType::F32, old, Tq2Route::StreamV2); }, ErrorCode::Unsupported,
+               "needs sm_80 or newer");
   EXPECT_EQ(plan_tq2(16, 3072, 3072, DType::F32, h200, Tq2Route::Stream), Tq2Route::Stream);
   EXPECT_EQ(plan_tq2(2, 3072, 3072, DType::F32, h200, Tq2Route::Tiled), Tq2Route::Tiled);
   expect_error([&] { plan_tq2(4, 8, 128, DType::F32, cpu, Tq2Route::Tiled); }, ErrorCode::Unsupported,
                "gemm_tq2: route tq2_tiled cannot run (m: 4, n: 8, k: 128, f32): needs a CUDA context");
   expect_error([&] { plan_tq2(4, 8, 128, DType::F32, h200, Tq2Route::Cpu); }, ErrorCode::Unsupported, "CPU contexts only");
   expect_error([&] { plan_tq2(17, 8, 128, DType::F32, h200, Tq2Route::Stream); }, ErrorCode::Unsupported,
-               "the streaming kernel takes m <= 16");
+               "the streaming kernels take m <= 16");
+  expect_error([&] { plan_tq2(17, 8, 128, DType::F32, h200, Tq2Route::StreamV2); }, ErrorCode::Unsupported,
+               "gemm_tq2: route tq2_stream_v2 cannot run (m: 17, n: 8, k: 128, f32): the streaming kernels take m <= 16");
   EXPECT_STREQ(tq2_route_name(Tq2Route::Stream), "tq2_stream");
+  EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV2), "tq2_stream_v2");
 }
 
 TEST(Tq2Cpu, SeedAntiCapOfEightThroughHostApi) {

@@ -146,5 +146,38 @@ TEST(Tq2Kernels, TiledSharedMemoryFitsSm80AndSm90) {
   EXPECT_TRUE(tq2_tiled_supports(args(1537, 27649, 3072)));
 }
 
+TEST(Tq2Kernels, StreamV2Config) {
+  // Splits: f32 Exact 3 while m * 3 <= 8, else 2; Fast and 16-bit input 1.
+  EXPECT_EQ(tq2_stream_v2_splits(args(2, 8, 128)), 3);
+  EXPECT_EQ(tq2_stream_v2_splits(args(3, 8, 128)), 2);
+  EXPECT_EQ(tq2_stream_v2_splits(args(3, 8, 128, DType::F32, DType::F32, false)), 1);
+  EXPECT_EQ(tq2_stream_v2_splits(args(3, 8, 128, DType::BF16, DType::BF16)), 1);
+  EXPECT_FALSE(tq2_stream_v2_config(args(17, 8, 128)).has_value());
+  EXPECT_EQ(tq2_stream_v2_kernel_name(args(17, 8, 128)), "");
+  // Row tiles: the most (8, 4, 2) that still give >= 1.5 blocks per SM, else 1.
+  auto c = tq2_stream_v2_config(args(1, 27648, 3072), 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->row_tiles, 8);  // 216 blocks
+  EXPECT_EQ(c->n_tiles, 1);
+  EXPECT_EQ(c->chunk_groups, 24);  // the whole K fits in shared memory
+  EXPECT_EQ(tq2_stream_v2_config(args(1, 14336, 4096), 132)->row_tiles, 4);  // 224 blocks
+  EXPECT_EQ(tq2_stream_v2_config(args(1, 3072, 3072), 132)->row_tiles, 1);
+  EXPECT_EQ(tq2_stream_v2_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v2_f32_f32_f16x3_n8_r128");
+  // m = 16 Exact: 32 columns, 4 n8 tiles; K in chunks that fit the shared-memory budget.
+  c = tq2_stream_v2_config(args(16, 4096, 14336), 132);
+  EXPECT_EQ(c->splits, 2);
+  EXPECT_EQ(c->n_tiles, 4);
+  EXPECT_LT(c->chunk_groups, 14336 / 128);
+  EXPECT_GE(c->chunk_groups, 1);
+  EXPECT_LE(c->smem_bytes, kTq2V2SmemBudget);
+  for (std::int64_t m = 1; m <= 16; ++m)
+    for (std::int64_t k : {128, 3072, 14336}) {
+      auto cm = tq2_stream_v2_config(args(m, 4096, k), 132);
+      ASSERT_TRUE(cm.has_value());
+      EXPECT_LE(cm->smem_bytes, kTq2V2SmemBudget) << m << " " << k;
+      EXPECT_GE(8 * cm->n_tiles, m * cm->splits);
+    }
+}
+
 }  // namespace
 }  // namespace llmm::cuda_ternary

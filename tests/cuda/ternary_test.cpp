@@ -18,17 +18,18 @@ using namespace llmm::test;
 
 namespace {
 std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
+bool streaming(Tq2Route r) { return r == Tq2Route::Stream || r == Tq2Route::StreamV2; }
 }  // namespace
 
 TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::Tiled, Tq2Route::Auto})
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled, Tq2Route::Auto})
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
         for (std::int64_t m : {1, 7, 8, 9, 32, 33, 100, 1536}) {
-          if (r == Tq2Route::Stream && m > 16) continue;  // the streaming kernel takes m <= 16
+          if (streaming(r) && m > 16) continue;  // the streaming kernels take m <= 16
           Tq2Case c;
           c.m = m, c.n = n, c.k = k, c.route = r;
           Tq2Outcome o = run_tq2_case(ctx, cache, c);
@@ -49,7 +50,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 1;
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::Tiled, Tq2Route::Naive})
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled, Tq2Route::Naive})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
         for (Precision p : {Precision::Exact, Precision::Fast}) {
@@ -58,7 +59,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
             for (std::int64_t n : {8, 333})
               for (std::int64_t k : {128, 384})
                 for (std::int64_t pad : {0, 3}) {
-                  if (r == Tq2Route::Stream && m > 16) continue;
+                  if (streaming(r) && m > 16) continue;
                   Tq2Case c;
                   c.m = m, c.n = n, c.k = k, c.route = r, c.precision = p, c.in_dtype = in, c.out_dtype = out;
                   c.pad = pad, c.seed_input = false, c.seed = ++seed;
@@ -70,13 +71,37 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
         }
 }
 
+// v2 paths the sweeps above do not reach: several shared-memory chunks of K (many columns,
+// long K), 2/4/8 row tiles per block (wide N), inputs over a 2^+-20 range (per-group power-of-two
+// scaling) and an all-zero scale group.
+TEST(Tq2Gpu, StreamV2ChunksRowTilesWideRange) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  struct NK { std::int64_t n, k; int rows; };
+  std::uint64_t seed = 500;
+  for (NK nk : {NK{77, 6144, 16}, NK{6400, 256, 32}, NK{12800, 256, 64}, NK{25400, 128, 128}})
+    for (std::int64_t m : {1, 2, 3, 5, 9, 16})
+      for (Precision p : {Precision::Exact, Precision::Fast})
+        for (int wide : {0, 20}) {
+          Tq2Case c;
+          c.m = m, c.n = nk.n, c.k = nk.k, c.route = Tq2Route::StreamV2, c.precision = p;
+          c.seed_input = false, c.seed = ++seed, c.wide_exp = wide, c.zero_group = wide > 0, c.pad = m % 2;
+          Tq2Outcome o = run_tq2_case(ctx, cache, c);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          EXPECT_TRUE(o.padding_untouched) << c.describe();
+          const std::string rows = "_r" + std::to_string(nk.rows);
+          EXPECT_EQ(o.receipt.kernel.substr(o.receipt.kernel.size() - rows.size()), rows) << o.receipt.kernel;
+        }
+}
+
 TEST(Tq2Gpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::Tiled}) {
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled}) {
     Tq2Case c;
-    c.m = r == Tq2Route::Stream ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
+    c.m = streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
     Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
     EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
     EXPECT_EQ(a.out_bytes, b.out_bytes) << tq2_route_name(r) << " is not bitwise deterministic";
@@ -107,7 +132,7 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   wrong_k.strides = {512, 1};
   EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::Tiled}) {
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled}) {
     Tq2Options o;
     o.force_route = r;
     EXPECT_THROW(gemm_tq2(ctx, w, din.view, dout.view, o), Error) << tq2_route_name(r);

@@ -45,6 +45,8 @@ std::string Tq2Case::describe() const {
   os << "m" << m << " n" << n << " k" << k << " " << tq2_route_name(route) << " "
      << (precision == Precision::Exact ? "exact" : "fast") << " in " << dtype_name(in_dtype) << " out "
      << dtype_name(out_dtype) << " pad " << pad << (seed_input ? " seed-input" : " random-input");
+  if (wide_exp > 0) os << " wide 2^+-" << wide_exp;
+  if (zero_group) os << " zero-group";
   return os.str();
 }
 
@@ -88,9 +90,19 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
     for (std::int64_t i = 0; i < c.m; ++i)
       for (std::int64_t l = 0; l < c.k; ++l)
         store_from_double(in.view.data, c.in_dtype, i * in.view.stride(1) + l, s[static_cast<std::size_t>(i * c.k + l)]);
+  } else if (c.wide_exp > 0) {
+    Rng rng(c.seed);
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t l = 0; l < c.k; ++l) {
+        double x = (0.5 + rng.uniform()) * std::ldexp(1.0, static_cast<int>(rng.uniform_int(-c.wide_exp, c.wide_exp)));
+        store_from_double(in.view.data, c.in_dtype, i * in.view.stride(1) + l, rng.next() & 1 ? -x : x);
+      }
   } else {
     fill_random(in.view, c.seed);
   }
+  if (c.zero_group)
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t l = 128; l < 256 && l < c.k; ++l) store_from_double(in.view.data, c.in_dtype, i * in.view.stride(1) + l, 0.0);
   poison(out.bytes.data(), out.bytes.size());
   auto as2d = [](const View& v) {
     return View::strided(v.data, v.dtype, {v.dim(1), v.dim(2)}, {v.stride(1), 1}, v.device, v.device_index);

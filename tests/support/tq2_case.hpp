@@ -24,6 +24,8 @@ struct Tq2Case {
   std::int64_t pad = 0;  // extra elements after each input and output row
   bool seed_input = true;  // the seed's sin input; else random values of varied magnitude
   std::uint64_t seed = 1;
+  int wide_exp = 0;         // > 0: random input magnitudes spread over 2^-wide_exp .. 2^wide_exp
+  bool zero_group = false;  // input columns 128..255 all zero (a scale group of zeros)
   std::string describe() const;
 };
 

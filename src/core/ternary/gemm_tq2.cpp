@@ -94,6 +94,7 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::Cpu: return "cpu";
     case Tq2Route::Naive: return "tq2_naive";
     case Tq2Route::Stream: return "tq2_stream";
+    case Tq2Route::StreamV2: return "tq2_stream_v2";
     case Tq2Route::Tiled: return "tq2_tiled";
   }
   return "?";
@@ -105,16 +106,19 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     const char* why = nullptr;
     if (force == Tq2Route::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
     if (force != Tq2Route::Cpu && !cuda) why = "needs a CUDA context";
-    if (force == Tq2Route::Tiled && cuda && arch.cc_major < 8) why = "needs sm_80 or newer";
-    if (force == Tq2Route::Stream && cuda && m > 16) why = "the streaming kernel takes m <= 16";
+    if ((force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2) && cuda &&
+        arch.cc_major < 8)
+      why = "needs sm_80 or newer";
+    if ((force == Tq2Route::Stream || force == Tq2Route::StreamV2) && cuda && m > 16)
+      why = "the streaming kernels take m <= 16";
     if (why)
       fail(ErrorCode::Unsupported, "gemm_tq2: route ", tq2_route_name(force), " cannot run (m: ", m, ", n: ", n, ", k: ",
            k, ", ", dtype_name(in_dtype), "): ", why);
     return force;
   }
   if (!cuda) return Tq2Route::Cpu;
-  if (m <= 16) return Tq2Route::Stream;
-  return arch.cc_major >= 8 ? Tq2Route::Tiled : Tq2Route::Naive;
+  if (arch.cc_major < 8) return Tq2Route::Naive;  // every tensor-core kernel needs sm_80
+  return m <= 16 ? Tq2Route::StreamV2 : Tq2Route::Tiled;
 }
 
 Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& opts) {

@@ -71,6 +71,52 @@ std::string tq2_stream_kernel_name(const Tq2Args& a, int sm_count) {
          std::to_string(8 * c->n_tiles) + "_w" + std::to_string(c->warps);
 }
 
+// Codes must allow 8-byte loads (the cache's buffers always do; v1 takes any alignment).
+bool tq2_stream_v2_supports(const Tq2Args& a) noexcept {
+  return tq2_args_ok(a) && a.m <= kTq2StreamMaxM && tq2_codes_vec16(a);
+}
+
+int tq2_stream_v2_splits(const Tq2Args& a) noexcept {
+  if (a.in_dtype != DType::F32 || !a.exact) return 1;
+  return a.m * 3 <= 8 ? 3 : 2;  // a third part is free while the columns fit one n8 tile
+}
+
+std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& a, int sm_count) noexcept {
+  if (!tq2_stream_v2_supports(a)) return std::nullopt;
+  Tq2StreamV2Config c;
+  c.splits = tq2_stream_v2_splits(a);
+  const int cols = static_cast<int>(a.m) * c.splits;
+  c.n_tiles = (cols + 7) / 8;
+  // Most rows per block (the activation conversion is paid once per block) while the grid
+  // still gives every SM about 1.5 blocks.
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  c.row_tiles = 1;
+  for (int rt : {8, 4, 2}) {
+    if ((a.n + 16 * rt - 1) / (16 * rt) >= (3 * sms) / 2) {
+      c.row_tiles = rt;
+      break;
+    }
+  }
+  // Shared memory: per column a chunk of K as f16 (256 bytes a group, + 16 against bank
+  // conflicts), per group and n8-tile column 1 / sigma (f32), and the warps' partial sums
+  // [8 warps][16 rows][8 * n_tiles] floats.
+  const int red = 8 * 16 * 8 * c.n_tiles * 4;
+  const int per_group = cols * 256 + 8 * c.n_tiles * 4;
+  const std::int64_t groups = a.k / kTq2Group;
+  // One more column stays zero: lanes past the last column read it instead of branching.
+  const int fit = (kTq2V2SmemBudget - red - 16 * (cols + 1)) / (per_group + 256);
+  c.chunk_groups = static_cast<int>(groups < fit ? groups : fit);
+  c.smem_bytes = red + (cols + 1) * (c.chunk_groups * 256 + 16) + c.chunk_groups * 8 * c.n_tiles * 4;
+  return c;
+}
+
+std::string tq2_stream_v2_kernel_name(const Tq2Args& a, int sm_count) {
+  const auto c = tq2_stream_v2_config(a, sm_count);
+  if (!c) return {};
+  return prefix("tq2_stream_v2", a) + "_f16x" + std::to_string(c->splits) + "_n" + std::to_string(8 * c->n_tiles) +
+         "_r" + std::to_string(16 * c->row_tiles);
+}
+
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {
   constexpr int BM = kTq2TiledBM, BN = kTq2TiledBN, BK = kTq2TiledBK, S = kTq2TiledStages;
   constexpr int LD16 = BK + 8;                 // padded 16-bit rows (ldmatrix without conflicts)

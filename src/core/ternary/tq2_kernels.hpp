@@ -69,6 +69,33 @@ std::optional<Tq2StreamConfig> tq2_stream_config(const Tq2Args& args, int sm_cou
 std::string tq2_stream_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
+// tq2_stream_v2: decode (m <= 16), the v1 stream kernel with its instruction count cut ~5x.
+// A block of 8 warps owns 16 * row_tiles weight rows (row_tiles x k_warps warps, k_warps
+// splitting K). The block converts the activation once per K chunk into shared memory, already
+// in mma B-fragment order, scaled per 128-group by a power of two and split into f16 parts.
+// Columns = m x splits: f32 Exact 3 (m <= 2) or 2, Fast 1; 16-bit input 1.
+
+inline constexpr int kTq2V2Threads = 256;      // 8 warps
+inline constexpr int kTq2V2SmemBudget = 100 * 1024;  // two blocks per SM
+
+struct Tq2StreamV2Config {
+  int splits = 1;        // f16 parts per activation element: 1, 2 or 3
+  int n_tiles = 1;       // n8 tiles of activation columns: ceil(m * splits / 8), 1..4
+  int row_tiles = 1;     // 16-row tiles per block: 8, 4, 2 or 1 (k_warps = 8 / row_tiles)
+  int chunk_groups = 1;  // 128-code groups of K per shared-memory chunk
+  int smem_bytes = 0;    // dynamic shared memory of one block
+  friend bool operator==(const Tq2StreamV2Config&, const Tq2StreamV2Config&) = default;
+};
+
+// tq2_args_ok, m <= 16 and tq2_codes_vec16.
+bool tq2_stream_v2_supports(const Tq2Args& args) noexcept;
+int tq2_stream_v2_splits(const Tq2Args& args) noexcept;
+// nullopt unless supported. sm_count 0 = unknown (132).
+std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& args, int sm_count = 0) noexcept;
+// tq2_stream_v2_<in>_<out>_f16x<splits>_n<8*n_tiles>_r<16*row_tiles> (empty when unsupported).
+std::string tq2_stream_v2_kernel_name(const Tq2Args& args, int sm_count = 0);
+
+// ---------------------------------------------------------------------------------------------
 // tq2_tiled: 128 (m) x 128 (n) output tile per 256-thread block, K slices of 64 through a
 // 3-stage cp.async ring; 8 warps of 64 x 32.
 

@@ -15,6 +15,10 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
       if (!cuda_ternary::tq2_stream_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream planned for m ", g.m);
       name = cuda_ternary::tq2_stream_kernel_name(g);
       break;
+    case Tq2Route::StreamV2:
+      if (!cuda_ternary::tq2_stream_v2_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v2 planned for m ", g.m);
+      name = cuda_ternary::tq2_stream_v2_kernel_name(g);
+      break;
     case Tq2Route::Tiled:
       if (!cuda_ternary::tq2_tiled_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_tiled planned for unsupported args");
       name = cuda_ternary::tq2_tiled_kernel_name(g);
@@ -27,6 +31,7 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   switch (route) {
     case Tq2Route::Naive: cuda_ternary::launch_tq2_naive(g, s); break;
     case Tq2Route::Stream: cuda_ternary::launch_tq2_stream(g, s); break;
+    case Tq2Route::StreamV2: cuda_ternary::launch_tq2_stream_v2(g, s); break;
     case Tq2Route::Tiled: cuda_ternary::launch_tq2_tiled(g, s); break;
     default: break;
   }

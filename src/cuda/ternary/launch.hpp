@@ -20,6 +20,11 @@ void launch_tq2_naive(const Tq2Args& args, StreamHandle stream);
 // activation columns (split into exact 16-bit parts) as B; f32 accumulation.
 void launch_tq2_stream(const Tq2Args& args, StreamHandle stream);
 
+// Decode kernel v2 for m = 1..16 (tq2_stream_v2_supports): the activation converted once per
+// block into shared memory in B-fragment order, codes decoded with one AND each into f16
+// subnormals; same roles and accumulation as v1 (see tq2_stream_v2.cu).
+void launch_tq2_stream_v2(const Tq2Args& args, StreamHandle stream);
+
 // Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
 // f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.
 void launch_tq2_tiled(const Tq2Args& args, StreamHandle stream);
