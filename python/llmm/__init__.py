@@ -5,11 +5,19 @@ CuPy or JAX arrays on a CUDA device run the CUDA kernels on the caller's current
 current stream for torch tensors). Outputs are passed in (``out=``) or allocated like the input
 when it is a NumPy array or a torch tensor. Errors raise ``llmm.Error`` (a RuntimeError) with the
 library's message, before anything is enqueued.
+
+``import llmm.torch_ops`` (or the attribute ``llmm.torch_ops``) registers the ``torch.library``
+custom ops ``torch.ops.llmm.matmul``, ``matmul_id`` and ``gemm_tq2`` for ``torch.compile``;
+``import llmm`` does it by itself when torch is already imported. NumPy alone is enough for the
+rest of the package.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
-from typing import Any, Optional
+import sys
+import threading
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -18,34 +26,63 @@ from ._llmm import Error, MatmulIdScratch, TernaryWeight, built_with_cuda, cuda_
 
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
-    "quantize_tq2", "dequantize_tq2", "upload_tq2", "gemm_tq2", "matmul_id", "matmul_id_capability",
+    "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "matmul_id", "matmul_id_capability",
     "matmul_id_scratch",
 ]
 
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-_keys = itertools.count(1)
+# Automatic ternary-weight keys start high so that they do not meet small keys a caller picks
+# (layer numbers, say), and stay below 2^63 so that they fit a torch op's int argument.
+_keys = itertools.count(1 << 48)
+# Uploaded ternary weights by (device, key): what torch.ops.llmm.gemm_tq2 finds from its int key.
+_tq2_weights: dict = {}
+_tq2_lock = threading.Lock()
 
 
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def _stream(x: Any) -> int:
-    """The caller's current CUDA stream for torch tensors on a GPU, else 0 (legacy default)."""
-    if _is_torch(x) and x.is_cuda:
+def _arr(x: Any) -> Any:
+    """x as the bindings take it: torch tensors lose requires_grad (DLPack refuses to export those);
+    llmm computes no gradients."""
+    if _is_torch(x) and x.requires_grad:
+        return x.detach()
+    return x
+
+
+def _launch(fn, out: Any, *args, **kw):
+    """Calls a binding on out's device and the caller's current stream there (torch CUDA tensors),
+    else on the legacy default stream (0) or the CPU backend."""
+    if _is_torch(out) and out.is_cuda:
         import torch
 
-        return int(torch.cuda.current_stream(x.device).cuda_stream)
-    return 0
+        dev = out.device
+        stream = int(torch.cuda.current_stream(dev).cuda_stream)
+        if dev.index != torch.cuda.current_device():  # torch exports only current-device tensors
+            with torch.cuda.device(dev):
+                return fn(*args, stream=stream, **kw)
+        return fn(*args, stream=stream, **kw)
+    return fn(*args, stream=0, **kw)
 
 
-def _empty(like: Any, shape, dtype: Optional[str] = None):
+def _empty(like: Any, shape, dtype=None):
+    """A new output like `like` (NumPy array or torch tensor) with `dtype` (None: like's; a name
+    such as "float32"/"bf16", a NumPy dtype or a torch.dtype)."""
     if isinstance(like, np.ndarray):
-        return np.empty(shape, dtype=np.dtype(dtype) if dtype else like.dtype)
+        return np.empty(shape, dtype=np.dtype(dtype) if dtype is not None else like.dtype)
     if _is_torch(like):
         import torch
 
-        dt = getattr(torch, _TORCH_DTYPES.get(dtype, dtype)) if dtype else like.dtype
+        if dtype is None:
+            dt = like.dtype
+        elif isinstance(dtype, torch.dtype):
+            dt = dtype
+        else:
+            name = _TORCH_DTYPES.get(str(dtype), str(dtype))
+            dt = getattr(torch, name, None)
+            if not isinstance(dt, torch.dtype):
+                raise Error(f"llmm: unknown dtype {dtype!r}")
         return torch.empty(shape, dtype=dt, device=like.device)
     raise Error("llmm: pass out= for arrays that are neither NumPy arrays nor torch tensors")
 
@@ -58,81 +95,202 @@ def _device_like(x: Any):
         import torch
 
         return torch.empty(1, dtype=torch.float32, device=x)
+    x = _arr(x)
     return x.reshape(-1)[:1] if hasattr(x, "reshape") else x
+
+
+def _device_name(x: Any) -> str:
+    """'cpu' or 'cuda:N' for a NumPy array, a torch tensor or a device string."""
+    if isinstance(x, str):
+        if x == "cuda":
+            return "cuda:0"
+        return x
+    if _is_torch(x) and x.is_cuda:
+        return f"cuda:{x.device.index}"
+    return "cpu"
+
+
+def _inner_strides(x: Any) -> Optional[Tuple[int, int]]:
+    """Element strides of the last two dimensions of a NumPy array or torch tensor, else None."""
+    if isinstance(x, np.ndarray):
+        if x.ndim < 2:
+            return None
+        return x.strides[-2] // x.itemsize, x.strides[-1] // x.itemsize
+    if _is_torch(x) and x.dim() >= 2:
+        return x.stride(-2), x.stride(-1)
+    return None
+
+
+def _canonical(x: Any, transposed: bool):
+    """A transposed view (innermost stride != 1, next stride 1: x = y.T for a row-major y) becomes
+    y with the transpose flag flipped: the same matrix, no copy. Anything else is passed as it is
+    (the library refuses an innermost stride other than 1, naming the strides)."""
+    s = _inner_strides(x)
+    if s is not None and s[1] != 1 and s[0] == 1 and x.shape[-1] > 1:
+        return x.swapaxes(-1, -2) if isinstance(x, np.ndarray) else x.transpose(-1, -2), not transposed
+    return x, transposed
+
+
+def _matmul_out_shape(a_shape, b_shape, transpose_a: bool, transpose_b: bool) -> tuple:
+    """The shape llmm.matmul allocates for out (also the torch op's fake implementation)."""
+    for name, s in (("a", a_shape), ("b", b_shape)):
+        if len(s) not in (2, 3):
+            raise Error(f"matmul: {name} must be rank 2 or 3, got shape {tuple(s)}")
+    m = a_shape[-1] if transpose_a else a_shape[-2]
+    n = b_shape[-2] if transpose_b else b_shape[-1]
+    if len(a_shape) == 3 and len(b_shape) == 3:
+        batch = a_shape[0] if a_shape[0] != 1 else b_shape[0]
+    elif len(a_shape) == 3:
+        batch = a_shape[0]
+    elif len(b_shape) == 3:
+        batch = b_shape[0]
+    else:
+        return (m, n)
+    return (batch, m, n)
 
 
 def matmul(a, b, out=None, *, transpose_a: bool = False, transpose_b: bool = False, precision: str = "exact",
            route: str = "auto"):
-    """out[..., m, n] = op(a)[..., m, k] @ op(b)[..., k, n] for float32/float16/bfloat16.
+    """out[..., m, n] = op(a)[..., m, k] @ op(b)[..., k, n] for float32, float16 or bfloat16.
 
     a is [m, k] or [batch, m, k] ([.., k, m] with transpose_a); b is [k, n] or [batch, k, n]
-    ([.., n, k] with transpose_b); a rank-2 operand broadcasts over the batch. Innermost
-    strides must be 1 (non-contiguous inputs are refused with a clear message, never copied).
+    ([.., n, k] with transpose_b); an operand of rank 2, batch 1 or batch stride 0 broadcasts over
+    the batch. a, b and out share one dtype (f32 accumulation). A transposed view (``w.T``) is
+    taken as the transpose of its row-major base (no copy); any other innermost stride other than
+    1 is refused with llmm.Error, never copied. precision "exact" keeps f32 accuracy for f32,
+    "fast" allows tf32; route "auto" or a route name (see plan_matmul) forces one kernel.
+
+    out: an output array (returned), or None to allocate one like a (NumPy array or torch tensor).
+    Torch CUDA tensors run on torch's current stream without host synchronisation.
     """
     if out is None:
-        m = a.shape[-1] if transpose_a else a.shape[-2]
-        n = b.shape[-2] if transpose_b else b.shape[-1]
-        batch = a.shape[0] if len(a.shape) == 3 else (b.shape[0] if len(b.shape) == 3 else None)
-        out = _empty(a, (batch, m, n) if batch is not None else (m, n))
-    _llmm.matmul(a, b, out, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision, route=route,
-                 stream=_stream(out))
+        out = _empty(a, _matmul_out_shape(a.shape, b.shape, transpose_a, transpose_b))
+    a, transpose_a = _canonical(_arr(a), transpose_a)
+    b, transpose_b = _canonical(_arr(b), transpose_b)
+    _launch(_llmm.matmul, out, a, b, out, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
+            route=route)
     return out
 
 
 def plan_matmul(m: int, n: int, k: int, like, *, transpose_a: bool = False, transpose_b: bool = True,
                 precision: str = "exact") -> dict:
-    """The route llmm.matmul would take for this shape and dtype on like's device."""
+    """The route llmm.matmul would take for an [m, k] x [k, n] product with like's dtype on like's
+    device (like: an array, or "cpu"/"cuda:N" for float32): {"route": name, "reason": text}. Pure:
+    launches nothing."""
     return _llmm.plan_matmul(m, n, k, _device_like(like), transpose_a=transpose_a, transpose_b=transpose_b,
                              precision=precision)
 
 
 def quantize_tq2(w, rule: str = "absmean") -> bytes:
-    """TQ2_0_g128 blocks (AoS bytes) of a float32 [n, k] weight, k % 128 == 0."""
+    """TQ2_0_g128 blocks (AoS bytes, 34 per 128 weights) of a float32 [n, k] weight, k % 128 == 0.
+
+    rule "absmean" (BitNet b1.58: scale = mean |w| of the block) or "absmax" (round-trips a weight
+    that is already ternary x scale). Host-side; accepts anything np.asarray takes (a CPU torch
+    tensor included).
+    """
+    if _is_torch(w):
+        w = w.detach().cpu().numpy()
     return _llmm.tq2_quantize(np.ascontiguousarray(w, dtype=np.float32), rule)
 
 
 def dequantize_tq2(aos: bytes, n: int, k: int) -> np.ndarray:
+    """The float32 [n, k] weight that TQ2_0_g128 bytes encode (what gemm_tq2 computes with).
+    Refuses a wrong byte count or an invalid code 3, naming the row, block and byte."""
     out = np.empty((n, k), dtype=np.float32)
     _llmm.tq2_dequantize(aos, n, k, out)
     return out
 
 
 def upload_tq2(aos: bytes, n: int, k: int, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
-    """A TernaryWeight on `device` ("cpu", "cuda:0" or an array on that device); uploaded once per key."""
-    return _llmm.tq2_upload(aos, n, k, next(_keys) if key is None else key, _device_like(device))
+    """A TernaryWeight on `device` ("cpu", "cuda:N", or an array on that device), converted to the
+    kernels' layout and uploaded once per (device, key); a key given again returns the weight
+    already there. Without a key a fresh one is drawn. The weight stays resident (and reachable
+    by torch.ops.llmm.gemm_tq2 through weight.key) until release_tq2(weight)."""
+    w = _llmm.tq2_upload(aos, n, k, next(_keys) if key is None else key, _device_like(device))
+    with _tq2_lock:
+        _tq2_weights[(w.device, int(w.key))] = w
+    return w
+
+
+def release_tq2(weight: TernaryWeight) -> bool:
+    """Forgets an uploaded ternary weight: torch.ops.llmm.gemm_tq2 no longer finds its key, and its
+    memory is freed once no Python reference to it is left. True if it was resident."""
+    with _tq2_lock:
+        known = _tq2_weights.pop((weight.device, int(weight.key)), None) is not None
+    evicted = _llmm.tq2_evict(weight.key, _device_like(weight.device))
+    return known or evicted
+
+
+def _tq2_lookup(device: str, key: int) -> TernaryWeight:
+    with _tq2_lock:
+        w = _tq2_weights.get((device, int(key)))
+    if w is None:
+        raise Error(f"gemm_tq2: no ternary weight with key {key} on {device}: upload it there with "
+                    f"llmm.upload_tq2(..., device=\"{device}\") (or it was released)")
+    return w
 
 
 def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", route: str = "auto",
-             out_dtype: Optional[str] = None):
-    """out[m, n] = x[m, k] @ W[n, k]^T with the ternary weight; out float32 (default) or x's dtype."""
+             out_dtype=None):
+    """out[m, n] = x[m, k] @ W[n, k]^T with a ternary weight on x's device.
+
+    x is float32, float16 or bfloat16 (innermost stride 1); out is float32 (default, or out_dtype
+    "float32") or x's dtype. precision "exact" keeps f32 activations accurate on tensor cores;
+    route "auto", "stream", "tiled", "naive" or "cpu". out=None allocates like x.
+    """
+    if len(x.shape) != 2:
+        raise Error(f"gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
     if out is None:
-        out = _empty(x, (x.shape[0], weight.n), out_dtype or "float32")
-    _llmm.gemm_tq2(weight, x, out, precision=precision, route=route, stream=_stream(out))
+        out = _empty(x, (x.shape[0], weight.n), out_dtype if out_dtype is not None else "float32")
+    _launch(_llmm.gemm_tq2, out, weight, _arr(x), out, precision=precision, route=route)
     return out
 
 
 def matmul_id_capability(weight_dtype: str, m: int, n: int, k: int, top_k: int, n_experts: int,
                          expert_stride_bytes: int, **kw) -> dict:
+    """The exact byte extents a matmul_id call reads and writes (weights, input, ids, output, and
+    the grouped route's scratch), or llmm.Error naming what is invalid. Pure. Keywords: layout,
+    may_repeat, route, input_dtype, output_dtype (dtype names "f32", "f16", "bf16")."""
     return _llmm.matmul_id_capability(weight_dtype, m, n, k, top_k, n_experts, expert_stride_bytes, **kw)
 
 
 def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu") -> MatmulIdScratch:
+    """Scratch for matmul_id's grouped route on `device` ("cpu", "cuda:N" or an array there): expert
+    counts and routed-row lists for up to max_experts experts and max_tokens tokens. Calls that
+    share one scratch must be ordered (one stream)."""
     return _llmm.matmul_id_scratch(max_experts, max_tokens, _device_like(device))
 
 
 def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
-              may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[str] = None):
-    """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids uint32 [m, top_k].
+              may_repeat: bool = False, precision: str = "exact", out_dtype=None):
+    """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids [m, top_k].
 
-    x is [m, k] (layout "shared") or [m * top_k, k] ("slotted"); ids outside [0, E) give zero rows.
-    route "grouped" needs a scratch from matmul_id_scratch and distinct ids per token.
+    ids are uint32 or int32 (read as uint32); ids outside [0, E) give zero rows. x is [m, k]
+    (layout "shared": every slot of token t reads x[t]) or [m * top_k, k] ("slotted": slot s of
+    token t reads x[t * top_k + s]). route "direct" or "grouped" (needs a scratch from
+    matmul_id_scratch and distinct ids per token unless may_repeat). out is [m, top_k, n], float32
+    (default) or x's dtype; out=None allocates like x.
     """
+    weights, x, ids = _arr(weights), _arr(x), _arr(ids)
     n_experts, n, k = weights.shape
     m, top_k = ids.shape
     if out is None:
-        out = _empty(x, (m, top_k, n), out_dtype or "float32")
+        out = _empty(x, (m, top_k, n), out_dtype if out_dtype is not None else "float32")
     stride = weights.strides[0] if isinstance(weights, np.ndarray) else weights.stride(0) * weights.element_size()
-    _llmm.matmul_id(weights, x, ids, out, top_k=top_k, n_experts=n_experts, expert_stride_bytes=int(stride),
-                    layout=layout, may_repeat=may_repeat, route=route, scratch=scratch, precision=precision,
-                    stream=_stream(out))
+    _launch(_llmm.matmul_id, out, weights, x, ids, out, top_k=top_k, n_experts=n_experts,
+            expert_stride_bytes=int(stride), layout=layout, may_repeat=may_repeat, route=route, scratch=scratch,
+            precision=precision)
     return out
+
+
+def __getattr__(name: str):
+    if name == "torch_ops":  # imports torch on first use only
+        return importlib.import_module(".torch_ops", __name__)
+    raise AttributeError(f"module 'llmm' has no attribute {name!r}")
+
+
+if "torch" in sys.modules:  # torch already loaded: register the custom ops now (cheap)
+    try:
+        from . import torch_ops  # noqa: E402,F401
+    except ImportError:  # torch too old for torch.library.custom_op: `import llmm.torch_ops` says so
+        pass

@@ -40,9 +40,12 @@ View view_of(const nb::ndarray<>& a, const char* name, bool ids_ok = false) {
   View v;
   v.data = a.data();
   const auto t = a.dtype();
-  v.dtype = ids_ok && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && t.bits == 32 && t.lanes == 1
-                ? DType::U32
-                : dtype_of(t);
+  const bool i32 = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && t.bits == 32 && t.lanes == 1;
+  const bool u32 = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && t.bits == 32 && t.lanes == 1;
+  if (ids_ok && !i32 && !u32)
+    fail(ErrorCode::InvalidArgument, "llmm: ", name, " must be uint32 or int32, got DLPack dtype code ", int(t.code), ", ",
+         int(t.bits), " bits (convert the ids, e.g. ids.to(torch.int32) or ids.astype(np.uint32))");
+  v.dtype = ids_ok ? DType::U32 : dtype_of(t);
   int dev = a.device_type();
   if (dev == nb::device::cpu::value) v.device = DeviceKind::CPU;
   else if (dev == nb::device::cuda::value) v.device = DeviceKind::CUDA;
@@ -125,8 +128,12 @@ TernaryWeightCache& cache_for(const Context& ctx) {
 NB_MODULE(_llmm, m) {
   m.doc() = "llmm: matmul kernels for LLM and DiT inference (low-level bindings; use the llmm package)";
   static nb::exception<Error> error(m, "Error", PyExc_RuntimeError);
-  m.def("built_with_cuda", &built_with_cuda);
-  m.def("cuda_available", &cuda_available);
+  error.attr("__doc__") =
+      "llmm::Error: an invalid or unsupported call, refused before anything was enqueued; the message names the op "
+      "and the offending values. A RuntimeError.";
+  m.def("built_with_cuda", &built_with_cuda, "True if this build of llmm has the CUDA backend.");
+  m.def("cuda_available", &cuda_available,
+        "True if the CUDA backend is built and a usable CUDA device is present (never raises).");
 
   m.def(
       "matmul",
@@ -141,7 +148,8 @@ NB_MODULE(_llmm, m) {
       },
       nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("transpose_a") = false, nb::arg("transpose_b") = false,
       nb::arg("precision") = "exact", nb::arg("route") = "auto", nb::arg("stream") = 0,
-      "out = op(a) @ op(b) (see llmm.matmul)");
+      "out = op(a) @ op(b) into out; returns the receipt {route, kernel, kernels_launched}. Low level: use "
+      "llmm.matmul.");
 
   m.def(
       "plan_matmul",
@@ -159,7 +167,8 @@ NB_MODULE(_llmm, m) {
         return r;
       },
       nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("like"), nb::arg("transpose_a") = false,
-      nb::arg("transpose_b") = true, nb::arg("precision") = "exact");
+      nb::arg("transpose_b") = true, nb::arg("precision") = "exact",
+      "The dense route for an [m, k] x [k, n] product with like's dtype on like's device: {route, reason}. Pure.");
 
   // Ternary.
   m.def(
@@ -172,7 +181,8 @@ NB_MODULE(_llmm, m) {
         auto blocks = tq2_quantize(w.data(), static_cast<std::int64_t>(w.shape(0)), static_cast<std::int64_t>(w.shape(1)), r);
         return nb::bytes(reinterpret_cast<const char*>(blocks.data()), blocks.size() * sizeof(BlockTQ2_128));
       },
-      nb::arg("w"), nb::arg("rule") = "absmean");
+      nb::arg("w"), nb::arg("rule") = "absmean",
+      "TQ2_0_g128 AoS bytes of a C-contiguous float32 [n, k] host array (rule 'absmean' or 'absmax').");
   m.def(
       "tq2_dequantize",
       [](nb::bytes aos, std::int64_t n, std::int64_t k, nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> out) {
@@ -181,14 +191,20 @@ NB_MODULE(_llmm, m) {
           fail(ErrorCode::InvalidArgument, "tq2_dequantize: out must be [", n, ", ", k, "]");
         std::copy(w.begin(), w.end(), out.data());
       },
-      nb::arg("aos"), nb::arg("n"), nb::arg("k"), nb::arg("out"));
+      nb::arg("aos"), nb::arg("n"), nb::arg("k"), nb::arg("out"),
+      "Decodes TQ2_0_g128 AoS bytes into a C-contiguous float32 [n, k] host array out.");
 
-  nb::class_<PyTernaryWeight>(m, "TernaryWeight")
-      .def_prop_ro("n", &PyTernaryWeight::n)
-      .def_prop_ro("k", &PyTernaryWeight::k)
-      .def_prop_ro("key", &PyTernaryWeight::key)
-      .def_prop_ro("nbytes", &PyTernaryWeight::nbytes)
-      .def_prop_ro("device", &PyTernaryWeight::device);
+  nb::class_<PyTernaryWeight>(m, "TernaryWeight",
+                              "A TQ2_0_g128 ternary weight [n, k] resident on one device (from llmm.upload_tq2).")
+      .def_prop_ro("n", &PyTernaryWeight::n, "Output features (rows of W).")
+      .def_prop_ro("k", &PyTernaryWeight::k, "Input features (columns of W, a multiple of 128).")
+      .def_prop_ro("key", &PyTernaryWeight::key, "The cache key it was uploaded under.")
+      .def_prop_ro("nbytes", &PyTernaryWeight::nbytes, "Packed bytes held (codes and scales, 2.125 bits a weight).")
+      .def_prop_ro("device", &PyTernaryWeight::device, "'cpu' or 'cuda:N'.")
+      .def("__repr__", [](const PyTernaryWeight& w) {
+        return "TernaryWeight(n=" + std::to_string(w.n()) + ", k=" + std::to_string(w.k()) + ", key=" +
+               std::to_string(w.key()) + ", device='" + w.device() + "')";
+      });
   m.def(
       "tq2_upload",
       [](nb::bytes aos, std::int64_t n, std::int64_t k, std::uint64_t key, nb::ndarray<> device_like) {
@@ -196,7 +212,18 @@ NB_MODULE(_llmm, m) {
         Context& ctx = context_for(v, 0);
         return PyTernaryWeight{cache_for(ctx).get_or_upload(key, aos.c_str(), aos.size(), n, k)};
       },
-      nb::arg("aos"), nb::arg("n"), nb::arg("k"), nb::arg("key"), nb::arg("device_like"));
+      nb::arg("aos"), nb::arg("n"), nb::arg("k"), nb::arg("key"), nb::arg("device_like"),
+      "Converts and uploads AoS bytes once per key to device_like's device (the per-device cache). Low level: use "
+      "llmm.upload_tq2.");
+  m.def(
+      "tq2_evict",
+      [](std::uint64_t key, nb::ndarray<> device_like) {
+        View v = view_of(device_like, "device_like");
+        return cache_for(context_for(v, 0)).evict(key);
+      },
+      nb::arg("key"), nb::arg("device_like"),
+      "Drops key from device_like's ternary-weight cache (live TernaryWeight objects keep their memory). True if it "
+      "was cached.");
   m.def(
       "gemm_tq2",
       [](const PyTernaryWeight& w, nb::ndarray<> x, nb::ndarray<> out, const std::string& precision,
@@ -208,7 +235,9 @@ NB_MODULE(_llmm, m) {
         return receipt_dict(gemm_tq2(ctx, w.handle, vx, vo, o));
       },
       nb::arg("weight"), nb::arg("x"), nb::arg("out"), nb::arg("precision") = "exact", nb::arg("route") = "auto",
-      nb::arg("stream") = 0);
+      nb::arg("stream") = 0,
+      "out[m, n] = x[m, k] @ W[n, k]^T on out's device and the given stream; returns the receipt. Low level: use "
+      "llmm.gemm_tq2.");
 
   // Expert-ID matmul.
   auto params_of = [](std::uint32_t m_, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t n_experts,
@@ -254,18 +283,21 @@ NB_MODULE(_llmm, m) {
       },
       nb::arg("weight_dtype"), nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("top_k"), nb::arg("n_experts"),
       nb::arg("expert_stride_bytes"), nb::arg("layout") = "shared", nb::arg("may_repeat") = false,
-      nb::arg("route") = "direct", nb::arg("input_dtype") = "f32", nb::arg("output_dtype") = "f32");
+      nb::arg("route") = "direct", nb::arg("input_dtype") = "f32", nb::arg("output_dtype") = "f32",
+      "Exact byte extents of a matmul_id call (weights, input, ids, output, grouped scratch), or llmm.Error. Pure.");
 
-  nb::class_<MatmulIdScratch>(m, "MatmulIdScratch")
-      .def_prop_ro("max_experts", &MatmulIdScratch::max_experts)
-      .def_prop_ro("max_tokens", &MatmulIdScratch::max_tokens);
+  nb::class_<MatmulIdScratch>(m, "MatmulIdScratch",
+                              "Scratch of matmul_id's grouped route on one device (from llmm.matmul_id_scratch).")
+      .def_prop_ro("max_experts", &MatmulIdScratch::max_experts, "Experts it has room for.")
+      .def_prop_ro("max_tokens", &MatmulIdScratch::max_tokens, "Tokens it has room for.");
   m.def(
       "matmul_id_scratch",
       [](std::uint32_t max_experts, std::uint32_t max_tokens, nb::ndarray<> device_like) {
         View v = view_of(device_like, "device_like");
         return std::make_unique<MatmulIdScratch>(context_for(v, 0), max_experts, max_tokens);
       },
-      nb::arg("max_experts"), nb::arg("max_tokens"), nb::arg("device_like"));
+      nb::arg("max_experts"), nb::arg("max_tokens"), nb::arg("device_like"),
+      "Allocates grouped-route scratch on device_like's device. Low level: use llmm.matmul_id_scratch.");
   m.def(
       "matmul_id",
       [params_of](nb::ndarray<> weights, nb::ndarray<> x, nb::ndarray<> ids, nb::ndarray<> out, std::uint32_t top_k,
@@ -285,5 +317,7 @@ NB_MODULE(_llmm, m) {
       nb::arg("weights"), nb::arg("x"), nb::arg("ids"), nb::arg("out"), nb::arg("top_k"), nb::arg("n_experts"),
       nb::arg("expert_stride_bytes"), nb::arg("layout") = "shared", nb::arg("may_repeat") = false,
       nb::arg("route") = "direct", nb::arg("scratch") = nb::none(), nb::arg("precision") = "exact",
-      nb::arg("stream") = 0);
+      nb::arg("stream") = 0,
+      "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream; returns the receipt. Low "
+      "level: use llmm.matmul_id.");
 }

@@ -22,3 +22,26 @@ def test_ternary_linear_example():
 def test_qwen3_moe_ffn_example(tokens):
     err = load("qwen3_moe_ffn").run("cpu", tokens=tokens, hidden=256, inter=96, experts=16, top_k=4, quiet=True)
     assert err < 1e-4
+
+
+@pytest.mark.parametrize("tokens", [2, 64])  # direct and grouped routes inside the compiled graph
+def test_torch_compile_moe_example_cpu(torch_mod, tokens):
+    err_compiled, err_ref = load("torch_compile_moe").run("cpu", "aot_eager", tokens=tokens, hidden=256, inter=96,
+                                                           experts=16, top_k=4, quiet=True)
+    assert err_compiled < 1e-6 and err_ref < 1e-5, (err_compiled, err_ref)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype,tol_compiled,tol_ref", [("float32", 1e-5, 1e-4), ("bfloat16", 5e-2, 5e-2)])
+@pytest.mark.parametrize("tokens", [2, 64])
+def test_torch_compile_moe_example_cuda_inductor(cuda_torch, dtype, tol_compiled, tol_ref, tokens):
+    err_compiled, err_ref = load("torch_compile_moe").run("cuda", "inductor", dtype=dtype, tokens=tokens, quiet=True)
+    assert err_compiled < tol_compiled and err_ref < tol_ref, (err_compiled, err_ref)
+
+
+@pytest.mark.cuda
+def test_examples_on_cuda(cuda_torch):
+    assert load("ternary_linear").run("cuda", m=9, n=256, k=512, quiet=True) < 1e-3
+    for tokens in (2, 64):
+        err = load("qwen3_moe_ffn").run("cuda", tokens=tokens, hidden=256, inter=96, experts=16, top_k=4, quiet=True)
+        assert err < 1e-4

@@ -1,8 +1,14 @@
 """pytest for the Python package: NumPy on the CPU backend everywhere; torch on CUDA where present."""
+import ast
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import llmm
+from conftest import need_cuda_torch
 
 RNG = np.random.default_rng(7)
 
@@ -127,18 +133,48 @@ def test_matmul_id_capability_and_refusals():
 
 
 
-def _cuda_torch():
-    try:
-        import torch as t
-    except ImportError:
-        pytest.skip("torch is not installed: CUDA tests skipped")
-    if not (t.cuda.is_available() and llmm.cuda_available()):
-        pytest.skip("no CUDA device (or llmm built without CUDA): CUDA tests skipped")
-    return t
+def test_import_llmm_needs_no_torch():
+    # A fresh interpreter: import llmm loads no torch, and with torch made unimportable everything
+    # but llmm.torch_ops still works; llmm.torch_ops then raises ImportError.
+    code = (
+        "import sys\n"
+        "import llmm\n"
+        "assert 'torch' not in sys.modules, 'import llmm imported torch'\n"
+        "sys.modules['torch'] = None\n"
+        "import importlib, numpy as np\n"
+        "importlib.reload(llmm)\n"
+        "a = np.ones((2, 3), np.float32)\n"
+        "assert llmm.matmul(a, a, transpose_b=True).tolist() == [[3.0, 3.0], [3.0, 3.0]]\n"
+        "try:\n"
+        "    llmm.torch_ops\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ImportError:"), r.stdout
+
+
+def test_type_stubs_and_marker_are_installed():
+    pkg = pathlib.Path(llmm.__file__).parent
+    assert (pkg / "py.typed").is_file()
+    stub = (pkg / "_llmm.pyi").read_text()
+    tree = ast.parse(stub)
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    public = {n for n in dir(llmm._llmm) if not n.startswith("_")}
+    assert public <= names, f"not in _llmm.pyi: {sorted(public - names)}"
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        assert ast.get_docstring(fn), f"_llmm.{fn.name} has no docstring"
+
+
+def test_public_functions_have_docstrings():
+    for name in llmm.__all__:
+        obj = getattr(llmm, name)
+        assert obj.__doc__ and obj.__doc__.strip(), f"llmm.{name} has no docstring"
 
 
 def test_torch_cuda_matmul_on_current_stream():
-    t = _cuda_torch()
+    t = need_cuda_torch()
     s = t.cuda.Stream()
     with t.cuda.stream(s):
         a = t.randn(5, 256, device="cuda", dtype=t.bfloat16)

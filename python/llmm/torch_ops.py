@@ -1,0 +1,215 @@
+"""torch.library custom ops over llmm, for eager torch and torch.compile (no graph break).
+
+Importing this module (it imports torch; torch >= 2.4) registers three functional ops, each with
+a fake (meta) implementation that gives the output's exact shape, dtype and device:
+
+    torch.ops.llmm.matmul(a, b, transpose_a=False, transpose_b=False, precision="exact",
+                          route="auto") -> Tensor
+    torch.ops.llmm.matmul_id(weights, x, ids, layout="shared", route="direct", may_repeat=False,
+                             precision="exact", out_dtype=None) -> Tensor
+    torch.ops.llmm.gemm_tq2(x, weight_key, n, precision="exact", route="auto",
+                            out_dtype=None) -> Tensor
+
+They return new tensors (mutates_args=()), run on CPU tensors (the float64-accumulating reference
+backend) and CUDA tensors (the kernels, on torch's current stream, without host synchronisation),
+and raise llmm.Error for what the library refuses. No autograd formula is registered: llmm is for
+inference, and a backward through these ops raises.
+
+Design choice for gemm_tq2: a TernaryWeight (device memory in llmm's layout, owned by llmm's
+per-device cache) is not a tensor, and custom ops take tensors and plain values only. The op
+therefore names the weight by its int key (weight.key, from llmm.upload_tq2) and its row count n
+(so that the fake implementation knows the output shape without looking anything up); the real
+implementation finds the weight by (x's device, key) and refuses an unknown key or a wrong n.
+In a compiled graph the key is a constant, like a module's int attribute; the weight stays
+resident until llmm.release_tq2(weight). TernaryLinear wraps this as an nn.Module.
+
+The grouped matmul_id route needs scratch memory; the op keeps one grow-only scratch per
+(device, stream), so calls on one stream reuse it in stream order and calls on different
+streams never share one. A call that creates or grows it allocates, which CUDA-graph capture
+forbids: warm up on the capture stream first (a call during capture that would allocate raises
+llmm.Error saying so).
+
+Layouts: a transposed view (innermost stride != 1, the next one 1) is taken as the transpose of
+its base (no copy); any other innermost stride other than 1 is refused with llmm.Error (no silent
+copy). The ops are tagged needs_exact_strides, so torch.compile hands them the strides that eager
+mode would.
+"""
+import threading
+from typing import Optional
+
+import torch
+
+import llmm
+from llmm import _llmm  # noqa: F401  (the extension must load before any op is registered)
+
+if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
+
+__all__ = ["matmul", "matmul_id", "gemm_tq2", "TernaryLinear"]
+
+Tensor = torch.Tensor
+
+_tag = getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order", None)
+_TAGS = (_tag,) if _tag is not None else ()
+
+
+def _custom_op(name, schema=None):
+    try:
+        return torch.library.custom_op(name, mutates_args=(), schema=schema, tags=_TAGS)
+    except TypeError:  # torch 2.4 has no tags= here
+        return torch.library.custom_op(name, mutates_args=(), schema=schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# llmm::matmul
+
+@_custom_op("llmm::matmul")
+def _matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False, precision: str = "exact",
+            route: str = "auto") -> Tensor:
+    return llmm.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision, route=route)
+
+
+@_matmul.register_fake
+def _matmul_fake(a, b, transpose_a=False, transpose_b=False, precision="exact", route="auto"):
+    return a.new_empty(llmm._matmul_out_shape(a.shape, b.shape, transpose_a, transpose_b))
+
+
+# ---------------------------------------------------------------------------------------------
+# llmm::matmul_id
+
+_scratch: dict = {}
+_retired: list = []  # grown-out scratches: kernels enqueued before may still read them
+_scratch_lock = threading.Lock()
+
+
+def _grouped_scratch(x: Tensor, n_experts: int, m: int):
+    dev = llmm._device_name(x)
+    stream = int(torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else 0
+    with _scratch_lock:
+        s = _scratch.get((dev, stream))
+        if s is None or s.max_experts < n_experts or s.max_tokens < m:
+            if x.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise llmm.Error(
+                    f"matmul_id: the grouped route needs scratch for {n_experts} experts x {m} tokens on {dev}, stream "
+                    f"{stream:#x}, and allocating it is not allowed during CUDA-graph capture: run the call once on "
+                    f"the capture stream before capturing (torch.cuda.graph(g, stream=s)), or use route='direct'")
+            experts = max(n_experts, s.max_experts if s is not None else 1)
+            tokens = max(1 << max(m - 1, 0).bit_length(), s.max_tokens if s is not None else 1)
+            if s is not None:
+                _retired.append(s)
+            s = _scratch[(dev, stream)] = llmm.matmul_id_scratch(experts, tokens, dev)
+    return s
+
+
+def _matmul_id_out_dtype(out_dtype: Optional[torch.dtype]) -> torch.dtype:
+    return torch.float32 if out_dtype is None else out_dtype
+
+
+def _matmul_id_check(weights: Tensor, ids: Tensor) -> None:
+    """What the output shape depends on: checked alike by the real and the fake implementation."""
+    if ids.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
+        raise llmm.Error(f"matmul_id: ids must be int32 or uint32, got {ids.dtype} (use ids.to(torch.int32))")
+    if ids.dim() != 2 or weights.dim() != 3:
+        raise llmm.Error(f"matmul_id: weights must be [E, n, k] and ids [m, top_k], got {tuple(weights.shape)} "
+                         f"and {tuple(ids.shape)}")
+
+
+@_custom_op("llmm::matmul_id")
+def _matmul_id(weights: Tensor, x: Tensor, ids: Tensor, layout: str = "shared", route: str = "direct",
+               may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    _matmul_id_check(weights, ids)
+    scratch = _grouped_scratch(x, weights.shape[0], ids.shape[0]) if route == "grouped" else None
+    return llmm.matmul_id(weights, x, ids, layout=layout, route=route, scratch=scratch, may_repeat=may_repeat,
+                          precision=precision, out_dtype=_matmul_id_out_dtype(out_dtype))
+
+
+@_matmul_id.register_fake
+def _matmul_id_fake(weights, x, ids, layout="shared", route="direct", may_repeat=False, precision="exact",
+                    out_dtype=None):
+    _matmul_id_check(weights, ids)
+    return x.new_empty((ids.shape[0], ids.shape[1], weights.shape[1]), dtype=_matmul_id_out_dtype(out_dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# llmm::gemm_tq2
+
+# int, not SymInt: the key and n are constants of a graph, never symbolic sizes.
+@_custom_op("llmm::gemm_tq2", schema="(Tensor x, int weight_key, int n, str precision=\"exact\", str route=\"auto\", "
+                                    "ScalarType? out_dtype=None) -> Tensor")
+def _gemm_tq2(x: Tensor, weight_key: int, n: int, precision: str = "exact", route: str = "auto",
+              out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    w = llmm._tq2_lookup(llmm._device_name(x), weight_key)
+    if w.n != n:
+        raise llmm.Error(f"gemm_tq2: weight key {weight_key} is [{w.n}, {w.k}], the call says n = {n}")
+    return llmm.gemm_tq2(w, x, precision=precision, route=route,
+                         out_dtype=torch.float32 if out_dtype is None else out_dtype)
+
+
+@_gemm_tq2.register_fake
+def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=None):
+    if x.dim() != 2:
+        raise llmm.Error(f"gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
+    return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_dtype is None else out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Python conveniences (traceable by torch.compile: they only call the ops)
+
+def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False, precision: str = "exact",
+           route: str = "auto") -> Tensor:
+    """torch.ops.llmm.matmul: op(a) @ op(b) as a new tensor (see llmm.matmul for shapes and dtypes)."""
+    return torch.ops.llmm.matmul(a, b, transpose_a, transpose_b, precision, route)
+
+
+def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared", route: str = "direct",
+              may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """torch.ops.llmm.matmul_id: out [m, top_k, n] (float32 unless out_dtype = x.dtype); ids int32 or
+    uint32 (see llmm.matmul_id). The grouped route's scratch is managed per (device, stream)."""
+    return torch.ops.llmm.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype)
+
+
+def gemm_tq2(weight, x: Tensor, *, precision: str = "exact", route: str = "auto",
+             out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """torch.ops.llmm.gemm_tq2 for a TernaryWeight on x's device: x [m, k] @ W^T -> [m, n]. Inside
+    torch.compile prefer TernaryLinear (plain int attributes), or call the op with weight.key."""
+    return torch.ops.llmm.gemm_tq2(x, int(weight.key), int(weight.n), precision, route, out_dtype)
+
+
+class TernaryLinear(torch.nn.Module):
+    """y = x @ W^T (+ bias) with a TQ2_0_g128 ternary weight resident on one device.
+
+    x is [..., k] (f32, f16 or bf16, innermost stride 1; rows are flattened without a copy when
+    x is contiguous); y is [..., n] in out_dtype (default: x's dtype; float32 is the other choice).
+    Uses torch.ops.llmm.gemm_tq2, so torch.compile(fullgraph=True) traces it.
+    """
+
+    def __init__(self, weight, bias: Optional[Tensor] = None, *, precision: str = "exact", route: str = "auto",
+                 out_dtype: Optional[torch.dtype] = None):
+        super().__init__()
+        self.weight_handle = weight  # keeps the device memory alive
+        self.weight_key, self.in_features, self.out_features = int(weight.key), int(weight.k), int(weight.n)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), requires_grad=False)
+        self.precision, self.route, self.out_dtype = precision, route, out_dtype
+
+    @classmethod
+    def from_float(cls, w: Tensor, bias: Optional[Tensor] = None, *, device=None, rule: str = "absmean",
+                   **kw) -> "TernaryLinear":
+        """Quantizes a float [n, k] weight (k % 128 == 0) and uploads it to `device` (default w's)."""
+        n, k = w.shape
+        dev = llmm._device_name(str(device) if device is not None else w)
+        weight = llmm.upload_tq2(llmm.quantize_tq2(w), n, k, device=dev)
+        if bias is not None:
+            bias = bias.to(dev)
+        return cls(weight, bias, **kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        out_dtype = x.dtype if self.out_dtype is None else self.out_dtype
+        y = torch.ops.llmm.gemm_tq2(x.reshape(-1, self.in_features), self.weight_key, self.out_features,
+                                    self.precision, self.route, out_dtype)
+        y = y.reshape(*lead, self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, key={self.weight_key}, "
+                f"device={self.weight_handle.device}, precision={self.precision!r}")
