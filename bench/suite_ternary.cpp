@@ -11,6 +11,7 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
+#include "core/ternary/tq2_dequant_lt_plan.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "gpu/device_data.hpp"
 #include "gpu/timing.hpp"
@@ -89,7 +90,7 @@ void run_gpu(BenchEnv& env) {
       p.w.push_back(cache.get_or_upload(key++, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), sh.n, sh.k));
     p.host_w = tq2_dequantize(blocks.data(), blocks.size() * sizeof(BlockTQ2_128), sh.n, sh.k);
     std::vector<std::uint16_t> wb(p.host_w.size());
-    for (std::size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16_bits(p.host_w[i]);  // exact: ternary x f16 scale
+    for (std::size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16_bits(p.host_w[i]);  // rounded: an f16 scale has 11 bits
     const int dcopies = rotation_copies(static_cast<double>(sh.n * sh.k) * 2, l2);
     for (int i = 0; i < dcopies; ++i) {
       p.wf32.emplace_back(p.host_w.size() * 4);
@@ -99,7 +100,10 @@ void run_gpu(BenchEnv& env) {
     }
 
     std::vector<std::int64_t> ms = {1, 2, 4, 8, 16};
-    if (prefill_shape) ms.push_back(1536);
+    if (prefill_shape) {
+      if (!env.quick) ms.push_back(128);  // mid m: where the router's tq2_tiled / tq2_dequant_lt gate sits
+      ms.push_back(1536);
+    }
     for (std::int64_t m : ms) {
       std::vector<Precision> precs = {Precision::Exact};
       if (m > 16) precs.push_back(Precision::Fast);
@@ -164,9 +168,10 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
-        if (m == 1 || m == 16) {  // A/B: the decode kernel against its previous version
+        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV3}) {  // A/B against other versions
+          if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > 2) continue;
           Tq2Options o1 = o;
-          o1.force_route = Tq2Route::Stream;
+          o1.force_route = other;
           Receipt r1;
           auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
             const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
@@ -174,7 +179,8 @@ void run_gpu(BenchEnv& env) {
                           View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), o1);
           });
           Row row;
-          row.suite = "ternary", row.name = std::string(sh.name) + "_m" + std::to_string(m) + "_vs_v1", row.route = receipt.route;
+          row.suite = "ternary", row.route = receipt.route;
+          row.name = std::string(sh.name) + "_m" + std::to_string(m) + (other == Tq2Route::Stream ? "_vs_v1" : "_vs_v3");
           row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
           row.m = m, row.n = sh.n, row.k = sh.k;
           row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
@@ -183,6 +189,41 @@ void run_gpu(BenchEnv& env) {
           row.baseline = r1.kernel, row.baseline_us = tb.median_us;
           row.device = env.device_label;
           env.out.add(row);
+        }
+        if (m > 16 && receipt.route == tq2_route_name(Tq2Route::DequantLt)) {
+          // A/B: the tq2_tiled kernel the route replaced, and the route with 24 MiB (L2-sized)
+          // weight chunks instead of the automatic rule's (calibrates the chunk rule).
+          Tq2Options tiled = o, l2chunk = o;
+          tiled.force_route = Tq2Route::Tiled;
+          l2chunk.force_route = Tq2Route::DequantLt;
+          l2chunk.dequant_chunk_rows = static_cast<std::int64_t>(cuda_ternary::kTq2LtL2ChunkBytes) / (2 * sh.k);
+          struct Ab { const char* suffix; Tq2Options opts; };
+          for (const Ab& ab : {Ab{"_vs_tiled", tiled}, Ab{"_vs_lt_l2chunk", l2chunk}}) {
+            const std::int64_t rows = std::min(sh.n, (ab.opts.dequant_chunk_rows + 127) / 128 * 128);
+            if (ab.opts.dequant_chunk_rows > 0 && rows == cuda_ternary::tq2_lt_auto_chunk_rows(m, sh.n, sh.k)) continue;
+            Receipt r1;
+            auto other_call = [&](int i) {
+              const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
+              r1 = gemm_tq2(env.ctx, w, View::contiguous(in.data(), DType::F32, {m, sh.k}, DeviceKind::CUDA),
+                            View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), ab.opts);
+            };
+            other_call(0);  // plans and workspace exist before the graph capture
+            env.ctx.synchronize();
+            auto [t, tb] = time_pair(s, llmm_call, other_call);
+            Row row;
+            row.suite = "ternary", row.route = receipt.route, row.name = std::string(sh.name) + "_m" + std::to_string(m) + ab.suffix;
+            row.kernel = receipt.kernel, row.dtype = "f32", row.precision = prec == Precision::Exact ? "exact" : "fast";
+            row.m = m, row.n = sh.n, row.k = sh.k;
+            row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+            row.flops = 2.0 * m * sh.n * sh.k;
+            row.bytes = packed + 4.0 * static_cast<double>(m * sh.k + m * sh.n);
+            row.baseline = ab.opts.force_route == Tq2Route::Tiled
+                               ? r1.kernel
+                               : "tq2_dequant_lt_chunk" + std::to_string(ab.opts.dequant_chunk_rows);
+            row.baseline_us = tb.median_us;
+            row.device = env.device_label;
+            env.out.add(row);
+          }
         }
       }
     }

@@ -88,7 +88,8 @@ DenseRoute dense_route_of(const std::string& r) {
 }
 
 Tq2Route tq2_route_of(const std::string& r) {
-  for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::Stream, Tq2Route::Tiled})
+  for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2,
+                     Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::DequantLt})
     if (r == tq2_route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, "llmm: unknown ternary route '", r, "'");
 }

@@ -179,9 +179,19 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, cpu), Tq2Route::Cpu);
   ArchInfo h200;
   h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.sm_count = 132;
-  for (std::int64_t m : {1, 2, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
-  EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::Tiled);
-  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::Tiled);
+  for (std::int64_t m : {1, 2}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV3) << m;
+  for (std::int64_t m : {3, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.
+  EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::DequantLt);
+  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::DequantLt);
+  EXPECT_EQ(plan_tq2(32, 2048, 2048, DType::F32, h200), Tq2Route::DequantLt);  // exactly 2^27
+  EXPECT_EQ(plan_tq2(31, 2048, 2048, DType::F32, h200), Tq2Route::Tiled);
+  EXPECT_EQ(plan_tq2(130, 333, 384, DType::F32, h200), Tq2Route::Tiled);
+  EXPECT_EQ(plan_tq2(1536, 8, 128, DType::F32, h200), Tq2Route::Tiled);
+  EXPECT_EQ(plan_tq2(1, 8, 128, DType::F16, h200, Tq2Route::DequantLt), Tq2Route::DequantLt);
+  expect_error([&] { plan_tq2(4, 8, 128, DType::F32, cpu, Tq2Route::DequantLt); }, ErrorCode::Unsupported,
+               "gemm_tq2: route tq2_dequant_lt cannot run (m: 4, n: 8, k: 128, f32): needs a CUDA context");
+  EXPECT_STREQ(tq2_route_name(Tq2Route::DequantLt), "tq2_dequant_lt");
   ArchInfo old = h200;
   old.cc_major = 7;
   EXPECT_EQ(plan_tq2(1536, 3072, 3072, DType::F32, old), Tq2Route::Naive);
@@ -199,6 +209,10 @@ TEST(Tq2Plan, Routes) {
                "gemm_tq2: route tq2_stream_v2 cannot run (m: 17, n: 8, k: 128, f32): the streaming kernels take m <= 16");
   EXPECT_STREQ(tq2_route_name(Tq2Route::Stream), "tq2_stream");
   EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV2), "tq2_stream_v2");
+  EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV3), "tq2_stream_v3");
+  EXPECT_EQ(plan_tq2(2, 3072, 3072, DType::F32, h200, Tq2Route::StreamV3), Tq2Route::StreamV3);
+  expect_error([&] { plan_tq2(3, 8, 128, DType::F32, h200, Tq2Route::StreamV3); }, ErrorCode::Unsupported,
+               "the int8 streaming kernel takes m <= 2");
 }
 
 TEST(Tq2Cpu, SeedAntiCapOfEightThroughHostApi) {

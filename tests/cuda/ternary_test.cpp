@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/ternary/tq2_dequant_lt_plan.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"
+#include "support/expect_error.hpp"
 #include "support/gpu.hpp"
 #include "support/tensor.hpp"
 #include "support/tq2_case.hpp"
@@ -18,18 +20,21 @@ using namespace llmm::test;
 
 namespace {
 std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
-bool streaming(Tq2Route r) { return r == Tq2Route::Stream || r == Tq2Route::StreamV2; }
+bool streaming(Tq2Route r) { return r == Tq2Route::Stream || r == Tq2Route::StreamV2 || r == Tq2Route::StreamV3; }
+// Largest m a route takes.
+std::int64_t max_m(Tq2Route r) { return r == Tq2Route::StreamV3 ? 2 : streaming(r) ? 16 : 1 << 30; }
 }  // namespace
 
 TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled, Tq2Route::Auto})
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled,
+                     Tq2Route::DequantLt, Tq2Route::Auto})
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
         for (std::int64_t m : {1, 7, 8, 9, 32, 33, 100, 1536}) {
-          if (streaming(r) && m > 16) continue;  // the streaming kernels take m <= 16
+          if (m > max_m(r)) continue;  // the streaming kernels take m <= 16 (v3: m <= 2)
           Tq2Case c;
           c.m = m, c.n = n, c.k = k, c.route = r;
           Tq2Outcome o = run_tq2_case(ctx, cache, c);
@@ -50,7 +55,8 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 1;
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled, Tq2Route::Naive})
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::Naive,
+                     Tq2Route::DequantLt})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
         for (Precision p : {Precision::Exact, Precision::Fast}) {
@@ -59,7 +65,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
             for (std::int64_t n : {8, 333})
               for (std::int64_t k : {128, 384})
                 for (std::int64_t pad : {0, 3}) {
-                  if (streaming(r) && m > 16) continue;
+                  if (m > max_m(r)) continue;
                   Tq2Case c;
                   c.m = m, c.n = n, c.k = k, c.route = r, c.precision = p, c.in_dtype = in, c.out_dtype = out;
                   c.pad = pad, c.seed_input = false, c.seed = ++seed;
@@ -80,18 +86,23 @@ TEST(Tq2Gpu, StreamV2ChunksRowTilesWideRange) {
   TernaryWeightCache cache(ctx);
   struct NK { std::int64_t n, k; int rows; };
   std::uint64_t seed = 500;
+  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV3})
   for (NK nk : {NK{77, 6144, 16}, NK{6400, 256, 32}, NK{12800, 256, 64}, NK{25400, 128, 128}})
     for (std::int64_t m : {1, 2, 3, 5, 9, 16})
       for (Precision p : {Precision::Exact, Precision::Fast})
         for (int wide : {0, 20}) {
+          if (m > max_m(r)) continue;
           Tq2Case c;
-          c.m = m, c.n = nk.n, c.k = nk.k, c.route = Tq2Route::StreamV2, c.precision = p;
+          c.m = m, c.n = nk.n, c.k = nk.k, c.route = r, c.precision = p;
           c.seed_input = false, c.seed = ++seed, c.wide_exp = wide, c.zero_group = wide > 0, c.pad = m % 2;
           Tq2Outcome o = run_tq2_case(ctx, cache, c);
           EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
           EXPECT_TRUE(o.padding_untouched) << c.describe();
           const std::string rows = "_r" + std::to_string(nk.rows);
-          EXPECT_EQ(o.receipt.kernel.substr(o.receipt.kernel.size() - rows.size()), rows) << o.receipt.kernel;
+          const std::string& kn = o.receipt.kernel;
+          const std::string tail = m >= 3 && r == Tq2Route::StreamV2 ? rows + "_staged" : rows;
+          EXPECT_EQ(kn.substr(kn.size() - std::min(kn.size(), tail.size())), tail) << kn;
+          EXPECT_EQ(o.receipt.kernels_launched, m >= 3 && r == Tq2Route::StreamV2 ? 2 : 1) << kn;
         }
 }
 
@@ -99,9 +110,9 @@ TEST(Tq2Gpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled}) {
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::DequantLt}) {
     Tq2Case c;
-    c.m = streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
+    c.m = r == Tq2Route::StreamV3 ? 2 : streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
     Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
     EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
     EXPECT_EQ(a.out_bytes, b.out_bytes) << tq2_route_name(r) << " is not bitwise deterministic";
@@ -132,7 +143,8 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   wrong_k.strides = {512, 1};
   EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::Tiled}) {
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled,
+                     Tq2Route::DequantLt}) {
     Tq2Options o;
     o.force_route = r;
     EXPECT_THROW(gemm_tq2(ctx, w, din.view, dout.view, o), Error) << tq2_route_name(r);
@@ -145,6 +157,102 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   copy_to_host(back.data(), dout.buffer.data(), back.size());
   EXPECT_EQ(back, poison_bytes);
   for (float x : hout) EXPECT_TRUE(std::isnan(x));
+}
+
+// DequantLt paths the sweeps above do not reach: several weight chunks (forced 128 / 384 rows,
+// a short last chunk, and the automatic single chunk), a caller workspace of exactly
+// tq2_workspace_bytes (then the context allocates nothing), inputs over 2^+-20 (past f16's range
+// before the power-of-two scaling) with an all-zero scale group; the kernel count of the plan.
+TEST(Tq2Gpu, DequantLtChunksWorkspaceWideRange) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 900;
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (DType out : {DType::F32, in})
+      for (Precision p : {Precision::Exact, Precision::Fast}) {
+        if (in != DType::F32 && p == Precision::Fast) continue;
+        for (std::int64_t chunk : {128, 384, 0})
+          for (int wide : {0, 20}) {
+            if (in == DType::F16 && wide > 0) continue;  // f16 cannot hold 2^20 inputs at all
+            Tq2Case c;
+            c.m = 70, c.n = 1000, c.k = 384, c.route = Tq2Route::DequantLt, c.precision = p;
+            c.in_dtype = in, c.out_dtype = out, c.pad = 1, c.seed_input = false, c.seed = ++seed;
+            c.chunk_rows = chunk, c.caller_workspace = chunk != 384, c.wide_exp = wide, c.zero_group = wide > 0;
+            const std::uint64_t allocs = BufferPool::alloc_count();
+            Tq2Outcome o = run_tq2_case(ctx, cache, c);
+            EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+            EXPECT_TRUE(o.padding_untouched) << c.describe();
+            const cuda_ternary::Tq2LtPlan plan =
+                cuda_ternary::tq2_lt_plan(c.m, c.n, c.k, in, out, p == Precision::Exact, chunk);
+            EXPECT_EQ(o.receipt.kernels_launched, plan.kernels) << c.describe();
+            EXPECT_EQ(plan.chunks, chunk == 128 ? 8 : chunk == 384 ? 3 : 1);
+            if (c.caller_workspace) EXPECT_EQ(BufferPool::alloc_count(), allocs) << c.describe();
+          }
+      }
+}
+
+// Zero input: the scale exponent falls back to 0 and the output is exactly zero (no NaN from an
+// unread, poisoned output); and the launch order of one Exact call.
+TEST(Tq2Gpu, DequantLtZeroInputAndLaunchOrder) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 5);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 64, 256);
+  for (Precision p : {Precision::Exact, Precision::Fast}) {
+    Tq2Options o;
+    o.force_route = Tq2Route::DequantLt, o.precision = p;
+    std::vector<float> zeros(4 * 256, 0.0f), out(4 * 64, NAN);
+    gemm_tq2(ctx, w, zeros.data(), out.data(), 4, 64, 256, o);
+    for (float x : out) EXPECT_EQ(x, 0.0f);
+  }
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  Tq2Options o;
+  o.force_route = Tq2Route::DequantLt;
+  std::vector<float> in(4 * 256, 0.25f), out(4 * 64, NAN);
+  Receipt r = gemm_tq2(ctx, w, in.data(), out.data(), 4, 64, 256, o);
+  ctx.set_launch_recorder(nullptr);
+  const std::vector<std::string> want = {"tq2_lt_absmax_f32", "tq2_lt_split_f32_f16x2", "tq2_dequant_f16",
+                                         "cublaslt_f16_nt_f32", "cublaslt_f16_nt_f32"};
+  EXPECT_EQ(rec.launched, want);
+  EXPECT_EQ(r.kernels_launched, 5);
+  EXPECT_EQ(r.kernel, "tq2_lt_absmax_f32+tq2_lt_split_f32_f16x2+tq2_dequant_f16+cublaslt_f16_nt_f32");
+}
+
+TEST(Tq2Gpu, DequantLtRefusesSmallOrMisalignedWorkspace) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 5);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 64, 256);
+  HostTensor in = host_tensor(DType::F32, {4, 256}), out = host_tensor(DType::F32, {4, 64});
+  for (int i = 0; i < 4 * 256; ++i) static_cast<float*>(in.view.data)[i] = 0.5f;
+  std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
+  out.bytes = poison_bytes;
+  out.view.data = out.bytes.data();
+  DeviceTensor din = to_device(in), dout = to_device(out);
+  Tq2Options o;
+  o.force_route = Tq2Route::DequantLt;
+  const std::size_t need = tq2_workspace_bytes(4, 64, 256, DType::F32, DType::F32, o);
+  DeviceBuffer ws(need + 256);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  o.workspace = ws.data(), o.workspace_bytes = need - 1;
+  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
+               "gemm_tq2: workspace of " + std::to_string(need - 1) + " bytes is smaller than the " +
+                   std::to_string(need) + " bytes route tq2_dequant_lt needs");
+  o.workspace = static_cast<unsigned char*>(ws.data()) + 16, o.workspace_bytes = need;
+  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument, "is not 256-byte aligned");
+  ctx.synchronize();
+  EXPECT_TRUE(rec.launched.empty());
+  std::vector<unsigned char> back(out.bytes.size());
+  copy_to_host(back.data(), dout.buffer.data(), back.size());
+  EXPECT_EQ(back, poison_bytes);
+  o.workspace = ws.data();  // exactly the bytes asked for: runs
+  EXPECT_EQ(gemm_tq2(ctx, w, din.view, dout.view, o).kernels_launched, 5);
+  ctx.set_launch_recorder(nullptr);
 }
 
 TEST(Tq2Gpu, WarmedPoolAllocatesNothing) {

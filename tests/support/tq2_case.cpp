@@ -47,6 +47,8 @@ std::string Tq2Case::describe() const {
      << dtype_name(out_dtype) << " pad " << pad << (seed_input ? " seed-input" : " random-input");
   if (wide_exp > 0) os << " wide 2^+-" << wide_exp;
   if (zero_group) os << " zero-group";
+  if (chunk_rows > 0) os << " chunk " << chunk_rows;
+  if (caller_workspace) os << " caller-workspace";
   return os.str();
 }
 
@@ -109,8 +111,15 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
   };
   Tq2Options o;
   o.precision = c.precision, o.force_route = c.route;
+  o.dequant_chunk_rows = c.chunk_rows;
   Tq2Outcome r;
   if (ctx.is_cuda()) {
+    DeviceBuffer ws;
+    if (c.caller_workspace) {
+      o.workspace_bytes = tq2_workspace_bytes(c.m, c.n, c.k, c.in_dtype, c.out_dtype, o);
+      ws = DeviceBuffer(o.workspace_bytes, ctx.arch().device_index);
+      o.workspace = ws.data();
+    }
     DeviceTensor din = to_device(in), dout = to_device(out);
     r.receipt = gemm_tq2(ctx, w, as2d(din.view), as2d(dout.view), o);
     ctx.synchronize();

@@ -26,6 +26,8 @@ struct Tq2Case {
   std::uint64_t seed = 1;
   int wide_exp = 0;         // > 0: random input magnitudes spread over 2^-wide_exp .. 2^wide_exp
   bool zero_group = false;  // input columns 128..255 all zero (a scale group of zeros)
+  std::int64_t chunk_rows = 0;    // DequantLt: forced weight rows per dequantized chunk (0: automatic)
+  bool caller_workspace = false;  // DequantLt: pass a workspace of exactly tq2_workspace_bytes
   std::string describe() const;
 };
 

@@ -72,6 +72,12 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   c.args.in = in.data, c.args.in_dtype = in.dtype, c.args.in_ld = m > 1 ? in.stride(0) : w->k();
   c.args.out = out.data, c.args.out_dtype = out.dtype, c.args.out_ld = m > 1 ? out.stride(0) : w->n();
   c.args.exact = o.precision == Precision::Exact;
+  if (o.dequant_chunk_rows < 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": dequant_chunk_rows ", o.dequant_chunk_rows, " is negative");
+  if (!o.workspace && o.workspace_bytes > 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": workspace_bytes ", o.workspace_bytes, " given with a null workspace");
+  c.args.workspace = o.workspace, c.args.workspace_bytes = o.workspace_bytes;
+  c.args.chunk_rows = o.dequant_chunk_rows;
   c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
   return c;
 }
@@ -95,7 +101,9 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::Naive: return "tq2_naive";
     case Tq2Route::Stream: return "tq2_stream";
     case Tq2Route::StreamV2: return "tq2_stream_v2";
+    case Tq2Route::StreamV3: return "tq2_stream_v3";
     case Tq2Route::Tiled: return "tq2_tiled";
+    case Tq2Route::DequantLt: return "tq2_dequant_lt";
   }
   return "?";
 }
@@ -106,11 +114,13 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     const char* why = nullptr;
     if (force == Tq2Route::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
     if (force != Tq2Route::Cpu && !cuda) why = "needs a CUDA context";
-    if ((force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2) && cuda &&
-        arch.cc_major < 8)
+    if ((force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2 ||
+         force == Tq2Route::StreamV3) &&
+        cuda && arch.cc_major < 8)
       why = "needs sm_80 or newer";
     if ((force == Tq2Route::Stream || force == Tq2Route::StreamV2) && cuda && m > 16)
       why = "the streaming kernels take m <= 16";
+    if (force == Tq2Route::StreamV3 && cuda && m > 2) why = "the int8 streaming kernel takes m <= 2";
     if (why)
       fail(ErrorCode::Unsupported, "gemm_tq2: route ", tq2_route_name(force), " cannot run (m: ", m, ", n: ", n, ", k: ",
            k, ", ", dtype_name(in_dtype), "): ", why);
@@ -118,7 +128,15 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   }
   if (!cuda) return Tq2Route::Cpu;
   if (arch.cc_major < 8) return Tq2Route::Naive;  // every tensor-core kernel needs sm_80
-  return m <= 16 ? Tq2Route::StreamV2 : Tq2Route::Tiled;
+  // Decode: the int8 kernel at m <= 2 (measured 1.0-1.2x v2 there), v2 (staged from m = 3) to 16.
+  if (m <= 2) return Tq2Route::StreamV3;
+  if (m <= 16) return Tq2Route::StreamV2;
+  // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so
+  // each wave of tiles costs ~45 ns per unit of k (140 us at k = 3072) however small m is.
+  // DequantLt costs ~5 launches (~15 us), the f16 weight written once and cuBLASLt's tensor-core
+  // GEMMs; from ~2^27 multiply-adds (e.g. 32 x 2048 x 2048) it should win. To be calibrated.
+  const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  return macs >= 0x1p27 ? Tq2Route::DequantLt : Tq2Route::Tiled;
 }
 
 Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& opts) {

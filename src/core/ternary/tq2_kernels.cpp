@@ -81,14 +81,19 @@ int tq2_stream_v2_splits(const Tq2Args& a) noexcept {
   return a.m * 3 <= 8 ? 3 : 2;  // a third part is free while the columns fit one n8 tile
 }
 
-std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& a, int sm_count) noexcept {
-  if (!tq2_stream_v2_supports(a)) return std::nullopt;
+namespace {
+
+// Block shape and shared memory of the decode kernels v2 and v3 (tq2_stream_skeleton.cuh):
+// most rows per block (the activation conversion is paid once per block) while the grid still
+// gives every SM about 1.5 blocks; K in chunks that fit the budget. Shared memory: the warps'
+// code rings [8][stages][512 B], partial sums [8][16][8 * n_tiles] f32, per group and n8-tile
+// column a float2 coefficient, the block's scales [16 * row_tiles][group] f16 (16-byte padded),
+// and cols + 1 columns (the last stays zero) of rec_bytes per group plus col_pad.
+Tq2StreamV2Config stream_layout(const Tq2Args& a, int splits, int rec_bytes, int col_pad, int sm_count) {
   Tq2StreamV2Config c;
-  c.splits = tq2_stream_v2_splits(a);
-  const int cols = static_cast<int>(a.m) * c.splits;
+  c.splits = splits;
+  const int cols = static_cast<int>(a.m) * splits;
   c.n_tiles = (cols + 7) / 8;
-  // Most rows per block (the activation conversion is paid once per block) while the grid
-  // still gives every SM about 1.5 blocks.
   const std::int64_t sms = sm_count > 0 ? sm_count : 132;
   c.row_tiles = 1;
   for (int rt : {8, 4, 2}) {
@@ -97,24 +102,67 @@ std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& a, int sm_c
       break;
     }
   }
-  // Shared memory: per column a chunk of K as f16 (256 bytes a group, + 16 against bank
-  // conflicts), per group and n8-tile column 1 / sigma (f32), and the warps' partial sums
-  // [8 warps][16 rows][8 * n_tiles] floats.
+  const int ring = 8 * kTq2StreamStages * 512;
   const int red = 8 * 16 * 8 * c.n_tiles * 4;
-  const int per_group = cols * 256 + 8 * c.n_tiles * 4;
+  const int per_group = (cols + 1) * rec_bytes + 8 * c.n_tiles * 8 + 16 * c.row_tiles * 2;
   const std::int64_t groups = a.k / kTq2Group;
-  // One more column stays zero: lanes past the last column read it instead of branching.
-  const int fit = (kTq2V2SmemBudget - red - 16 * (cols + 1)) / (per_group + 256);
+  const int fit = (kTq2V2SmemBudget - ring - red - 16 - col_pad * (cols + 1)) / per_group;
   c.chunk_groups = static_cast<int>(groups < fit ? groups : fit);
-  c.smem_bytes = red + (cols + 1) * (c.chunk_groups * 256 + 16) + c.chunk_groups * 8 * c.n_tiles * 4;
+  const int scales = (16 * c.row_tiles * c.chunk_groups * 2 + 15) & ~15;
+  c.smem_bytes = ring + red + c.chunk_groups * 8 * c.n_tiles * 8 + scales +
+                 (cols + 1) * (c.chunk_groups * rec_bytes + col_pad);
   return c;
+}
+
+}  // namespace
+
+std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& a, int sm_count) noexcept {
+  if (!tq2_stream_v2_supports(a)) return std::nullopt;
+  Tq2StreamV2Config c = stream_layout(a, tq2_stream_v2_splits(a), 256, 16, sm_count);  // f16 records: 256 B a group
+  c.staged = a.m >= 3;
+  return c;
+}
+
+std::size_t tq2_stream_v2_stage_bytes(std::int64_t m, std::int64_t k, DType in_dtype, bool exact) noexcept {
+  if (m < 3 || m > kTq2StreamMaxM || k < kTq2Group) return 0;
+  const std::int64_t splits = in_dtype != DType::F32 || !exact ? 1 : m * 3 <= 8 ? 3 : 2;
+  const std::int64_t n_tiles = (m * splits + 7) / 8;
+  const auto groups = static_cast<std::size_t>(k / kTq2Group);
+  return static_cast<std::size_t>(m * splits) * groups * 256 + groups * 8 * static_cast<std::size_t>(n_tiles) * 8;
+}
+
+std::size_t tq2_stream_v2_stage_bytes(const Tq2Args& a) noexcept {
+  const auto c = tq2_stream_v2_config(a);
+  if (!c || !c->staged) return 0;
+  return tq2_stream_v2_stage_bytes(a.m, a.k, a.in_dtype, a.exact);
+}
+
+std::string tq2_stream_v2_stage_kernel_name(const Tq2Args& a) {
+  const auto c = tq2_stream_v2_config(a);
+  if (!c || !c->staged) return {};
+  return "tq2_stage_v2_" + dname(a.in_dtype) + "_f16x" + std::to_string(c->splits) + "_n" + std::to_string(8 * c->n_tiles);
 }
 
 std::string tq2_stream_v2_kernel_name(const Tq2Args& a, int sm_count) {
   const auto c = tq2_stream_v2_config(a, sm_count);
   if (!c) return {};
   return prefix("tq2_stream_v2", a) + "_f16x" + std::to_string(c->splits) + "_n" + std::to_string(8 * c->n_tiles) +
-         "_r" + std::to_string(16 * c->row_tiles);
+         "_r" + std::to_string(16 * c->row_tiles) + (c->staged ? "_staged" : "");
+}
+
+bool tq2_stream_v3_supports(const Tq2Args& a) noexcept {
+  return tq2_args_ok(a) && a.m <= kTq2StreamV3MaxM && tq2_codes_vec16(a);
+}
+
+std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& a, int sm_count) noexcept {
+  if (!tq2_stream_v3_supports(a)) return std::nullopt;
+  return stream_layout(a, 3, 128, 64, sm_count);  // three int8 digits, 128 B records
+}
+
+std::string tq2_stream_v3_kernel_name(const Tq2Args& a, int sm_count) {
+  const auto c = tq2_stream_v3_config(a, sm_count);
+  if (!c) return {};
+  return prefix("tq2_stream_v3", a) + "_i8x3_r" + std::to_string(16 * c->row_tiles);
 }
 
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {

@@ -76,6 +76,7 @@ std::string tq2_stream_kernel_name(const Tq2Args& args, int sm_count = 0);
 // Columns = m x splits: f32 Exact 3 (m <= 2) or 2, Fast 1; 16-bit input 1.
 
 inline constexpr int kTq2V2Threads = 256;      // 8 warps
+inline constexpr int kTq2StreamStages = 8;     // per-warp cp.async ring depth (groups of 512 B)
 inline constexpr int kTq2V2SmemBudget = 100 * 1024;  // two blocks per SM
 
 struct Tq2StreamV2Config {
@@ -84,6 +85,7 @@ struct Tq2StreamV2Config {
   int row_tiles = 1;     // 16-row tiles per block: 8, 4, 2 or 1 (k_warps = 8 / row_tiles)
   int chunk_groups = 1;  // 128-code groups of K per shared-memory chunk
   int smem_bytes = 0;    // dynamic shared memory of one block
+  bool staged = false;   // v2, m >= 3: a first kernel converts the activation once for all blocks
   friend bool operator==(const Tq2StreamV2Config&, const Tq2StreamV2Config&) = default;
 };
 
@@ -92,8 +94,33 @@ bool tq2_stream_v2_supports(const Tq2Args& args) noexcept;
 int tq2_stream_v2_splits(const Tq2Args& args) noexcept;
 // nullopt unless supported. sm_count 0 = unknown (132).
 std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// tq2_stream_v2_<in>_<out>_f16x<splits>_n<8*n_tiles>_r<16*row_tiles> (empty when unsupported).
+// tq2_stream_v2_<in>_<out>_f16x<splits>_n<8*n_tiles>_r<16*row_tiles>[_staged] (empty when
+// unsupported).
 std::string tq2_stream_v2_kernel_name(const Tq2Args& args, int sm_count = 0);
+// Staged configurations first run tq2_stage_v2_<in>_f16x<splits>_n<8*n_tiles> into a device
+// workspace of this many bytes (records [m * splits][k / 128][256 B], then [k / 128][8 * n_tiles]
+// float2); 0 when the configuration is not staged. Without staging every block converts the
+// whole activation itself, which at m = 16 costs as much as the weight stream.
+std::size_t tq2_stream_v2_stage_bytes(const Tq2Args& args) noexcept;
+// The same from sizes alone (m in 3..16 stages; k % 128 == 0 assumed).
+std::size_t tq2_stream_v2_stage_bytes(std::int64_t m, std::int64_t k, DType in_dtype, bool exact) noexcept;
+std::string tq2_stream_v2_stage_kernel_name(const Tq2Args& args);
+
+// ---------------------------------------------------------------------------------------------
+// tq2_stream_v3: decode for m <= 2 on int8 tensor cores (mma m16n8k32 u8 x s8). Same skeleton
+// as v2; the activation of each 128-group is scaled by a power of two to a 23-bit integer and
+// split into three signed int8 digits (three B columns per token, exact to 2^-23 of the
+// group's max |x|); codes enter as u8 0/1/2 with one AND per 4 codes, and the epilogue
+// subtracts the group's digit sums (code c means c - 1). Config fields as v2 (splits = 3,
+// n_tiles = 1); records 128 bytes a group.
+
+inline constexpr int kTq2StreamV3MaxM = 2;
+
+// tq2_args_ok, m <= 2 and tq2_codes_vec16.
+bool tq2_stream_v3_supports(const Tq2Args& args) noexcept;
+std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& args, int sm_count = 0) noexcept;
+// tq2_stream_v3_<in>_<out>_i8x3_r<16*row_tiles> (empty when unsupported).
+std::string tq2_stream_v3_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
 // tq2_tiled: 128 (m) x 128 (n) output tile per 256-thread block, K slices of 64 through a

@@ -1,5 +1,6 @@
 // PTX building blocks shared by the tensor-core kernels (dense tiled/skinny, ternary, MoE):
-// cp.async, ldmatrix, mma.sync (f16/bf16 m16n8k16, tf32 m16n8k8) and the tf32 rounding.
+// cp.async, ldmatrix, mma.sync (f16/bf16 m16n8k16, tf32 m16n8k8, u8 x s8 m16n8k32) and the tf32
+// rounding.
 // One definition each, so every kernel issues the same instruction the same way.
 #pragma once
 #include <cuda_bf16.h>
@@ -57,6 +58,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
 }
+// d += a * b on int8 tensor cores: A 16x32 u8 (row), B 32x8 s8 (col), s32 accumulators.
+__device__ __forceinline__ void mma_16832_u8s8(int (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                               std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
   mma_16816<T>(d, a[0], a[1], a[2], a[3], b[0], b[1]);

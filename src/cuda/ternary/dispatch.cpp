@@ -1,14 +1,19 @@
 // CUDA side of gemm_tq2: name the route's kernel, let the context refuse it, then launch.
+#include <memory>
+
 #include "core/ternary/tq2_dispatch.hpp"
 #include "core/ternary/tq2_kernels.hpp"
 #include "cuda/ternary/launch.hpp"
+#include "cuda/ternary/tq2_dequant_lt.hpp"
 #include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
 
 namespace llmm::detail {
 
 Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& g, const std::function<void()>& before) {
   std::string name;
   if (!cuda_ternary::tq2_args_ok(g)) fail(ErrorCode::Internal, "gemm_tq2: validated arguments rejected by the kernels");
+  if (route == Tq2Route::DequantLt) return run_tq2_dequant_lt(ctx, g, before);  // several kernels
   switch (route) {
     case Tq2Route::Naive: name = cuda_ternary::tq2_naive_kernel_name(g); break;
     case Tq2Route::Stream:
@@ -19,11 +24,34 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
       if (!cuda_ternary::tq2_stream_v2_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v2 planned for m ", g.m);
       name = cuda_ternary::tq2_stream_v2_kernel_name(g);
       break;
+    case Tq2Route::StreamV3:
+      if (!cuda_ternary::tq2_stream_v3_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v3 planned for m ", g.m);
+      name = cuda_ternary::tq2_stream_v3_kernel_name(g);
+      break;
     case Tq2Route::Tiled:
       if (!cuda_ternary::tq2_tiled_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_tiled planned for unsupported args");
       name = cuda_ternary::tq2_tiled_kernel_name(g);
       break;
     default: fail(ErrorCode::Internal, "gemm_tq2: route ", tq2_route_name(route), " has no CUDA kernel");
+  }
+  // tq2_stream_v2 at m >= 3 first stages the activation (a second kernel) in a workspace: the
+  // caller's, or the context's grow-only pool (allocated here, before anything is enqueued).
+  cuda_ternary::Tq2Args gs = g;
+  int kernels = 1;
+  if (route == Tq2Route::StreamV2 && cuda_ternary::tq2_stream_v2_stage_bytes(g) > 0) {
+    const std::size_t bytes = cuda_ternary::tq2_stream_v2_stage_bytes(g);
+    ctx.check_launchable(cuda_ternary::tq2_stream_v2_stage_kernel_name(g));
+    if (g.workspace) {
+      if (g.workspace_bytes < bytes)
+        fail(ErrorCode::InvalidArgument, "gemm_tq2: workspace of ", g.workspace_bytes, " bytes is smaller than the ", bytes,
+             " bytes route tq2_stream_v2 needs for m ", g.m, ", k ", g.k, " (tq2_workspace_bytes gives it)");
+    } else {
+      auto& slot = ctx.cache_slot("ternary.pool");
+      if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
+      gs.workspace = static_cast<BufferPool*>(slot.get())->get("route_workspace", bytes);  // shared with tq2_dequant_lt
+      gs.workspace_bytes = bytes;
+    }
+    kernels = 2;
   }
   ctx.check_launchable(name);
   if (before) before();
@@ -31,12 +59,14 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   switch (route) {
     case Tq2Route::Naive: cuda_ternary::launch_tq2_naive(g, s); break;
     case Tq2Route::Stream: cuda_ternary::launch_tq2_stream(g, s); break;
-    case Tq2Route::StreamV2: cuda_ternary::launch_tq2_stream_v2(g, s); break;
+    case Tq2Route::StreamV2: cuda_ternary::launch_tq2_stream_v2(gs, s); break;
+    case Tq2Route::StreamV3: cuda_ternary::launch_tq2_stream_v3(g, s); break;
     case Tq2Route::Tiled: cuda_ternary::launch_tq2_tiled(g, s); break;
     default: break;
   }
+  if (kernels == 2) ctx.note_launch(cuda_ternary::tq2_stream_v2_stage_kernel_name(g));
   ctx.note_launch(name);
-  return Receipt{tq2_route_name(route), name, 1};
+  return Receipt{tq2_route_name(route), name, kernels};
 }
 
 }  // namespace llmm::detail

@@ -25,6 +25,10 @@ void launch_tq2_stream(const Tq2Args& args, StreamHandle stream);
 // subnormals; same roles and accumulation as v1 (see tq2_stream_v2.cu).
 void launch_tq2_stream_v2(const Tq2Args& args, StreamHandle stream);
 
+// Decode kernel v3 for m <= 2 (tq2_stream_v3_supports): v2's skeleton on int8 tensor cores,
+// the activation as three exact int8 digits per 128-group (see tq2_stream_v3.cu).
+void launch_tq2_stream_v3(const Tq2Args& args, StreamHandle stream);
+
 // Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
 // f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.
 void launch_tq2_tiled(const Tq2Args& args, StreamHandle stream);

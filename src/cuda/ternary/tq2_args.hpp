@@ -13,6 +13,7 @@
 // k/4 so every 128-block's 32 bytes are 16-byte aligned), the scales apart ([n][k/128] f16).
 // Both kernels can then stream a row (or a tile of rows) with 16-byte loads.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "llmm/context.hpp"
@@ -31,6 +32,11 @@ struct Tq2Args {
   DType out_dtype = DType::F32;
   std::int64_t out_ld = 0;
   bool exact = true;  // f32 input: Exact keeps f32 accuracy (abs err < 1e-3 on the seed sweeps)
+  // tq2_dequant_lt only: the caller's workspace (nullptr: the context's) and weight rows per
+  // dequantized chunk (0: automatic).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  std::int64_t chunk_rows = 0;
 };
 
 }  // namespace llmm::cuda_ternary

@@ -1,0 +1,105 @@
+#include "core/ternary/tq2_dequant_lt_plan.hpp"
+#include "core/ternary/tq2_kernels.hpp"
+
+#include <algorithm>
+
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+
+namespace llmm::cuda_ternary {
+namespace {
+
+constexpr const char* kWhat = "tq2_dequant_lt workspace";
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::uint64_t align_up(std::uint64_t v) {
+  return checked_add(v, kTq2LtAlign - 1, kWhat) / kTq2LtAlign * kTq2LtAlign;
+}
+
+std::uint64_t product(std::initializer_list<std::int64_t> xs) {
+  std::uint64_t r = 1;
+  for (std::int64_t x : xs) r = checked_mul(r, to_u64(x, kWhat), kWhat);
+  return r;
+}
+
+}  // namespace
+
+std::int64_t tq2_lt_auto_chunk_rows(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const std::int64_t row_bytes = 2 * k, unit = kTq2LtRowUnit;
+  const std::int64_t cap = std::max(unit, static_cast<std::int64_t>(kTq2LtMaxChunkBytes) / row_bytes / unit * unit);
+  const std::int64_t l2_rows = static_cast<std::int64_t>(kTq2LtL2ChunkBytes) / row_bytes;
+  const std::int64_t wave_rows = ceil_div(kTq2LtWaveTiles, ceil_div(m, 128)) * 256;
+  const std::int64_t want = std::min(cap, std::max({l2_rows, wave_rows, unit}));
+  // As few chunks as keep each at least `want` rows (and none above the cap), evened out.
+  const std::int64_t chunks = std::max({std::int64_t{1}, n / want, ceil_div(n, cap)});
+  return std::min(n, ceil_div(ceil_div(n, chunks), unit) * unit);
+}
+
+Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
+                      std::int64_t chunk_rows) {
+  if (m < 1 || n < 1 || k < 128 || k % 128 != 0)
+    fail(ErrorCode::InvalidArgument, "tq2_dequant_lt: sizes m ", m, ", n ", n, ", k ", k,
+         " (m, n >= 1; k a positive multiple of 128)");
+  if (!is_float(in) || (out != DType::F32 && out != in))
+    fail(ErrorCode::Unsupported, "tq2_dequant_lt: ", dtype_name(in), " -> ", dtype_name(out),
+         " (input f32, f16 or bf16; output f32 or the input's dtype)");
+  if (chunk_rows < 0) fail(ErrorCode::InvalidArgument, "tq2_dequant_lt: chunk rows ", chunk_rows, " is negative");
+  Tq2LtPlan p;
+  p.parts = in == DType::F32 ? (exact ? 2 : 1) : in == DType::BF16 ? 1 : 0;
+  p.scaled = p.parts > 0;
+  p.via_temp = in == DType::BF16 && out == DType::BF16;  // no f16 x f16 -> bf16 cuBLASLt GEMM
+  p.gemm_out = in == DType::F16 ? out : DType::F32;
+  p.gemms = p.parts == 2 ? 2 : 1;
+  p.first_scaled = p.parts == 1 && !p.via_temp;
+  p.chunk_rows = chunk_rows > 0 ? std::min(n, ceil_div(chunk_rows, kTq2LtOverrideUnit) * kTq2LtOverrideUnit)
+                                : tq2_lt_auto_chunk_rows(m, n, k);
+  p.chunks = ceil_div(n, p.chunk_rows);
+  p.last_rows = n - (p.chunks - 1) * p.chunk_rows;
+  p.absmax_blocks = p.scaled ? static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks)) : 0;
+  p.temp_ld = p.via_temp ? ceil_div(p.chunk_rows, 8) * 8 : 0;
+
+  std::uint64_t at = 0;
+  if (p.scaled) {
+    p.scalars_off = 0;
+    p.partial_off = kTq2LtAlign;
+    at = align_up(kTq2LtAlign + 4u * static_cast<std::uint64_t>(p.absmax_blocks));
+  }
+  p.parts_off = to_usize(at, kWhat);
+  p.part_bytes = p.parts > 0 ? to_usize(align_up(product({m, k, 2})), kWhat) : 0;
+  at = checked_add(at, checked_mul(static_cast<std::uint64_t>(p.parts), p.part_bytes, kWhat), kWhat);
+  p.weight_off = to_usize(at, kWhat);
+  at = checked_add(at, align_up(product({p.chunk_rows, k, 2})), kWhat);
+  p.temp_off = to_usize(at, kWhat);
+  if (p.via_temp) at = checked_add(at, align_up(product({m, p.temp_ld, 4})), kWhat);
+  p.bytes = to_usize(at, kWhat);
+  p.kernels = (p.scaled ? 2 : 0) + static_cast<int>(p.chunks) * (1 + p.gemms + (p.via_temp ? 1 : 0));
+
+  const std::string in_name(dtype_name(in));
+  if (p.scaled) {
+    p.absmax_kernel = "tq2_lt_absmax_" + in_name;
+    p.split_kernel = "tq2_lt_split_" + in_name + "_f16x" + std::to_string(p.parts);
+  }
+  p.dequant_kernel = "tq2_dequant_f16";
+  if (p.via_temp) p.scale_kernel = "tq2_lt_scale_bf16";
+  return p;
+}
+
+}  // namespace llmm::cuda_ternary
+
+namespace llmm {
+
+std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, DType out_dtype,
+                                const Tq2Options& opts) {
+  if (m == 0) return 0;  // gemm_tq2 launches nothing for m == 0
+  const bool exact = opts.precision == Precision::Exact;
+  // tq2_stream_v2 stages the activation for m >= 3 (tq2_kernels.hpp).
+  const std::size_t stage = cuda_ternary::tq2_stream_v2_stage_bytes(m, k, in_dtype, exact);
+  if (opts.force_route == Tq2Route::StreamV2) return stage;
+  if (opts.force_route != Tq2Route::Auto && opts.force_route != Tq2Route::DequantLt) return 0;
+  const std::size_t lt = cuda_ternary::tq2_lt_plan(m, n, k, in_dtype, out_dtype, exact, opts.dequant_chunk_rows).bytes;
+  return opts.force_route == Tq2Route::Auto && stage > lt ? stage : lt;
+}
+
+}  // namespace llmm

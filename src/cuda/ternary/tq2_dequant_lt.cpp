@@ -1,0 +1,169 @@
+#include "cuda/ternary/tq2_dequant_lt.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "core/ternary/tq2_dequant_lt_plan.hpp"
+#include "cuda/cublaslt/cublaslt_gemm.hpp"
+#include "cuda/ternary/tq2_dequant.hpp"
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+
+namespace llmm::detail {
+namespace {
+
+using cuda_dense::CublasLtGemm;
+using cuda_dense::DenseArgs;
+using cuda_ternary::Tq2Args;
+using cuda_ternary::Tq2LtPlan;
+
+// Resolved cuBLASLt plans of a context for this route, keyed by everything but the pointers.
+struct LtCache {
+  std::map<std::string, std::shared_ptr<CublasLtGemm>> plans;
+};
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume of a pointer.
+std::uint32_t alignment_of(const void* p) {
+  const auto v = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t a = 256;
+  while (a > 1 && v % a != 0) a >>= 1;
+  return a;
+}
+
+// out[:, chunk] (row-major [m, rows], ld d_ld) = x [m, k] . W_chunk [rows, k]^T, all f16 operands.
+DenseArgs chunk_gemm(const Tq2Args& g, const void* x, std::int64_t x_ld, const void* w, void* d, std::int64_t d_ld,
+                     std::int64_t rows) {
+  DenseArgs a;
+  a.dtype = DType::F16;
+  a.m = g.m, a.n = rows, a.k = g.k;
+  a.a = x, a.a_ld = x_ld;
+  a.b = w, a.b_ld = g.k, a.b_trans = true;
+  a.c = d, a.c_ld = d_ld;
+  return a;
+}
+
+const CublasLtGemm& lt_plan(Context& ctx, const DenseArgs& a, DType out, bool device_scalars, std::uint32_t align) {
+  auto& slot = ctx.cache_slot("ternary.dequant_lt.cublaslt");
+  if (!slot) slot = std::make_shared<LtCache>();
+  auto& cache = *static_cast<LtCache*>(slot.get());
+  std::ostringstream key;
+  key << a.m << ':' << a.n << ':' << a.k << ':' << a.a_ld << ':' << a.c_ld << ':' << static_cast<int>(out) << ':'
+      << device_scalars << ':' << align;
+  auto it = cache.plans.find(key.str());
+  if (it == cache.plans.end()) {
+    cuda_dense::LtGemmOptions o;
+    o.out_dtype = out, o.device_scalars = device_scalars, o.min_alignment = align;
+    auto plan = std::make_shared<CublasLtGemm>(ctx.cublaslt_handle(), a, cuda_dense::LtMath::Default,
+                                               Context::kCublasLtWorkspaceBytes, o);
+    it = cache.plans.emplace(key.str(), std::move(plan)).first;
+  }
+  return *it->second;
+}
+
+// The context's grow-only pool (the host-I/O gemm_tq2 uses it too); one slot serves every route's
+// scratch: calls on a context follow each other on its stream, and growing frees the old buffer
+// only through cudaFree, which waits for the work in flight.
+unsigned char* context_workspace(Context& ctx, std::size_t bytes) {
+  auto& slot = ctx.cache_slot("ternary.pool");
+  if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
+  return static_cast<unsigned char*>(static_cast<BufferPool*>(slot.get())->get("route_workspace", bytes));
+}
+
+}  // namespace
+
+Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<void()>& before) {
+  const Tq2LtPlan p = cuda_ternary::tq2_lt_plan(g.m, g.n, g.k, g.in_dtype, g.out_dtype, g.exact, g.chunk_rows);
+  unsigned char* ws = nullptr;
+  if (g.workspace) {
+    if (g.workspace_bytes < p.bytes)
+      fail(ErrorCode::InvalidArgument, "gemm_tq2: workspace of ", g.workspace_bytes, " bytes is smaller than the ", p.bytes,
+           " bytes route tq2_dequant_lt needs for m ", g.m, ", n ", g.n, ", k ", g.k, " (", dtype_name(g.in_dtype), " -> ",
+           dtype_name(g.out_dtype), "; tq2_workspace_bytes gives it)");
+    if (alignment_of(g.workspace) < cuda_ternary::kTq2LtAlign)
+      fail(ErrorCode::InvalidArgument, "gemm_tq2: workspace ", g.workspace, " is not 256-byte aligned");
+    ws = static_cast<unsigned char*>(g.workspace);
+  } else {
+    ws = context_workspace(ctx, p.bytes);
+  }
+  float* const scalars = reinterpret_cast<float*>(ws + p.scalars_off);
+  float* const partial = reinterpret_cast<float*>(ws + p.partial_off);
+  unsigned char* const parts = ws + p.parts_off;
+  void* const w16 = ws + p.weight_off;
+  float* const temp = reinterpret_cast<float*>(ws + p.temp_off);
+  const std::size_t out_es = dtype_size(g.out_dtype);
+
+  // The GEMMs of a chunk of `rows` weight rows (pointers of chunk 0; run() takes each chunk's).
+  // Chunk offsets are multiples of 128 rows, so every chunk's D keeps chunk 0's alignment.
+  const void* x0 = p.parts > 0 ? static_cast<const void*>(parts) : g.in;
+  const std::int64_t x_ld = p.parts > 0 ? g.k : g.in_ld;
+  void* const d0 = p.via_temp ? static_cast<void*>(temp) : g.out;
+  const std::int64_t d_ld = p.via_temp ? p.temp_ld : g.out_ld;
+  const std::uint32_t align = std::min(alignment_of(d0), alignment_of(x0));
+  struct Gemms {
+    const CublasLtGemm* first = nullptr;
+    const CublasLtGemm* second = nullptr;
+  };
+  auto resolve = [&](std::int64_t rows) {
+    const DenseArgs a = chunk_gemm(g, x0, x_ld, w16, d0, d_ld, rows);
+    Gemms r;
+    r.first = &lt_plan(ctx, a, p.gemm_out, p.first_scaled, align);
+    if (p.gemms == 2) r.second = &lt_plan(ctx, a, p.gemm_out, true, align);
+    return r;
+  };
+  const Gemms full = resolve(p.chunk_rows), last = resolve(p.last_rows);
+  void* const lt_ws = ctx.cublaslt_workspace();
+
+  std::vector<std::string> kinds;  // every kernel, in launch order, checked before anything is enqueued
+  for (const std::string& n : {p.absmax_kernel, p.split_kernel, p.dequant_kernel, full.first->description(),
+                               full.second ? full.second->description() : std::string(), p.scale_kernel})
+    if (!n.empty() && std::find(kinds.begin(), kinds.end(), n) == kinds.end()) kinds.push_back(n);
+  std::string names;
+  for (const std::string& n : kinds) {
+    ctx.check_launchable(n);
+    names += (names.empty() ? "" : "+") + n;
+  }
+  if (before) before();
+
+  StreamHandle s = ctx.stream();
+  int launched = 0;
+  auto noted = [&](const std::string& n) {
+    ctx.note_launch(n);
+    ++launched;
+  };
+  if (p.scaled) {
+    const cuda_ternary::Tq2LtInput x{g.in, g.in_dtype, g.m, g.k, g.in_ld};
+    cuda_ternary::launch_tq2_lt_absmax(x, partial, p.absmax_blocks, s);
+    noted(p.absmax_kernel);
+    cuda_ternary::launch_tq2_lt_split(x, partial, p.absmax_blocks, p.parts, parts, p.part_bytes, scalars, s);
+    noted(p.split_kernel);
+  }
+  for (std::int64_t c = 0; c < p.chunks; ++c) {
+    const std::int64_t j0 = c * p.chunk_rows, rows = c + 1 == p.chunks ? p.last_rows : p.chunk_rows;
+    const Gemms& gm = rows == p.chunk_rows ? full : last;
+    cuda_ternary::launch_tq2_dequant_f16(g.codes, g.scales, j0, rows, g.k, w16, s);
+    noted(p.dequant_kernel);
+    void* d = p.via_temp ? d0 : static_cast<unsigned char*>(g.out) + j0 * static_cast<std::int64_t>(out_es);
+    DenseArgs a = chunk_gemm(g, x0, x_ld, w16, d, d_ld, rows);
+    if (p.first_scaled) gm.first->run(a, lt_ws, s, scalars + 0, scalars + 2);  // D = 2^e hi . W^T
+    else gm.first->run(a, lt_ws, s);                                           // D = hi . W^T
+    noted(gm.first->description());
+    if (gm.second) {  // D = 2^(e - 11) lo . W^T + 2^e D
+      a.a = parts + p.part_bytes;
+      gm.second->run(a, lt_ws, s, scalars + 1, scalars + 0);
+      noted(gm.second->description());
+    }
+    if (p.via_temp) {
+      cuda_ternary::launch_tq2_lt_scale_bf16(temp, p.temp_ld, scalars + 0,
+                                             static_cast<unsigned char*>(g.out) + j0 * static_cast<std::int64_t>(out_es),
+                                             g.out_ld, g.m, rows, s);
+      noted(p.scale_kernel);
+    }
+  }
+  return Receipt{tq2_route_name(Tq2Route::DequantLt), names, launched};
+}
+
+}  // namespace llmm::detail
