@@ -168,7 +168,8 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
-        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV3}) {  // A/B against other versions
+        // A/B against the other decode versions: v1 at m = 1 and 16, v2 where Auto takes v3 (m <= 2).
+        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2}) {
           if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > 2) continue;
           Tq2Options o1 = o;
           o1.force_route = other;
@@ -180,7 +181,7 @@ void run_gpu(BenchEnv& env) {
           });
           Row row;
           row.suite = "ternary", row.route = receipt.route;
-          row.name = std::string(sh.name) + "_m" + std::to_string(m) + (other == Tq2Route::Stream ? "_vs_v1" : "_vs_v3");
+          row.name = std::string(sh.name) + "_m" + std::to_string(m) + (other == Tq2Route::Stream ? "_vs_v1" : "_vs_v2");
           row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
           row.m = m, row.n = sh.n, row.k = sh.k;
           row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
