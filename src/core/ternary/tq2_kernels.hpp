@@ -69,11 +69,13 @@ std::optional<Tq2StreamConfig> tq2_stream_config(const Tq2Args& args, int sm_cou
 std::string tq2_stream_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
-// tq2_stream_v2: decode (m <= 16), the v1 stream kernel with its instruction count cut ~5x.
+// tq2_stream_v2: decode (m <= 16), v1's roles with the activation work taken out of the loop.
 // A block of 8 warps owns 16 * row_tiles weight rows (row_tiles x k_warps warps, k_warps
-// splitting K). The block converts the activation once per K chunk into shared memory, already
-// in mma B-fragment order, scaled per 128-group by a power of two and split into f16 parts.
-// Columns = m x splits: f32 Exact 3 (m <= 2) or 2, Fast 1; 16-bit input 1.
+// splitting K). The activation, scaled per 128-group by a power of two and split into f16
+// parts in mma B-fragment order, sits in shared memory per K chunk: converted by the block, or
+// (m >= 3, `staged`) copied from what a first kernel converted once for all blocks. Codes reach
+// shared memory through a per-warp cp.async ring. Columns = m x splits: f32 Exact 3 (m <= 2) or
+// 2, Fast 1; 16-bit input 1.
 
 inline constexpr int kTq2V2Threads = 256;      // 8 warps
 inline constexpr int kTq2StreamStages = 8;     // per-warp cp.async ring depth (groups of 512 B)

@@ -21,8 +21,9 @@ void launch_tq2_naive(const Tq2Args& args, StreamHandle stream);
 void launch_tq2_stream(const Tq2Args& args, StreamHandle stream);
 
 // Decode kernel v2 for m = 1..16 (tq2_stream_v2_supports): the activation converted once per
-// block into shared memory in B-fragment order, codes decoded with one AND each into f16
-// subnormals; same roles and accumulation as v1 (see tq2_stream_v2.cu).
+// block into shared memory in B-fragment order (from m = 3 staged by a first kernel into
+// args.workspace), codes decoded exactly to f16 -1/0/+1; same roles and accumulation as v1
+// (see tq2_stream_v2.cu and tq2_stream_skeleton.cuh).
 void launch_tq2_stream_v2(const Tq2Args& args, StreamHandle stream);
 
 // Decode kernel v3 for m <= 2 (tq2_stream_v3_supports): v2's skeleton on int8 tensor cores,

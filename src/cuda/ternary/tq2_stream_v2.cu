@@ -4,7 +4,8 @@
 // for every weight word (ncu: 2.4 IPC, 3.6 codes per warp instruction, 7x over the memory
 // floor). v2 takes all activation work out of the loop:
 //
-// Per K chunk, the block's 256 threads convert the activation into shared memory once, in the
+// Per K chunk, the block's 256 threads convert the activation into shared memory once (from
+// m = 3, tq2_stage_v2_kernel converts it once for all blocks and the blocks copy it), in the
 // order of the mma B fragments: per column (token m, part s) and 16-code word, 8 packed f16
 // pairs (x[j], x[j + 8]). Each 128-group of a token is scaled by a power of two sigma (its max
 // |x| lands in [2^14, 2^15)) and split into `splits` f16 parts (hi + mid + lo is exact for f32:
@@ -16,8 +17,8 @@
 // over 2^+-20 showed 2^-14 relative errors. Test StreamV2ChunksRowTilesWideRange.)
 //
 // Each group's 8 mmas go to a zeroed partial, then total += partial / sigma * scale in f32.
-// Block layout, weight batches and the fixed-order reduction: tq2_stream_skeleton.cuh (shared
-// with v3). Deterministic, no atomics.
+// Block layout, the per-warp cp.async code ring, staged scales and the fixed-order reduction:
+// tq2_stream_skeleton.cuh (shared with v3). Deterministic, no atomics.
 #include "cuda/ternary/launch.hpp"
 #include "cuda/ternary/tq2_stream_skeleton.cuh"
 
