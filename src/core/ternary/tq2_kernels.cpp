@@ -76,10 +76,12 @@ bool tq2_stream_v2_supports(const Tq2Args& a) noexcept {
   return tq2_args_ok(a) && a.m <= kTq2StreamMaxM && tq2_codes_vec16(a);
 }
 
-int tq2_stream_v2_splits(const Tq2Args& a) noexcept {
-  if (a.in_dtype != DType::F32 || !a.exact) return 1;
-  return a.m * 3 <= 8 ? 3 : 2;  // a third part is free while the columns fit one n8 tile
+int tq2_stream_v2_splits(std::int64_t m, DType in_dtype, bool exact) noexcept {
+  if (in_dtype != DType::F32 || !exact) return 1;
+  return m * 3 <= 8 ? 3 : 2;  // a third part is free while the columns fit one n8 tile
 }
+
+int tq2_stream_v2_splits(const Tq2Args& a) noexcept { return tq2_stream_v2_splits(a.m, a.in_dtype, a.exact); }
 
 namespace {
 
@@ -125,7 +127,7 @@ std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& a, int sm_c
 
 std::size_t tq2_stream_v2_stage_bytes(std::int64_t m, std::int64_t k, DType in_dtype, bool exact) noexcept {
   if (m < 3 || m > kTq2StreamMaxM || k < kTq2Group) return 0;
-  const std::int64_t splits = in_dtype != DType::F32 || !exact ? 1 : m * 3 <= 8 ? 3 : 2;
+  const std::int64_t splits = tq2_stream_v2_splits(m, in_dtype, exact);
   const std::int64_t n_tiles = (m * splits + 7) / 8;
   const auto groups = static_cast<std::size_t>(k / kTq2Group);
   return static_cast<std::size_t>(m * splits) * groups * 256 + groups * 8 * static_cast<std::size_t>(n_tiles) * 8;

@@ -94,6 +94,7 @@ struct Tq2StreamV2Config {
 // tq2_args_ok, m <= 16 and tq2_codes_vec16.
 bool tq2_stream_v2_supports(const Tq2Args& args) noexcept;
 int tq2_stream_v2_splits(const Tq2Args& args) noexcept;
+int tq2_stream_v2_splits(std::int64_t m, DType in_dtype, bool exact) noexcept;
 // nullopt unless supported. sm_count 0 = unknown (132).
 std::optional<Tq2StreamV2Config> tq2_stream_v2_config(const Tq2Args& args, int sm_count = 0) noexcept;
 // tq2_stream_v2_<in>_<out>_f16x<splits>_n<8*n_tiles>_r<16*row_tiles>[_staged] (empty when

@@ -80,21 +80,27 @@ __device__ __forceinline__ std::uint32_t fma_bf16x2(std::uint32_t a, std::uint32
 // f16, 7 for bf16: ulp 1) gives exactly 2^E + c * 4^i; one packed fma with 4^-i and
 // -(2^E * 4^-i + 1) then gives c - 1 exactly (the product is exact, the sum is an integer
 // of at most 2 bits, so the single rounding is exact). Two instructions per pair of codes.
+// f16 form: mantissa has 10 bits, so positions i = 0..4 of w, then of w >> 6 for codes 5..7.
+// (Functions, not arrays: indexed with unrolled constants they fold to immediates in device code.)
+__device__ __forceinline__ constexpr std::uint32_t f16_decode_scale(int i) {  // 4^-i: 1 .. 1/256
+  constexpr std::uint32_t k[5] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u, 0x1C001C00u};
+  return k[i];
+}
+__device__ __forceinline__ constexpr std::uint32_t f16_decode_bias(int i) {  // -1025, -257, -65, -17, -5
+  constexpr std::uint32_t k[5] = {0xE401E401u, 0xDC04DC04u, 0xD410D410u, 0xCC40CC40u, 0xC500C500u};
+  return k[i];
+}
+
 template <class TM>
 __device__ __forceinline__ void decode_word_paired(std::uint32_t w, std::uint32_t (&out)[8]) {
   if constexpr (std::is_same_v<TM, __half>) {
-    // f16 mantissa has 10 bits: positions i = 0..4 of w, then of w >> 6 for codes 5..7.
-    constexpr std::uint32_t kScale[5] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u,
-                                         0x1C001C00u};  // 1, 1/4, 1/16, 1/64, 1/256
-    constexpr std::uint32_t kBias[5] = {0xE401E401u, 0xDC04DC04u, 0xD410D410u, 0xCC40CC40u,
-                                        0xC500C500u};  // -1025, -257, -65, -17, -5
     const std::uint32_t w6 = w >> 6;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int i = j <= 4 ? j : j - 3;
       const std::uint32_t src = j <= 4 ? w : w6;
       const std::uint32_t v = (src & (0x00030003u << (2 * i))) | 0x64006400u;
-      out[j] = fma_f16x2(v, kScale[i], kBias[i]);
+      out[j] = fma_f16x2(v, f16_decode_scale(i), f16_decode_bias(i));
     }
   } else {
     // bf16 mantissa has 7 bits: positions i = 0..2 of w, w >> 6 and w >> 12.
@@ -108,6 +114,34 @@ __device__ __forceinline__ void decode_word_paired(std::uint32_t w, std::uint32_
       const std::uint32_t v = (src & (0x00030003u << (2 * i))) | 0x43004300u;
       out[j] = fma_bf16x2(v, kScale[i], kBias[i]);
     }
+  }
+}
+
+// The f16 decode above with its masks (0x00030003 << 2i) and magic number (0x64006400) held in
+// registers by the caller: one LOP3 then computes (w & mask) | magic, which with two immediates
+// takes two. 17 instructions per 16 codes instead of 25.
+struct F16DecodeRegs {
+  std::uint32_t mask[5];
+  std::uint32_t magic;
+};
+// `opaque_zero` must be 0 at run time and unknown to the compiler (a kernel argument), so the
+// constants stay in registers.
+__device__ __forceinline__ F16DecodeRegs make_f16_decode_regs(std::uint32_t opaque_zero) {
+  F16DecodeRegs r;
+#pragma unroll
+  for (int i = 0; i < 5; ++i) r.mask[i] = (0x00030003u << (2 * i)) | opaque_zero;
+  r.magic = 0x64006400u | opaque_zero;
+  return r;
+}
+__device__ __forceinline__ void decode_word_paired_f16(std::uint32_t w, const F16DecodeRegs& r,
+                                                       std::uint32_t (&out)[8]) {
+  const std::uint32_t w6 = w >> 6;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int i = j <= 4 ? j : j - 3;
+    std::uint32_t v;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(j <= 4 ? w : w6), "r"(r.mask[i]), "r"(r.magic));  // (a&b)|c
+    out[j] = fma_f16x2(v, f16_decode_scale(i), f16_decode_bias(i));
   }
 }
 

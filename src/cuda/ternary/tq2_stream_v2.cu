@@ -25,12 +25,6 @@
 namespace llmm::cuda_ternary {
 namespace {
 
-__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
-  std::uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));  // (a & b) | c
-  return d;
-}
-
 struct EngineF16 {
   static constexpr int kRecBytes = 256;  // 8 words x 8 packed f16 pairs
   static constexpr int kColPad = 16;
@@ -38,33 +32,7 @@ struct EngineF16 {
   // four lanes of a quad hit different banks.
   static __device__ __forceinline__ int rec_offset(int word) { return ((word & 1) * 4 + (word >> 1)) * 32; }
 
-  // Decode constants held in registers: with both the mask and the magic number in registers
-  // one LOP3 computes (w & mask) | magic (with immediates it takes two).
-  struct Consts {
-    std::uint32_t mask[5];  // 0x00030003 << 2i
-    std::uint32_t magic;    // 0x64006400: f16 1024 in both halves
-  };
-  static __device__ __forceinline__ Consts make_consts(std::uint32_t opaque_zero) {
-    Consts c;
-#pragma unroll
-    for (int i = 0; i < 5; ++i) c.mask[i] = (0x00030003u << (2 * i)) | opaque_zero;
-    c.magic = 0x64006400u | opaque_zero;
-    return c;
-  }
-
-  // out[j] = (c_j - 1, c_{j+8} - 1) as f16 for the 16 codes of w (code q at bits 2q), exactly:
-  // (w & mask_i) | 1024 is the f16 value 1024 + c * 4^i; one packed fma with 4^-i and
-  // -(1024 * 4^-i + 1) gives c - 1 (as decode_word_paired in tq2_common.cuh). 17 instructions.
-  static __device__ __forceinline__ void decode(std::uint32_t w, const Consts& r, std::uint32_t (&out)[8]) {
-    constexpr std::uint32_t kScale[5] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u, 0x1C001C00u};
-    constexpr std::uint32_t kBias[5] = {0xE401E401u, 0xDC04DC04u, 0xD410D410u, 0xCC40CC40u, 0xC500C500u};
-    const std::uint32_t w6 = w >> 6;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int i = j <= 4 ? j : j - 3;
-      out[j] = dev::fma_f16x2(and_or(j <= 4 ? w : w6, r.mask[i], r.magic), kScale[i], kBias[i]);
-    }
-  }
+  using Consts = dev::F16DecodeRegs;  // decode constants in registers (tq2_common.cuh)
 
   // sigma = 2^sh with max |x| * sigma in [2^14, 2^15): the f16 parts keep their 11 bits down to
   // 2^-24 / 2^15 of the group's max. Record pair j of a word holds (x[j], x[j + 8]).
@@ -103,8 +71,8 @@ struct EngineF16 {
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
       std::uint32_t ra[8], rb[8];
-      decode(w ? cur.c[0].y : cur.c[0].x, k, ra);
-      decode(w ? cur.c[1].y : cur.c[1].x, k, rb);
+      dev::decode_word_paired_f16(w ? cur.c[0].y : cur.c[0].x, k, ra);
+      dev::decode_word_paired_f16(w ? cur.c[1].y : cur.c[1].x, k, rb);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const unsigned char* rec = xg[nt] + (w ? rec1 : rec0);
@@ -136,7 +104,7 @@ __global__ void __launch_bounds__(stream::kThreads, 2)
     tq2_stream_v2_kernel(Tq2Args a, int row_tiles, int chunk_groups, bool in_vec, std::uint32_t opaque_zero,
                          const unsigned char* staged) {
   stream::stream_block<EngineF16, TIn, TOut, SPLIT, NT>(a, row_tiles, chunk_groups, in_vec,
-                                                        EngineF16::make_consts(opaque_zero), staged);
+                                                        dev::make_f16_decode_regs(opaque_zero), staged);
 }
 
 template <class TIn, int SPLIT, int NT>
