@@ -270,6 +270,23 @@ def test_gemm_tq2_op(device, dtype):
     check(y2, want, TOL[dtype], mm_scale(x, w.T))
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("route", ["tq2_stream_v3", "tq2_stream_v2", "tq2_stream", "tq2_tiled", "tq2_dequant_lt",
+                                   "tq2_naive"])
+def test_gemm_tq2_each_cuda_route_by_name(route):
+    """Every route name the docstring lists runs, reports itself, and agrees with float64."""
+    dev = dev_or_skip("cuda")
+    w, weight = ternary_weight(72, 384, dev)
+    x = rand(2, 384, device=dev)
+    out = torch.full((2, 72), float("nan"), device=dev)
+    receipt = llmm._llmm.gemm_tq2(weight, x, out, route=route, stream=torch.cuda.current_stream().cuda_stream)
+    assert receipt["route"] == route, receipt
+    check(out, mm64(x, w.T), 1e-5, mm_scale(x, w.T))
+    check(llmm.gemm_tq2(weight, x, route=route), mm64(x, w.T), 1e-5, mm_scale(x, w.T))
+    with pytest.raises(llmm.Error, match="unknown ternary route 'stream'"):
+        llmm.gemm_tq2(weight, x, route="stream")
+
+
 def test_gemm_tq2_key_and_shape_refusals():
     w, weight = ternary_weight(48, 256, "cpu")
     x = rand(5, 256)

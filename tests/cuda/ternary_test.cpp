@@ -255,6 +255,49 @@ TEST(Tq2Gpu, DequantLtRefusesSmallOrMisalignedWorkspace) {
   ctx.set_launch_recorder(nullptr);
 }
 
+// Staged tq2_stream_v2 (m >= 3) keeps the same workspace rule as tq2_dequant_lt: a caller's
+// workspace that is too small or not 256-byte aligned is refused before anything is enqueued.
+TEST(Tq2Gpu, StreamV2StagedRefusesSmallOrMisalignedWorkspace) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 6);
+  WeightHandle w = cache.get_or_upload(2, b.data(), bytes_of(b), 64, 256);
+  HostTensor in = host_tensor(DType::F32, {4, 256}), out = host_tensor(DType::F32, {4, 64});
+  for (int i = 0; i < 4 * 256; ++i) static_cast<float*>(in.view.data)[i] = 0.25f + 0.001f * static_cast<float>(i % 97);
+  std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
+  out.bytes = poison_bytes;
+  out.view.data = out.bytes.data();
+  DeviceTensor din = to_device(in), dout = to_device(out);
+  Tq2Options o;
+  o.force_route = Tq2Route::StreamV2;
+  const std::size_t need = tq2_workspace_bytes(4, 64, 256, DType::F32, DType::F32, o);
+  ASSERT_GT(need, 0u);
+  DeviceBuffer ws(need + 256);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  o.workspace = ws.data(), o.workspace_bytes = need - 1;
+  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
+               "gemm_tq2: workspace of " + std::to_string(need - 1) + " bytes is smaller than the " +
+                   std::to_string(need) + " bytes route tq2_stream_v2 needs for m 4, k 256");
+  o.workspace = static_cast<unsigned char*>(ws.data()) + 16, o.workspace_bytes = need;
+  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
+               "is not 256-byte aligned (route tq2_stream_v2)");
+  ctx.synchronize();
+  EXPECT_TRUE(rec.launched.empty());
+  std::vector<unsigned char> back(out.bytes.size());
+  copy_to_host(back.data(), dout.buffer.data(), back.size());
+  EXPECT_EQ(back, poison_bytes);
+  const std::uint64_t allocs = BufferPool::alloc_count();
+  o.workspace = ws.data();  // exactly the bytes asked for: runs, and the context allocates nothing
+  EXPECT_EQ(gemm_tq2(ctx, w, din.view, dout.view, o).kernels_launched, 2);
+  EXPECT_EQ(BufferPool::alloc_count(), allocs);
+  ctx.synchronize();
+  copy_to_host(back.data(), dout.buffer.data(), back.size());
+  EXPECT_NE(back, poison_bytes);
+  ctx.set_launch_recorder(nullptr);
+}
+
 TEST(Tq2Gpu, WarmedPoolAllocatesNothing) {
   LLMM_REQUIRE_CUDA();
   // The seed's proof: warm the pool at the largest shape, then many smaller shapes allocate 0.

@@ -5,6 +5,7 @@
 
 #include "core/runtime.hpp"
 #include "core/ternary/tq2_dispatch.hpp"
+#include "core/ternary/tq2_workspace.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/reference.hpp"
@@ -165,9 +166,7 @@ Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, floa
   void* din;
   void* dout;
   if (use_pool) {
-    auto& slot = ctx.cache_slot("ternary.pool");
-    if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
-    auto& pool = *static_cast<BufferPool*>(slot.get());
+    BufferPool& pool = detail::ternary_pool(ctx);
     din = pool.get("in", in_bytes);
     dout = pool.get("out", out_bytes);
   } else {

@@ -1,8 +1,10 @@
 // CUDA side of gemm_tq2: name the route's kernel, let the context refuse it, then launch.
 #include <memory>
+#include <string>
 
 #include "core/ternary/tq2_dispatch.hpp"
 #include "core/ternary/tq2_kernels.hpp"
+#include "core/ternary/tq2_workspace.hpp"
 #include "cuda/ternary/launch.hpp"
 #include "cuda/ternary/tq2_dequant_lt.hpp"
 #include "llmm/error.hpp"
@@ -35,22 +37,15 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
     default: fail(ErrorCode::Internal, "gemm_tq2: route ", tq2_route_name(route), " has no CUDA kernel");
   }
   // tq2_stream_v2 at m >= 3 first stages the activation (a second kernel) in a workspace: the
-  // caller's, or the context's grow-only pool (allocated here, before anything is enqueued).
+  // caller's, or the context's grow-only pool (resolved here, before anything is enqueued).
   cuda_ternary::Tq2Args gs = g;
   int kernels = 1;
   if (route == Tq2Route::StreamV2 && cuda_ternary::tq2_stream_v2_stage_bytes(g) > 0) {
     const std::size_t bytes = cuda_ternary::tq2_stream_v2_stage_bytes(g);
     ctx.check_launchable(cuda_ternary::tq2_stream_v2_stage_kernel_name(g));
-    if (g.workspace) {
-      if (g.workspace_bytes < bytes)
-        fail(ErrorCode::InvalidArgument, "gemm_tq2: workspace of ", g.workspace_bytes, " bytes is smaller than the ", bytes,
-             " bytes route tq2_stream_v2 needs for m ", g.m, ", k ", g.k, " (tq2_workspace_bytes gives it)");
-    } else {
-      auto& slot = ctx.cache_slot("ternary.pool");
-      if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
-      gs.workspace = static_cast<BufferPool*>(slot.get())->get("route_workspace", bytes);  // shared with tq2_dequant_lt
-      gs.workspace_bytes = bytes;
-    }
+    gs.workspace = tq2_route_workspace(ctx, g, bytes, "tq2_stream_v2",
+                                       "m " + std::to_string(g.m) + ", k " + std::to_string(g.k));
+    gs.workspace_bytes = bytes;
     kernels = 2;
   }
   ctx.check_launchable(name);

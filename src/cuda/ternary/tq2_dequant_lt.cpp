@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/ternary/tq2_dequant_lt_plan.hpp"
+#include "core/ternary/tq2_workspace.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/ternary/tq2_dequant.hpp"
 #include "llmm/error.hpp"
@@ -64,31 +65,14 @@ const CublasLtGemm& lt_plan(Context& ctx, const DenseArgs& a, DType out, bool de
   return *it->second;
 }
 
-// The context's grow-only pool (the host-I/O gemm_tq2 uses it too); one slot serves every route's
-// scratch: calls on a context follow each other on its stream, and growing frees the old buffer
-// only through cudaFree, which waits for the work in flight.
-unsigned char* context_workspace(Context& ctx, std::size_t bytes) {
-  auto& slot = ctx.cache_slot("ternary.pool");
-  if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
-  return static_cast<unsigned char*>(static_cast<BufferPool*>(slot.get())->get("route_workspace", bytes));
-}
-
 }  // namespace
 
 Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<void()>& before) {
   const Tq2LtPlan p = cuda_ternary::tq2_lt_plan(g.m, g.n, g.k, g.in_dtype, g.out_dtype, g.exact, g.chunk_rows);
-  unsigned char* ws = nullptr;
-  if (g.workspace) {
-    if (g.workspace_bytes < p.bytes)
-      fail(ErrorCode::InvalidArgument, "gemm_tq2: workspace of ", g.workspace_bytes, " bytes is smaller than the ", p.bytes,
-           " bytes route tq2_dequant_lt needs for m ", g.m, ", n ", g.n, ", k ", g.k, " (", dtype_name(g.in_dtype), " -> ",
-           dtype_name(g.out_dtype), "; tq2_workspace_bytes gives it)");
-    if (alignment_of(g.workspace) < cuda_ternary::kTq2LtAlign)
-      fail(ErrorCode::InvalidArgument, "gemm_tq2: workspace ", g.workspace, " is not 256-byte aligned");
-    ws = static_cast<unsigned char*>(g.workspace);
-  } else {
-    ws = context_workspace(ctx, p.bytes);
-  }
+  std::ostringstream what;
+  what << "m " << g.m << ", n " << g.n << ", k " << g.k << " (" << dtype_name(g.in_dtype) << " -> "
+       << dtype_name(g.out_dtype) << ")";
+  auto* const ws = static_cast<unsigned char*>(tq2_route_workspace(ctx, g, p.bytes, "tq2_dequant_lt", what.str()));
   float* const scalars = reinterpret_cast<float*>(ws + p.scalars_off);
   float* const partial = reinterpret_cast<float*>(ws + p.partial_off);
   unsigned char* const parts = ws + p.parts_off;
