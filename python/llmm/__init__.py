@@ -13,6 +13,7 @@ rest of the package.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import sys
@@ -26,11 +27,12 @@ from ._llmm import Error, MatmulIdScratch, TernaryWeight, built_with_cuda, cuda_
 
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
-    "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "matmul_id", "matmul_id_capability",
-    "matmul_id_scratch",
+    "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id",
+    "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
 ]
 
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_NUMPY_DTYPES = {"f32": "float32", "f16": "float16"}  # NumPy and CuPy have no bfloat16
 # Automatic ternary-weight keys start high so that they do not meet small keys a caller picks
 # (layer numbers, say), and stay below 2^63 so that they fit a torch op's int argument.
 _keys = itertools.count(1 << 48)
@@ -43,6 +45,10 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def _is_cupy(x: Any) -> bool:
+    return type(x).__module__.startswith("cupy")
+
+
 def _arr(x: Any) -> Any:
     """x as the bindings take it: torch tensors lose requires_grad (DLPack refuses to export those);
     llmm computes no gradients."""
@@ -51,29 +57,56 @@ def _arr(x: Any) -> Any:
     return x
 
 
+_KDL_CUDA = 2  # DLPack device type of CUDA memory
+
+
+def _export(a: Any, stream: int, torch_stream: bool, torch: Any) -> Any:
+    """An argument as the bindings take it. Arrays of a framework other than the one whose stream
+    the call runs on are exported through the DLPack protocol for that stream, so that their
+    producer orders its pending work before it (stream 0, the legacy default stream, is 1 there)."""
+    if torch is not None and isinstance(a, torch.Tensor):
+        if torch_stream or not a.is_cuda:
+            # One C call (~0.3 us), where nanobind's generic path calls Tensor.__dlpack__, Python
+            # code (~3 us a tensor). The call runs on torch's current stream: nothing to order.
+            return torch.utils.dlpack.to_dlpack(a)
+    elif isinstance(a, np.ndarray) or not hasattr(a, "__dlpack_device__"):
+        return a
+    if a.__dlpack_device__()[0] != _KDL_CUDA:
+        return a
+    try:
+        return a.__dlpack__(stream=stream if stream else 1)
+    except (TypeError, BufferError, NotImplementedError):  # a producer without stream support
+        return a
+
+
 def _launch(fn, out: Any, *args, **kw):
-    """Calls a binding on out's device and the caller's current stream there (torch CUDA tensors),
-    else on the legacy default stream (0) or the CPU backend."""
+    """Calls a binding on out's device and the caller's current stream there: torch's for a torch
+    CUDA out, CuPy's for a CuPy out, else the legacy default stream (0) or the CPU backend. Inputs
+    of other frameworks are exported for that stream (_export)."""
     torch = sys.modules.get("torch")
-    if torch is not None:
-        # torch tensors go in as DLPack capsules: torch.utils.dlpack.to_dlpack is one C call
-        # (~0.3 us), where nanobind's generic path calls Tensor.__dlpack__, Python code (~3 us a
-        # tensor). The capsule keeps its tensor alive; the stream is passed explicitly below.
-        to_dlpack = torch.utils.dlpack.to_dlpack
-        args = tuple(to_dlpack(a) if isinstance(a, torch.Tensor) else a for a in args)
-        if isinstance(out, torch.Tensor) and out.is_cuda:
-            dev = out.device
-            stream = torch.cuda.current_stream(dev).cuda_stream
-            if dev.index != torch.cuda.current_device():  # the bindings launch on the current device
-                with torch.cuda.device(dev):
-                    return fn(*args, stream=stream, **kw)
-            return fn(*args, stream=stream, **kw)
-    return fn(*args, stream=0, **kw)
+    device = contextlib.nullcontext()
+    torch_stream = torch is not None and isinstance(out, torch.Tensor) and out.is_cuda
+    if torch_stream:
+        dev = out.device
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        if dev.index != torch.cuda.current_device():  # the bindings launch on the current device
+            device = torch.cuda.device(dev)
+    elif _is_cupy(out):
+        import cupy
+
+        device = cupy.cuda.Device(out.device.id)
+        with device:
+            stream = cupy.cuda.get_current_stream().ptr
+    else:
+        stream = 0
+    args = tuple(_export(a, stream, torch_stream, torch) for a in args)
+    with device:
+        return fn(*args, stream=stream, **kw)
 
 
 def _empty(like: Any, shape, dtype=None):
-    """A new output like `like` (NumPy array or torch tensor) with `dtype` (None: like's; a name
-    such as "float32"/"bf16", a NumPy dtype or a torch.dtype)."""
+    """A new output like `like` (NumPy array, torch tensor or CuPy array) with `dtype` (None: like's;
+    a name such as "float32"/"bf16", a NumPy dtype or a torch.dtype)."""
     if isinstance(like, np.ndarray):
         return np.empty(shape, dtype=np.dtype(dtype) if dtype is not None else like.dtype)
     if _is_torch(like):
@@ -89,7 +122,17 @@ def _empty(like: Any, shape, dtype=None):
             if not isinstance(dt, torch.dtype):
                 raise Error(f"llmm: unknown dtype {dtype!r}")
         return torch.empty(shape, dtype=dt, device=like.device)
-    raise Error("llmm: pass out= for arrays that are neither NumPy arrays nor torch tensors")
+    if _is_cupy(like):
+        import cupy
+
+        try:
+            dt = like.dtype if dtype is None else np.dtype(_NUMPY_DTYPES.get(str(dtype), dtype))
+        except TypeError:
+            raise Error(f"llmm: dtype {dtype!r} has no NumPy/CuPy equivalent (CuPy has no bfloat16): pass out=")
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=dt)
+    raise Error(f"llmm: pass out= for {type(like).__module__}.{type(like).__name__} inputs: outputs are allocated only "
+                f"like NumPy arrays, torch tensors and CuPy arrays (a JAX array is immutable: pass a torch or CuPy out)")
 
 
 def _device_like(x: Any):
@@ -97,27 +140,35 @@ def _device_like(x: Any):
     if isinstance(x, str):
         if x == "cpu":
             return np.empty(1, np.float32)
-        import torch
+        try:
+            import torch
 
-        return torch.empty(1, dtype=torch.float32, device=x)
+            return torch.empty(1, dtype=torch.float32, device=x)
+        except ImportError:  # CuPy alone
+            import cupy
+
+            with cupy.cuda.Device(int(x.partition(":")[2] or 0)):
+                return cupy.empty(1, np.float32)
     x = _arr(x)
     return x.reshape(-1)[:1] if hasattr(x, "reshape") else x
 
 
 def _device_name(x: Any) -> str:
-    """'cpu' or 'cuda:N' for a NumPy array, a torch tensor or a device string."""
+    """'cpu' or 'cuda:N' for a NumPy array, a torch tensor, a CuPy array or a device string."""
     if isinstance(x, str):
         if x == "cuda":
             return "cuda:0"
         return x
     if _is_torch(x) and x.is_cuda:
         return f"cuda:{x.device.index}"
+    if _is_cupy(x):
+        return f"cuda:{x.device.id}"
     return "cpu"
 
 
 def _inner_strides(x: Any) -> Optional[Tuple[int, int]]:
     """Element strides of the last two dimensions of a NumPy array or torch tensor, else None."""
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray) or _is_cupy(x):  # byte strides
         if x.ndim < 2:
             return None
         return x.strides[-2] // x.itemsize, x.strides[-1] // x.itemsize
@@ -132,7 +183,7 @@ def _canonical(x: Any, transposed: bool):
     (the library refuses an innermost stride other than 1, naming the strides)."""
     s = _inner_strides(x)
     if s is not None and s[1] != 1 and s[0] == 1 and x.shape[-1] > 1:
-        return x.swapaxes(-1, -2) if isinstance(x, np.ndarray) else x.transpose(-1, -2), not transposed
+        return x.transpose(-1, -2) if _is_torch(x) else x.swapaxes(-1, -2), not transposed
     return x, transposed
 
 
@@ -184,6 +235,28 @@ def plan_matmul(m: int, n: int, k: int, like, *, transpose_a: bool = False, tran
     launches nothing."""
     return _llmm.plan_matmul(m, n, k, _device_like(like), transpose_a=transpose_a, transpose_b=transpose_b,
                              precision=precision)
+
+
+_DTYPE_CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "f32": "f32", "f16": "f16", "bf16": "bf16"}
+
+
+def plan_tq2(m: int, n: int, k: int, like, *, out_dtype=None, precision: str = "exact", route: str = "auto") -> dict:
+    """The route gemm_tq2 takes for x [m, k] with like's dtype on like's device (like: an array, or
+    "cpu"/"cuda:N" for float32), and the device workspace it needs in bytes (0 for most routes;
+    llmm keeps a grow-only one per device unless you pass your own at the C++ level):
+    {"route": name, "workspace_bytes": int}. out_dtype: None or float32 (default) or like's dtype.
+    route: "auto" or a route to check. Pure: launches nothing."""
+    name = "f32" if out_dtype is None else str(out_dtype).replace("torch.", "")
+    return _llmm.plan_tq2(m, n, k, _device_like(like), out_dtype=_DTYPE_CODES.get(name, name), precision=precision,
+                          route=route)
+
+
+def suggest_matmul_id_route(m: int, n: int, k: int, top_k: int, n_experts: int, like, *,
+                            may_repeat: bool = False) -> str:
+    """"direct" or "grouped": the matmul_id route measured fastest for these sizes with like's dtype
+    on like's device (like: an array, or "cpu"/"cuda:N" for float32). It cannot see the routing:
+    when many tokens pick the same experts, "grouped" wins earlier. Pure."""
+    return _llmm.suggest_matmul_id_route(m, n, k, top_k, n_experts, _device_like(like), may_repeat=may_repeat)
 
 
 def quantize_tq2(w, rule: str = "absmean") -> bytes:
@@ -268,6 +341,15 @@ def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu") -> Matmul
     return _llmm.matmul_id_scratch(max_experts, max_tokens, _device_like(device))
 
 
+def _expert_stride_bytes(w) -> int:
+    """Bytes between consecutive experts of weights [E, n, k]."""
+    if _is_torch(w):
+        return w.stride(0) * w.element_size()
+    if hasattr(w, "strides"):  # NumPy, CuPy
+        return w.strides[0]
+    return int(np.prod(w.shape[1:])) * np.dtype(w.dtype).itemsize  # no strides (JAX): C-contiguous
+
+
 def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
               may_repeat: bool = False, precision: str = "exact", out_dtype=None):
     """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids [m, top_k].
@@ -283,7 +365,7 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     m, top_k = ids.shape
     if out is None:
         out = _empty(x, (m, top_k, n), out_dtype if out_dtype is not None else "float32")
-    stride = weights.strides[0] if isinstance(weights, np.ndarray) else weights.stride(0) * weights.element_size()
+    stride = _expert_stride_bytes(weights)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, top_k=top_k, n_experts=n_experts,
             expert_stride_bytes=int(stride), layout=layout, may_repeat=may_repeat, route=route, scratch=scratch,
             precision=precision)

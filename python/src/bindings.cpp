@@ -240,6 +240,34 @@ NB_MODULE(_llmm, m) {
       "out[m, n] = x[m, k] @ W[n, k]^T on out's device and the given stream; returns the receipt. Low level: use "
       "llmm.gemm_tq2.");
 
+  m.def(
+      "plan_tq2",
+      [](std::int64_t m_, std::int64_t n, std::int64_t k, nb::ndarray<> like, const std::string& out_dtype,
+         const std::string& precision, const std::string& route) {
+        View v = view_of(like, "like");
+        Context& ctx = context_for(v, 0);
+        if (m_ < 0 || n < 1 || k < 128 || k % 128 != 0)
+          fail(ErrorCode::InvalidArgument, "plan_tq2: needs m >= 0, n >= 1 and k a positive multiple of 128, got m ", m_,
+               ", n ", n, ", k ", k);
+        if (v.dtype != DType::F32 && v.dtype != DType::F16 && v.dtype != DType::BF16)
+          fail(ErrorCode::InvalidArgument, "plan_tq2: the input dtype must be f32, f16 or bf16, got ", dtype_name(v.dtype));
+        const DType out = out_dtype == "f32" ? DType::F32 : v.dtype;
+        if (out_dtype != "f32" && out_dtype != dtype_name(v.dtype))
+          fail(ErrorCode::InvalidArgument, "plan_tq2: out_dtype must be f32 or the input's ", dtype_name(v.dtype), ", got ",
+               out_dtype);
+        Tq2Options o;
+        o.precision = precision_of(precision);
+        o.force_route = plan_tq2(m_, n, k, v.dtype, ctx.arch(), tq2_route_of(route));
+        nb::dict d;
+        d["route"] = std::string(tq2_route_name(o.force_route));
+        d["workspace_bytes"] = tq2_workspace_bytes(m_, n, k, v.dtype, out, o);
+        return d;
+      },
+      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("like"), nb::arg("out_dtype") = "f32",
+      nb::arg("precision") = "exact", nb::arg("route") = "auto",
+      "The ternary route gemm_tq2 takes for x [m, k] with like's dtype on like's device, and the device workspace "
+      "it needs: {route, workspace_bytes}. Pure.");
+
   // Expert-ID matmul.
   auto params_of = [](std::uint32_t m_, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t n_experts,
                       std::uint64_t expert_stride_bytes, const std::string& layout, bool may_repeat,
@@ -286,6 +314,19 @@ NB_MODULE(_llmm, m) {
       nb::arg("expert_stride_bytes"), nb::arg("layout") = "shared", nb::arg("may_repeat") = false,
       nb::arg("route") = "direct", nb::arg("input_dtype") = "f32", nb::arg("output_dtype") = "f32",
       "Exact byte extents of a matmul_id call (weights, input, ids, output, grouped scratch), or llmm.Error. Pure.");
+
+  m.def(
+      "suggest_matmul_id_route",
+      [params_of](std::uint32_t m_, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t n_experts,
+                  nb::ndarray<> like, bool may_repeat) {
+        View v = view_of(like, "like");
+        MatmulIdParams p = params_of(m_, n, k, top_k, n_experts, 0, "shared", may_repeat, "direct", v.dtype, DType::F32);
+        return suggest_matmul_id_route(p, context_for(v, 0).arch()) == MatmulIdRoute::Direct ? "direct" : "grouped";
+      },
+      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("top_k"), nb::arg("n_experts"), nb::arg("like"),
+      nb::arg("may_repeat") = false,
+      "The matmul_id route ('direct' or 'grouped') calibrated as fastest for these sizes on like's device. Pure; "
+      "it cannot see the routing (hot experts favour 'grouped' earlier).");
 
   nb::class_<MatmulIdScratch>(m, "MatmulIdScratch",
                               "Scratch of matmul_id's grouped route on one device (from llmm.matmul_id_scratch).")

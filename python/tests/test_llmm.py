@@ -75,6 +75,20 @@ def test_plan_on_cpu():
     assert p["route"] == "cpu" and p["reason"]
 
 
+def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
+    assert llmm.plan_tq2(3, 64, 256, "cpu") == {"route": "cpu", "workspace_bytes": 0}
+    assert llmm.plan_tq2(3, 64, 256, rand(2, 2), out_dtype="float32")["route"] == "cpu"
+    with pytest.raises(llmm.Error, match="k a positive multiple of 128, got m 3, n 64, k 200"):
+        llmm.plan_tq2(3, 64, 200, "cpu")
+    with pytest.raises(llmm.Error, match="out_dtype must be f32 or the input's f32, got bf16"):
+        llmm.plan_tq2(3, 64, 256, "cpu", out_dtype="bfloat16")
+    with pytest.raises(llmm.Error, match="unknown ternary route 'tq2_fast'"):
+        llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_fast")
+    assert llmm.suggest_matmul_id_route(1, 768, 2048, 8, 128, "cpu") == "direct"
+    assert llmm.suggest_matmul_id_route(4096, 768, 2048, 8, 128, "cpu") == "grouped"
+    assert llmm.suggest_matmul_id_route(4096, 768, 2048, 8, 128, "cpu", may_repeat=True) == "direct"
+
+
 def test_ternary_roundtrip_and_gemm():
     n, k = 40, 256
     t = RNG.integers(-1, 2, (n, k)).astype(np.float32)

@@ -287,6 +287,23 @@ def test_gemm_tq2_each_cuda_route_by_name(route):
         llmm.gemm_tq2(weight, x, route="stream")
 
 
+@pytest.mark.cuda
+def test_plan_tq2_on_cuda_names_the_route_that_runs():
+    dev = dev_or_skip("cuda")
+    like = torch.empty(1, device=dev)
+    plans = {m: llmm.plan_tq2(m, 640, 512, like) for m in (1, 2, 8, 16)}
+    assert [plans[m]["route"] for m in (1, 2, 8, 16)] == ["tq2_stream_v3"] * 2 + ["tq2_stream_v2"] * 2
+    assert plans[1]["workspace_bytes"] == 0 and plans[8]["workspace_bytes"] > 0  # v2 stages from m = 3
+    big = llmm.plan_tq2(1536, 27648, 3072, like)
+    assert big["route"] == "tq2_dequant_lt" and big["workspace_bytes"] > 0
+    assert llmm.plan_tq2(1536, 27648, 3072, like, route="tq2_tiled")["route"] == "tq2_tiled"
+    w, weight = ternary_weight(640, 512, dev)
+    for m in (1, 8, 40):
+        receipt = llmm._llmm.gemm_tq2(weight, rand(m, 512, device=dev), torch.empty(m, 640, device=dev),
+                                      stream=torch.cuda.current_stream().cuda_stream)
+        assert receipt["route"] == llmm.plan_tq2(m, 640, 512, like)["route"], (m, receipt)
+
+
 def test_gemm_tq2_key_and_shape_refusals():
     w, weight = ternary_weight(48, 256, "cpu")
     x = rand(5, 256)
