@@ -12,7 +12,7 @@ import numpy as np
 import llmm
 
 
-def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, seed=0, quiet=False):
+def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, seed=0, quiet=False, route="auto"):
     rng = np.random.default_rng(seed)
     w_router = rng.standard_normal((experts, hidden)).astype(np.float32) * 0.02
     w_gate_up = rng.standard_normal((experts, 2 * inter, hidden)).astype(np.float32) * 0.02
@@ -26,7 +26,8 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
     weights = np.exp(top - top.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)
 
-    route = "direct" if tokens * top_k <= 4 * min(experts, tokens * top_k) else "grouped"
+    if route == "auto":  # llmm's calibrated rule (pure; it cannot see the routing)
+        route = llmm.suggest_matmul_id_route(tokens, 2 * inter, hidden, top_k, experts, device)
     if device == "cuda":
         import torch
 
@@ -109,9 +110,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--tokens", type=int, default=4)
+    ap.add_argument("--route", default="auto", choices=["auto", "direct", "grouped"])
     ap.add_argument("--small", action="store_true")
     a = ap.parse_args()
     if a.small:
-        run(a.device, tokens=a.tokens, hidden=256, inter=96, experts=16, top_k=4)
+        run(a.device, tokens=a.tokens, hidden=256, inter=96, experts=16, top_k=4, route=a.route)
     else:
-        run(a.device, tokens=a.tokens)
+        run(a.device, tokens=a.tokens, route=a.route)

@@ -55,7 +55,7 @@ def test_cupy_matmul_out_allocation_and_transposed_view(dtype, tol):
     assert llmm.matmul(cp.asarray(a), cp.asarray(b), out, transpose_b=True) is out
     close(cp.asnumpy(out), want, tol)
     with pytest.raises(llmm.Error, match="invalid left matmul argument"):
-        llmm.matmul(cp.asarray(rand(5, 16))[:, ::2], cp.asarray(b[:, :8]).T)  # inner stride 2: refused
+        llmm.matmul(cp.asarray(rand(5, 16, dtype=dtype))[:, ::2], cp.asarray(b[:, :8]).T)  # inner stride 2: refused
 
 
 @pytest.mark.cuda
