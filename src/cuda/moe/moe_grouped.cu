@@ -16,7 +16,8 @@
 //        or f32 input rounded once to bf16 when !exact);
 //   TS = f32,        BK = 16: mma.m16n8k8.tf32: 16-bit weights are exact in tf32, so f32 input
 //        split hi + lo (2 passes) keeps near-f32 accuracy; f32 weights and input: 3xTF32
-//        (lo*hi + hi*lo + hi*hi); !exact: one pass.
+//        (lo*hi + hi*lo + hi*hi); !exact: one pass. Exact sums each K slice into zeroed
+//        registers and adds that into the accumulator (the tf32 mma truncates as it accumulates).
 // Rows are padded by 16 bytes (80-byte rows): fragment reads are free of bank conflicts.
 #include <algorithm>
 
@@ -230,6 +231,21 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
         }
       }
     } else {
+      // Exact (split operands): the tf32 mma accumulates with truncation, so summed straight
+      // into acc its error grew with K (1.7e-5 abs at K = 2048 on the Qwen3 example against
+      // 1.3e-7 for the direct route). Each k-tile sums into zeroed registers and is added into
+      // acc with one rounded add. Fast (one tf32 pass) is limited by tf32 rounding: it keeps acc.
+      constexpr bool kPromote = SPLIT_A || SPLIT_W;
+      float part[MT][NT][4];
+      float(&dst)[MT][NT][4] = kPromote ? part : acc;
+      if constexpr (kPromote) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
+      }
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 8) {
         std::uint32_t bh[NT][2], bl[NT][2];
@@ -255,11 +271,19 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {  // small terms first
-            if constexpr (SPLIT_A) mma1688_tf32(acc[mt][nt], al, bh[nt]);
-            if constexpr (SPLIT_W) mma1688_tf32(acc[mt][nt], ah, bl[nt]);
-            mma1688_tf32(acc[mt][nt], ah, bh[nt]);
+            if constexpr (SPLIT_A) mma1688_tf32(dst[mt][nt], al, bh[nt]);
+            if constexpr (SPLIT_W) mma1688_tf32(dst[mt][nt], ah, bl[nt]);
+            mma1688_tf32(dst[mt][nt], ah, bh[nt]);
           }
         }
+      }
+      if constexpr (kPromote) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
       }
     }
   };
