@@ -221,44 +221,13 @@ TEST(Tq2Gpu, DequantLtZeroInputAndLaunchOrder) {
   EXPECT_EQ(r.kernel, "tq2_lt_absmax_f32+tq2_lt_split_f32_f16x2+tq2_dequant_f16+cublaslt_f16_nt_f32");
 }
 
-TEST(Tq2Gpu, DequantLtRefusesSmallOrMisalignedWorkspace) {
-  LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  TernaryWeightCache cache(ctx);
-  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 5);
-  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 64, 256);
-  HostTensor in = host_tensor(DType::F32, {4, 256}), out = host_tensor(DType::F32, {4, 64});
-  for (int i = 0; i < 4 * 256; ++i) static_cast<float*>(in.view.data)[i] = 0.5f;
-  std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
-  out.bytes = poison_bytes;
-  out.view.data = out.bytes.data();
-  DeviceTensor din = to_device(in), dout = to_device(out);
-  Tq2Options o;
-  o.force_route = Tq2Route::DequantLt;
-  const std::size_t need = tq2_workspace_bytes(4, 64, 256, DType::F32, DType::F32, o);
-  DeviceBuffer ws(need + 256);
-  LaunchRecorder rec;
-  ctx.set_launch_recorder(&rec);
-  o.workspace = ws.data(), o.workspace_bytes = need - 1;
-  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
-               "gemm_tq2: workspace of " + std::to_string(need - 1) + " bytes is smaller than the " +
-                   std::to_string(need) + " bytes route tq2_dequant_lt needs");
-  o.workspace = static_cast<unsigned char*>(ws.data()) + 16, o.workspace_bytes = need;
-  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument, "is not 256-byte aligned");
-  ctx.synchronize();
-  EXPECT_TRUE(rec.launched.empty());
-  std::vector<unsigned char> back(out.bytes.size());
-  copy_to_host(back.data(), dout.buffer.data(), back.size());
-  EXPECT_EQ(back, poison_bytes);
-  o.workspace = ws.data();  // exactly the bytes asked for: runs
-  EXPECT_EQ(gemm_tq2(ctx, w, din.view, dout.view, o).kernels_launched, 5);
-  ctx.set_launch_recorder(nullptr);
-}
-
-// Staged tq2_stream_v2 (m >= 3) keeps the same workspace rule as tq2_dequant_lt: a caller's
-// workspace that is too small or not 256-byte aligned is refused before anything is enqueued.
-TEST(Tq2Gpu, StreamV2StagedRefusesSmallOrMisalignedWorkspace) {
-  LLMM_REQUIRE_CUDA();
+// The caller-workspace rule of the routes that take one (Tq2Options::workspace), for x [4, 256]
+// and W [64, 256]: a workspace one byte short or off 256-byte alignment is refused, naming the
+// route and what it needs the bytes for, before anything is launched or written; exactly the
+// bytes tq2_workspace_bytes asks for runs `kernels` kernels, writes the output and makes the
+// context allocate nothing.
+namespace {
+void expect_workspace_rule(Tq2Route route, const std::string& needs, int kernels) {
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
   std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 6);
@@ -270,32 +239,45 @@ TEST(Tq2Gpu, StreamV2StagedRefusesSmallOrMisalignedWorkspace) {
   out.view.data = out.bytes.data();
   DeviceTensor din = to_device(in), dout = to_device(out);
   Tq2Options o;
-  o.force_route = Tq2Route::StreamV2;
+  o.force_route = route;
   const std::size_t need = tq2_workspace_bytes(4, 64, 256, DType::F32, DType::F32, o);
   ASSERT_GT(need, 0u);
   DeviceBuffer ws(need + 256);
   LaunchRecorder rec;
   ctx.set_launch_recorder(&rec);
+  const std::string name = tq2_route_name(route);
   o.workspace = ws.data(), o.workspace_bytes = need - 1;
   expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
                "gemm_tq2: workspace of " + std::to_string(need - 1) + " bytes is smaller than the " +
-                   std::to_string(need) + " bytes route tq2_stream_v2 needs for m 4, k 256");
+                   std::to_string(need) + " bytes route " + name + " needs for " + needs);
   o.workspace = static_cast<unsigned char*>(ws.data()) + 16, o.workspace_bytes = need;
   expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
-               "is not 256-byte aligned (route tq2_stream_v2)");
+               "is not 256-byte aligned (route " + name + ")");
   ctx.synchronize();
   EXPECT_TRUE(rec.launched.empty());
   std::vector<unsigned char> back(out.bytes.size());
   copy_to_host(back.data(), dout.buffer.data(), back.size());
   EXPECT_EQ(back, poison_bytes);
   const std::uint64_t allocs = BufferPool::alloc_count();
-  o.workspace = ws.data();  // exactly the bytes asked for: runs, and the context allocates nothing
-  EXPECT_EQ(gemm_tq2(ctx, w, din.view, dout.view, o).kernels_launched, 2);
+  o.workspace = ws.data();
+  EXPECT_EQ(gemm_tq2(ctx, w, din.view, dout.view, o).kernels_launched, kernels);
   EXPECT_EQ(BufferPool::alloc_count(), allocs);
   ctx.synchronize();
   copy_to_host(back.data(), dout.buffer.data(), back.size());
   EXPECT_NE(back, poison_bytes);
   ctx.set_launch_recorder(nullptr);
+}
+}  // namespace
+
+TEST(Tq2Gpu, DequantLtRefusesSmallOrMisalignedWorkspace) {
+  LLMM_REQUIRE_CUDA();
+  expect_workspace_rule(Tq2Route::DequantLt, "m 4, n 64, k 256 (f32 -> f32)", 5);
+}
+
+// Staged tq2_stream_v2 (m >= 3) keeps the same rule.
+TEST(Tq2Gpu, StreamV2StagedRefusesSmallOrMisalignedWorkspace) {
+  LLMM_REQUIRE_CUDA();
+  expect_workspace_rule(Tq2Route::StreamV2, "m 4, k 256", 2);
 }
 
 TEST(Tq2Gpu, WarmedPoolAllocatesNothing) {

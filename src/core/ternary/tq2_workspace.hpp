@@ -17,7 +17,7 @@ BufferPool& ternary_pool(Context& ctx);
 // `bytes` of scratch for `route` (what it is for goes into the message, e.g. "m 4, k 3072"): the
 // caller's g.workspace, refused when smaller than `bytes` or not 256-byte aligned, else the pool's
 // "route_workspace" slot (allocated now, before anything is enqueued).
-void* tq2_route_workspace(Context& ctx, const cuda_ternary::Tq2Args& g, std::size_t bytes, const char* route,
+void* tq2_route_workspace(Context& ctx, const cuda_ternary::Tq2Args& g, std::size_t bytes, Tq2Route route,
                           const std::string& what);
 
 }  // namespace llmm::detail

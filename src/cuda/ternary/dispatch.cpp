@@ -43,7 +43,7 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   if (route == Tq2Route::StreamV2 && cuda_ternary::tq2_stream_v2_stage_bytes(g) > 0) {
     const std::size_t bytes = cuda_ternary::tq2_stream_v2_stage_bytes(g);
     ctx.check_launchable(cuda_ternary::tq2_stream_v2_stage_kernel_name(g));
-    gs.workspace = tq2_route_workspace(ctx, g, bytes, "tq2_stream_v2",
+    gs.workspace = tq2_route_workspace(ctx, g, bytes, Tq2Route::StreamV2,
                                        "m " + std::to_string(g.m) + ", k " + std::to_string(g.k));
     gs.workspace_bytes = bytes;
     kernels = 2;

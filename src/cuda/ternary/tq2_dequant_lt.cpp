@@ -72,7 +72,7 @@ Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<v
   std::ostringstream what;
   what << "m " << g.m << ", n " << g.n << ", k " << g.k << " (" << dtype_name(g.in_dtype) << " -> "
        << dtype_name(g.out_dtype) << ")";
-  auto* const ws = static_cast<unsigned char*>(tq2_route_workspace(ctx, g, p.bytes, "tq2_dequant_lt", what.str()));
+  auto* const ws = static_cast<unsigned char*>(tq2_route_workspace(ctx, g, p.bytes, Tq2Route::DequantLt, what.str()));
   float* const scalars = reinterpret_cast<float*>(ws + p.scalars_off);
   float* const partial = reinterpret_cast<float*>(ws + p.partial_off);
   unsigned char* const parts = ws + p.parts_off;
