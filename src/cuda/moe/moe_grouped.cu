@@ -44,6 +44,25 @@ __device__ __forceinline__ void mma1688_tf32(float (&d)[4], const std::uint32_t 
   ptx::mma_1688_tf32(d, a, b);
 }
 
+// A warp's f32 accumulators: MT x NT mma tiles, 4 values per lane each.
+using AccTile = float[MT][NT][4];
+__device__ __forceinline__ void zero_tile(AccTile& t) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t[i][j][e] = 0.0f;
+}
+__device__ __forceinline__ void add_tile(AccTile& acc, const AccTile& part) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
+}
+
 // Two floats -> one 32-bit word of two TS values (first in the low half).
 template <class TS>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
@@ -193,13 +212,8 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
   // --- 3. Main loop.
   const int wm = (warp >> 2) * WARP_M, wn = (warp & 3) * WARP_N;
   const int g = lane >> 2, t4 = lane & 3;
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  AccTile acc;
+  zero_tile(acc);
 
   auto compute = [&](int buf) {
     const TS* sa = s_a[buf];
@@ -236,16 +250,9 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
       // 1.3e-7 for the direct route). Each k-tile sums into zeroed registers and is added into
       // acc with one rounded add. Fast (one tf32 pass) is limited by tf32 rounding: it keeps acc.
       constexpr bool kPromote = SPLIT_A || SPLIT_W;
-      float part[MT][NT][4];
-      float(&dst)[MT][NT][4] = kPromote ? part : acc;
-      if constexpr (kPromote) {
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
-      }
+      AccTile part;
+      AccTile& dst = kPromote ? part : acc;
+      if constexpr (kPromote) zero_tile(part);
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 8) {
         std::uint32_t bh[NT][2], bl[NT][2];
@@ -277,14 +284,7 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
           }
         }
       }
-      if constexpr (kPromote) {
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
-      }
+      if constexpr (kPromote) add_tile(acc, part);
     }
   };
 
