@@ -31,8 +31,9 @@ __all__ = [
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
 ]
 
-_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-_NUMPY_DTYPES = {"f32": "float32", "f16": "float16"}  # NumPy and CuPy have no bfloat16
+# llmm's dtype codes and the frameworks' names for them (NumPy and CuPy have no bfloat16).
+_DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
 # Automatic ternary-weight keys start high so that they do not meet small keys a caller picks
 # (layer numbers, say), and stay below 2^63 so that they fit a torch op's int argument.
 _keys = itertools.count(1 << 48)
@@ -104,11 +105,25 @@ def _launch(fn, out: Any, *args, **kw):
         return fn(*args, stream=stream, **kw)
 
 
+def _numpy_dtype(like: Any, dtype) -> np.dtype:
+    """The NumPy dtype of an output like `like` (a NumPy or CuPy array): like's for None, else
+    dtype as a code ("f16"), a name ("float16") or a NumPy dtype."""
+    if dtype is None:
+        return like.dtype
+    code = _DTYPE_CODES.get(str(dtype), str(dtype))
+    if code == "bf16":
+        raise Error(f"llmm: dtype {dtype!r} has no NumPy/CuPy equivalent (NumPy and CuPy have no bfloat16): pass out=")
+    try:
+        return np.dtype(_DTYPE_NAMES.get(code, dtype))
+    except TypeError:
+        raise Error(f"llmm: unknown dtype {dtype!r}") from None
+
+
 def _empty(like: Any, shape, dtype=None):
     """A new output like `like` (NumPy array, torch tensor or CuPy array) with `dtype` (None: like's;
     a name such as "float32"/"bf16", a NumPy dtype or a torch.dtype)."""
     if isinstance(like, np.ndarray):
-        return np.empty(shape, dtype=np.dtype(dtype) if dtype is not None else like.dtype)
+        return np.empty(shape, dtype=_numpy_dtype(like, dtype))
     if _is_torch(like):
         import torch
 
@@ -117,7 +132,7 @@ def _empty(like: Any, shape, dtype=None):
         elif isinstance(dtype, torch.dtype):
             dt = dtype
         else:
-            name = _TORCH_DTYPES.get(str(dtype), str(dtype))
+            name = _DTYPE_NAMES.get(str(dtype), str(dtype))
             dt = getattr(torch, name, None)
             if not isinstance(dt, torch.dtype):
                 raise Error(f"llmm: unknown dtype {dtype!r}")
@@ -125,10 +140,7 @@ def _empty(like: Any, shape, dtype=None):
     if _is_cupy(like):
         import cupy
 
-        try:
-            dt = like.dtype if dtype is None else np.dtype(_NUMPY_DTYPES.get(str(dtype), dtype))
-        except TypeError:
-            raise Error(f"llmm: dtype {dtype!r} has no NumPy/CuPy equivalent (CuPy has no bfloat16): pass out=")
+        dt = _numpy_dtype(like, dtype)
         with cupy.cuda.Device(like.device.id):
             return cupy.empty(shape, dtype=dt)
     raise Error(f"llmm: pass out= for {type(like).__module__}.{type(like).__name__} inputs: outputs are allocated only "
@@ -235,9 +247,6 @@ def plan_matmul(m: int, n: int, k: int, like, *, transpose_a: bool = False, tran
     launches nothing."""
     return _llmm.plan_matmul(m, n, k, _device_like(like), transpose_a=transpose_a, transpose_b=transpose_b,
                              precision=precision)
-
-
-_DTYPE_CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "f32": "f32", "f16": "f16", "bf16": "bf16"}
 
 
 def plan_tq2(m: int, n: int, k: int, like, *, out_dtype=None, precision: str = "exact", route: str = "auto") -> dict:

@@ -78,7 +78,7 @@ def test_cupy_matmul_id_and_gemm_tq2():
     y = llmm.gemm_tq2(weight, cp.asarray(x))
     assert isinstance(y, cp.ndarray) and y.shape == (m, n)
     close(cp.asnumpy(y), x.astype(np.float64) @ wt.T.astype(np.float64), 1e-5)
-    with pytest.raises(llmm.Error, match="CuPy has no bfloat16"):
+    with pytest.raises(llmm.Error, match="NumPy and CuPy have no bfloat16"):
         llmm.gemm_tq2(weight, cp.asarray(x), out_dtype="bf16")
     llmm.release_tq2(weight)
 

@@ -75,6 +75,25 @@ def test_plan_on_cpu():
     assert p["route"] == "cpu" and p["reason"]
 
 
+def test_out_dtype_codes_and_names_allocate_numpy_outputs():
+    n, k = 40, 256
+    t = RNG.integers(-1, 2, (n, k)).astype(np.float32)
+    t[:, ::128] = 1.0
+    w = t * np.float32(0.125)
+    weight = llmm.upload_tq2(llmm.quantize_tq2(w, "absmax"), n, k)
+    x = rand(3, k, dtype=np.float16)
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    for out_dtype in ("f16", "float16", np.float16):  # "f16" is llmm's code, not NumPy's float128
+        y = llmm.gemm_tq2(weight, x, out_dtype=out_dtype)
+        assert y.dtype == np.float16, out_dtype
+        close(y, want, 2e-3)
+    assert llmm.gemm_tq2(weight, x, out_dtype="f32").dtype == np.float32
+    with pytest.raises(llmm.Error, match="NumPy and CuPy have no bfloat16"):
+        llmm.gemm_tq2(weight, x, out_dtype="bf16")
+    with pytest.raises(llmm.Error, match="unknown dtype 'float7'"):
+        llmm.gemm_tq2(weight, x, out_dtype="float7")
+
+
 def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
     assert llmm.plan_tq2(3, 64, 256, "cpu") == {"route": "cpu", "workspace_bytes": 0}
     assert llmm.plan_tq2(3, 64, 256, rand(2, 2), out_dtype="float32")["route"] == "cpu"
