@@ -29,6 +29,19 @@ inline std::size_t to_usize(std::uint64_t v, const char* what) {
   return static_cast<std::size_t>(v);
 }
 
+// A size or stride narrowed for a kernel argument: v as u32 / int, or InvalidArgument naming the
+// op and the quantity ("matmul_id: n 4294967297 is outside 0..4294967295"). Never a plain cast.
+inline std::uint32_t narrow_u32(std::int64_t v, const char* op, const char* what) {
+  if (v < 0 || v > static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()))
+    fail(ErrorCode::InvalidArgument, op, ": ", what, " ", v, " is outside 0..", std::numeric_limits<std::uint32_t>::max());
+  return static_cast<std::uint32_t>(v);
+}
+inline int narrow_int(std::int64_t v, const char* op, const char* what) {
+  if (v < 0 || v > static_cast<std::int64_t>(std::numeric_limits<int>::max()))
+    fail(ErrorCode::InvalidArgument, op, ": ", what, " ", v, " is outside 0..", std::numeric_limits<int>::max());
+  return static_cast<int>(v);
+}
+
 // A non-negative int64 as u64 (sizes and strides are int64 in views).
 inline std::uint64_t to_u64(std::int64_t v, const char* what) {
   if (v < 0) fail(ErrorCode::InvalidArgument, what, ": ", v, " is negative");
