@@ -6,7 +6,9 @@
 
 namespace llmm {
 
-enum class DType : std::uint8_t { F32, F16, BF16, U8, U32 };
+// I32 and I64 exist for index arrays (expert ids as frameworks produce them); kernels take them
+// only where an op says so.
+enum class DType : std::uint8_t { F32, F16, BF16, U8, U32, I32, I64 };
 
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
@@ -15,6 +17,8 @@ constexpr std::size_t dtype_size(DType t) noexcept {
     case DType::BF16: return 2;
     case DType::U8: return 1;
     case DType::U32: return 4;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
   }
   return 0;
 }
@@ -26,6 +30,8 @@ constexpr std::string_view dtype_name(DType t) noexcept {
     case DType::BF16: return "bf16";
     case DType::U8: return "u8";
     case DType::U32: return "u32";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
   }
   return "?";
 }
@@ -33,6 +39,9 @@ constexpr std::string_view dtype_name(DType t) noexcept {
 constexpr bool is_float(DType t) noexcept {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
+
+// Dtypes matmul_id takes for expert ids (an id outside [0, n_experts) gives a zero row).
+constexpr bool is_expert_id(DType t) noexcept { return t == DType::U32 || t == DType::I32 || t == DType::I64; }
 
 // Unit roundoff of a floating type (half an ulp at 1.0): 2^-24, 2^-11, 2^-8.
 constexpr double unit_roundoff(DType t) noexcept {

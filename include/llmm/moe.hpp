@@ -1,7 +1,8 @@
 // Expert-ID matmul (Mixture of Experts): every token's top_k expert rows in one call.
 //   out[t, s, :] = W[ids[t, s]] . in(t, s)   for a stack of n_experts row-major [n, k] weights.
 // Fail-closed capability with exact byte extents; Direct (one kernel) and GroupedPrefill (map +
-// grouped GEMM, caller-owned scratch) routes; no host synchronisation on either.
+// grouped GEMM, caller-owned scratch) routes, each correct for any ids (repeated, out of range);
+// no host synchronisation on either. Views are checked by shape and stride, not only by bytes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +16,7 @@
 
 namespace llmm {
 
-inline constexpr std::uint32_t kMatmulIdSchemaVersion = 1;
+inline constexpr std::uint32_t kMatmulIdSchemaVersion = 2;  // 2: ids dtypes, input strides, compact scratch
 // The map kernel runs one block with a thread per expert: the grouped route's expert limit.
 inline constexpr std::uint32_t kMatmulIdGroupedMaxExperts = 1024;
 
@@ -23,13 +24,14 @@ enum class MatmulIdInputLayout {
   SharedPerToken,  // input [m, k]: one row shared by a token's top_k slots
   Slotted,         // input [m * top_k, k]: a row per (token, slot)
 };
+// A hint (route suggestion, the capability's top_k check): both routes are correct for any ids.
 enum class MatmulIdMultiplicity {
-  DistinctPerToken,  // the caller promises a token's ids are distinct (needed by GroupedPrefill)
+  DistinctPerToken,  // a token's ids are distinct (then top_k <= n_experts is required)
   MayRepeat,
 };
 enum class MatmulIdRoute {
-  Direct,          // one kernel over every routed row (decode, repeated ids)
-  GroupedPrefill,  // map kernel (rows per expert) + grouped GEMM: two kernels
+  Direct,          // one kernel over every routed row (decode)
+  GroupedPrefill,  // map kernel (a stable counting sort of the routed rows by expert) + grouped GEMM
 };
 const char* matmul_id_route_name(MatmulIdRoute r) noexcept;
 
@@ -41,11 +43,16 @@ struct MatmulIdParams {
   MatmulIdRoute route = MatmulIdRoute::Direct;  // the caller's explicit choice
   DType input_dtype = DType::F32;   // f32 (the seed's), f16 or bf16
   DType output_dtype = DType::F32;  // f32 or the input's dtype
+  DType ids_dtype = DType::U32;     // u32, i32 or i64 ids [m, top_k], contiguous
+  // Input strides in elements (innermost stride 1). Unset: dense rows, i.e. token stride k
+  // (SharedPerToken) or top_k * k (Slotted) and slot stride k (Slotted). Any value >= 0 is
+  // valid (padded rows, a broadcast input); SharedPerToken has no slot stride (unset or 0).
+  std::optional<std::uint64_t> input_token_stride, input_slot_stride;
 };
 
 struct MatmulIdScratchRequirement {
   std::size_t expert_counts_bytes = 0;  // n_experts u32
-  std::size_t routed_rows_bytes = 0;    // n_experts * m u32
+  std::size_t routed_rows_bytes = 0;    // m * top_k u32: every routed row, listed by expert
 };
 
 struct MatmulIdCapability {
@@ -59,37 +66,54 @@ struct MatmulIdCapability {
   std::optional<MatmulIdScratchRequirement> scratch;  // GroupedPrefill only
 };
 
-// Pure and allocation-free: the exact byte contract of a call, or InvalidArgument naming the
-// problem (zero dims, distinct top_k > n_experts, stride smaller than a matrix or misaligned,
-// overflow anywhere, routed rows beyond u32, GroupedPrefill with MayRepeat or > 1024 experts,
-// unsupported dtypes).
+// Pure and allocation-free: the exact byte contract of a call (bytes from each buffer's first
+// element to one past its last), or InvalidArgument naming the problem (zero dims, distinct
+// top_k > n_experts, stride smaller than a matrix or misaligned, overflow anywhere, routed rows
+// beyond u32, GroupedPrefill with > 1024 experts, unsupported dtypes).
 MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams& params);
+
+// The params of a call on these views, read off their shapes and strides (pure):
+//   weights [n_experts, n, k], strides [expert stride, k, 1] (any stride on a dimension of 1);
+//   input   [m, k] (SharedPerToken), [m * top_k, k] or [m, top_k, k] (Slotted), innermost
+//           stride 1, any other strides >= 0; a rank-3 input is Slotted whatever `layout` says;
+//   ids     [m, top_k], contiguous, u32 / i32 / i64;   out [m, top_k, n], contiguous.
+// Throws InvalidArgument naming the view and the sizes that disagree; every size is
+// range-checked to u32. Zero sizes are allowed here (matmul_id handles them).
+MatmulIdParams matmul_id_params(const View& weights, const View& input, const View& ids, const View& out,
+                                MatmulIdInputLayout layout = MatmulIdInputLayout::SharedPerToken,
+                                MatmulIdMultiplicity multiplicity = MatmulIdMultiplicity::DistinctPerToken,
+                                MatmulIdRoute route = MatmulIdRoute::Direct);
 
 // A route suggestion calibrated on one H200 (docs/performance.md, MoE, run 5): Direct while the
 // average routed rows per active expert, m * top_k / min(n_experts, m * top_k), is at most 4
 // (each weight row then feeds few rows, and streaming it per row wins: 1.03-2.3x over Grouped
-// at the measured points), GroupedPrefill above. MayRepeat ids, or more experts than the grouped
-// route takes, always get Direct. Separate from matmul_id_capability, which never guesses.
+// at the measured points), GroupedPrefill above. More experts than the grouped route takes
+// always get Direct. Separate from matmul_id_capability, which never guesses.
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& params, const ArchInfo& arch);
 
 // Caller-owned scratch of the grouped route on one device (host memory for CPU contexts):
-// expert counts [max_experts] and routed-row lists [max_experts][max_tokens], u32. Calls that
-// reuse one scratch on one stream are ordered by that stream; to use it from several streams,
-// order them yourself (events) or give each stream its own scratch.
+// expert counts [max_experts] and the routed rows listed by expert (a counting sort: expert e's
+// rows, in increasing routed-row order, start at the sum of the counts before e), u32. It holds
+// max_tokens * max_top_k routed rows; max_top_k 0 means max_experts (enough for any distinct
+// routing: top_k <= n_experts). Calls that reuse one scratch on one stream are ordered by that
+// stream; to use it from several streams, order them yourself (events) or give each stream its
+// own scratch. Throws OutOfMemory when the memory cannot be had.
 class MatmulIdScratch {
  public:
-  MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, std::uint32_t max_tokens);
+  MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, std::uint32_t max_tokens, std::uint32_t max_top_k = 0);
   std::uint32_t max_experts() const { return max_experts_; }
   std::uint32_t max_tokens() const { return max_tokens_; }
+  std::uint32_t max_top_k() const { return max_top_k_; }
+  std::uint64_t row_capacity() const { return static_cast<std::uint64_t>(max_tokens_) * max_top_k_; }  // routed rows
   DeviceKind device() const { return device_; }
   int device_index() const { return device_index_; }
   std::uint32_t* counts() const { return counts_; }
   std::uint32_t* rows() const { return rows_; }
   std::size_t counts_bytes() const { return static_cast<std::size_t>(max_experts_) * 4; }
-  std::size_t rows_bytes() const { return static_cast<std::size_t>(max_experts_) * max_tokens_ * 4; }
+  std::size_t rows_bytes() const { return static_cast<std::size_t>(row_capacity()) * 4; }
 
  private:
-  std::uint32_t max_experts_, max_tokens_;
+  std::uint32_t max_experts_, max_tokens_, max_top_k_;
   DeviceKind device_;
   int device_index_;
   DeviceBuffer device_mem_;
@@ -102,10 +126,16 @@ struct MatmulIdOptions {
   Precision precision = Precision::Exact;  // f32 input on tensor cores: Exact keeps f32 accuracy
 };
 
-// weights, input, ids and out are buffers (contiguous views of any shape) of the capability's
-// dtypes and at least its byte extents; out must not overlap weights, input or ids. Ids outside
-// [0, n_experts) give a zero output row. Enqueues on ctx's stream; never synchronises.
+// weights, input, ids and out must be exactly the views matmul_id_params describes, and
+// describe `params` (every size, stride and dtype equal; a mismatch names the field): shapes,
+// not just byte counts. out must not overlap weights, input, ids or the scratch. Ids outside
+// [0, n_experts) give a zero output row (as do all rows when k or n_experts is 0); m, top_k or
+// n of 0 is an empty call. Enqueues on ctx's stream; never synchronises.
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, const MatmulIdParams& params, const MatmulIdOptions& opts = {});
+// The same with the params read off the views (matmul_id_params).
+Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                  MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity,
+                  MatmulIdRoute route, const MatmulIdOptions& opts = {});
 
 }  // namespace llmm

@@ -32,13 +32,14 @@ MatmulF64 matmul_f64(const MatmulProblem& p, int threads = 0);
 void matmul(const MatmulProblem& p, const View& c, int threads = 0);
 
 // Expert-ID matmul in float64 over host buffers laid out as matmul_id's contract (params give
-// the shapes, strides and dtypes): value and sum_k |in||w| per output, [m * top_k, n] row-major;
-// rows of out-of-range ids are 0 with abs_sum 0.
+// the shapes, strides and dtypes; ids of params.ids_dtype): value and sum_k |in||w| per output,
+// [m * top_k, n] row-major; rows of out-of-range ids are 0 with abs_sum 0. The params must be
+// valid (matmul_id checks them; zero sizes are fine).
 struct MatmulIdF64 {
   std::int64_t rows = 0, n = 0;
   std::vector<double> value, abs_sum;
 };
-MatmulIdF64 matmul_id_f64(const void* weights, DType weight_dtype, const void* input, const std::uint32_t* ids,
+MatmulIdF64 matmul_id_f64(const void* weights, DType weight_dtype, const void* input, const void* ids,
                           const MatmulIdParams& params, int threads = 0);
 
 }  // namespace llmm::cpu

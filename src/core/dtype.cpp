@@ -84,6 +84,8 @@ double load_as_double(const void* base, DType t, std::int64_t i) noexcept {
     case DType::BF16: return bf16_bits_to_f32(static_cast<const std::uint16_t*>(base)[i]);
     case DType::U8: return static_cast<const std::uint8_t*>(base)[i];
     case DType::U32: return static_cast<const std::uint32_t*>(base)[i];
+    case DType::I32: return static_cast<const std::int32_t*>(base)[i];
+    case DType::I64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
   }
   return 0.0;
 }
@@ -95,6 +97,8 @@ void store_from_double(void* base, DType t, std::int64_t i, double v) noexcept {
     case DType::BF16: static_cast<std::uint16_t*>(base)[i] = f32_to_bf16_bits(round_to_odd(v)); break;
     case DType::U8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(v); break;
     case DType::U32: static_cast<std::uint32_t*>(base)[i] = static_cast<std::uint32_t>(v); break;
+    case DType::I32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
+    case DType::I64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
   }
 }
 

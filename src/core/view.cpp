@@ -71,6 +71,7 @@ std::uint64_t View::numel() const {
 }
 
 bool View::is_contiguous() const {
+  if (empty()) return true;  // no element: any strides (NumPy gives empty arrays all sorts)
   std::int64_t expect = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (dim(i) != 1 && stride(i) != expect) return false;

@@ -8,23 +8,31 @@
 
 namespace llmm::cpu {
 
-MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const std::uint32_t* ids, const MatmulIdParams& p,
+MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const void* ids, const MatmulIdParams& p,
                           int threads) {
-  (void)matmul_id_capability(wt, p);  // shapes and extents must make sense
   const std::int64_t rows = static_cast<std::int64_t>(p.m) * p.top_k, n = p.n, k = p.k;
   const std::int64_t wstride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(wt));
   const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
+  const std::int64_t ts = p.input_token_stride ? static_cast<std::int64_t>(*p.input_token_stride)
+                                               : (slotted ? static_cast<std::int64_t>(p.top_k) * k : k);
+  const std::int64_t ss = slotted ? (p.input_slot_stride ? static_cast<std::int64_t>(*p.input_slot_stride) : k) : 0;
   MatmulIdF64 r{rows, n, std::vector<double>(static_cast<std::size_t>(rows * n), 0.0),
                 std::vector<double>(static_cast<std::size_t>(rows * n), 0.0)};
+  // The expert of a routed row, or n_experts when the id is out of range (negative included).
+  auto expert = [&](std::int64_t row) -> std::uint64_t {
+    const double v = load_as_double(ids, p.ids_dtype, row);  // exact: ids below 2^53 matter
+    return v >= 0 && v < p.n_experts ? static_cast<std::uint64_t>(v) : p.n_experts;
+  };
   unsigned hw = std::thread::hardware_concurrency();
   int t = std::max(1, std::min<int>(threads > 0 ? threads : static_cast<int>(hw ? hw : 1), static_cast<int>(std::min<std::int64_t>(rows, 64))));
   auto work = [&](int w0) {
     std::vector<double> x(static_cast<std::size_t>(k));
     for (std::int64_t row = w0; row < rows; row += t) {
-      const std::uint32_t e = ids[row];
+      const std::uint64_t e = expert(row);
       if (e >= p.n_experts) continue;  // zero row
-      const std::int64_t in_row = slotted ? row : row / p.top_k;
-      for (std::int64_t l = 0; l < k; ++l) x[static_cast<std::size_t>(l)] = load_as_double(in, p.input_dtype, in_row * k + l);
+      const std::int64_t tok = row / p.top_k, slot = row % p.top_k;
+      for (std::int64_t l = 0; l < k; ++l)
+        x[static_cast<std::size_t>(l)] = load_as_double(in, p.input_dtype, tok * ts + slot * ss + l);
       for (std::int64_t j = 0; j < n; ++j) {
         double acc = 0, abs = 0;
         for (std::int64_t l = 0; l < k; ++l) {

@@ -54,7 +54,7 @@ TEST(MoeKernels, MapLimit) {
   EXPECT_EQ(moe_map_max_experts(), 1024);
   EXPECT_EQ(moe_map_max_experts(), kMoeMapMaxExperts);
   EXPECT_LE(kMoeMapMaxExperts, kMoeMapThreads);
-  EXPECT_EQ(moe_map_kernel_name(moe(DType::BF16, DType::F32, DType::F32, 4, 64, 64)), "moe_map_distinct");
+  EXPECT_EQ(moe_map_kernel_name(moe(DType::BF16, DType::F32, DType::F32, 4, 64, 64)), "moe_map_sort");
 }
 
 TEST(MoeKernels, MapZeroBlocks) {

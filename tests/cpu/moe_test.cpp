@@ -10,6 +10,7 @@
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
 #include "support/expect_error.hpp"
+#include "llmm/reference.hpp"
 #include "support/moe_case.hpp"
 
 using namespace llmm;
@@ -44,7 +45,16 @@ TEST(MatmulIdCapability, SeedShapeExactExtents) {
   EXPECT_EQ(c.required_output_bytes, 18u * 7 * 2);
   ASSERT_TRUE(c.scratch.has_value());
   EXPECT_EQ(c.scratch->expert_counts_bytes, 16u);
-  EXPECT_EQ(c.scratch->routed_rows_bytes, 4u * 9 * 4);
+  EXPECT_EQ(c.scratch->routed_rows_bytes, 18u * 4);  // every routed row once (a counting sort)
+  // Padded input rows, i64 ids: the extents follow the strides and the id size.
+  p = seed_params();
+  p.input_token_stride = 40, p.ids_dtype = DType::I64;
+  c = matmul_id_capability(DType::F32, p);
+  EXPECT_EQ(c.required_input_bytes, (8u * 40 + 35) * 4);
+  EXPECT_EQ(c.required_ids_bytes, 18u * 8);
+  p.input_layout = MatmulIdInputLayout::Slotted, p.input_token_stride = 100, p.input_slot_stride = 36;
+  c = matmul_id_capability(DType::F32, p);
+  EXPECT_EQ(c.required_input_bytes, (8u * 100 + 36 + 35) * 4);
 }
 
 TEST(MatmulIdCapability, Refusals) {
@@ -69,7 +79,13 @@ TEST(MatmulIdCapability, Refusals) {
   p = seed_params(), p.m = 1u << 30, p.top_k = 8, p.n_experts = 8;
   refused(p, DType::F32, "routed rows exceed the u32 range");
   p = seed_params(MatmulIdRoute::GroupedPrefill), p.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
-  refused(p, DType::F32, "grouped prefill requires distinct expert ids per token");
+  EXPECT_NO_THROW(matmul_id_capability(DType::F32, p));  // the grouped route takes any ids now
+  p = seed_params(), p.ids_dtype = DType::F32;
+  refused(p, DType::F32, "expert ids must be u32, i32 or i64, got f32");
+  p = seed_params(), p.input_slot_stride = 35;
+  refused(p, DType::F32, "a SharedPerToken input has no slot stride (35 given)");
+  p = seed_params(), p.m = 3, p.input_token_stride = 1ull << 62;
+  refused(p, DType::F32, "matmul_id input byte extent");
   p = seed_params(MatmulIdRoute::GroupedPrefill), p.n_experts = 1025;
   refused(p, DType::F32, "grouped prefill supports at most 1024 experts, got 1025");
   refused(seed_params(), DType::U8, "weights must be f32, f16 or bf16, got u8");
@@ -110,18 +126,18 @@ void expect_call_refused(const std::function<void(Context&, SeedBufs&, MatmulIdS
 TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
   using C = Context;
   using S = MatmulIdScratch;
-  expect_call_refused([](C& c, SeedBufs& b, S&) {
+  expect_call_refused([](C& c, SeedBufs& b, S&) {  // weights' k 34 against the params' 35
     matmul_id(c, View::contiguous(b.w.data(), DType::F32, {4, 7, 34}), b.iv(), b.idv(), b.ov(), nullptr, seed_params());
-  }, ErrorCode::InvalidArgument, "matmul_id: weights requires 3920 logical bytes, got 3808");
+  }, ErrorCode::InvalidArgument, "matmul_id: input must be [m, k] (layout shared) with m 9, top_k 2 (from ids) and k 34 (from weights), got f32[9, 35]");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     matmul_id(c, b.wv(), View::contiguous(b.in.data(), DType::F16, {9, 35}), b.idv(), b.ov(), nullptr, seed_params());
-  }, ErrorCode::InvalidArgument, "matmul_id: input must be f32, got f16");
+  }, ErrorCode::InvalidArgument, "matmul_id: params.input_dtype is f32 but the views give f16");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     matmul_id(c, b.wv(), b.iv(), View::contiguous(b.ids.data(), DType::F32, {9, 2}), b.ov(), nullptr, seed_params());
-  }, ErrorCode::InvalidArgument, "matmul_id: expert ids must be u32, got f32");
+  }, ErrorCode::InvalidArgument, "matmul_id: expert ids must be u32, i32 or i64, got f32");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), View::contiguous(b.out.data(), DType::F32, {9, 2, 6}), nullptr, seed_params());
-  }, ErrorCode::InvalidArgument, "matmul_id: output requires 504 logical bytes, got 432");
+  }, ErrorCode::InvalidArgument, "matmul_id: output must be [m, top_k, n] = [9, 2, 7]");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), View::contiguous(b.w.data() + 100, DType::F32, {9, 2, 7}), nullptr, seed_params());
   }, ErrorCode::InvalidArgument, "matmul_id: output must not overlap weights");
@@ -138,25 +154,42 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
   }, ErrorCode::InvalidArgument, "matmul_id: output must not overlap expert ids");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, seed_params(MatmulIdRoute::GroupedPrefill));
-  }, ErrorCode::InvalidArgument, "matmul_id: grouped prefill requires caller-owned scratch");
+  }, ErrorCode::InvalidArgument, "matmul_id: grouped prefill requires caller-owned scratch (MatmulIdScratch");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     MatmulIdScratch small(c, 4, 8);
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &small, seed_params(MatmulIdRoute::GroupedPrefill));
   }, ErrorCode::InvalidArgument, "matmul_id: scratch capacity experts/tokens=4/8 is smaller than 4/9");
-  expect_call_refused([](C& c, SeedBufs& b, S&) {
+  expect_call_refused([](C& c, SeedBufs& b, S&) {  // 9 tokens x top_k 2 = 18 routed rows, room for 9
+    MatmulIdScratch narrow(c, 4, 9, 1);
+    matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &narrow, seed_params(MatmulIdRoute::GroupedPrefill));
+  }, ErrorCode::InvalidArgument, "scratch holds 9 routed rows (max_tokens 9 x max_top_k 1), the call routes 9 x 2 = 18");
+  expect_call_refused([](C& c, SeedBufs& b, S&) {  // each expert's rows strided: not a row-major matrix
     matmul_id(c, View::strided(b.w.data(), DType::F32, {4, 7, 35}, {490, 70, 1}), b.iv(), b.idv(), b.ov(), nullptr,
               seed_params());
-  }, ErrorCode::InvalidArgument, "matmul_id: weights must be contiguous");
+  }, ErrorCode::InvalidArgument, "matmul_id: weights must have strides [expert stride, k, 1]");
+  expect_call_refused([](C& c, SeedBufs& b, S&) {  // a padded expert stride the params do not say
+    matmul_id(c, View::strided(b.w.data(), DType::F32, {4, 7, 35}, {240, 35, 1}), b.iv(), b.idv(), b.ov(), nullptr,
+              seed_params());
+  }, ErrorCode::InvalidArgument, "matmul_id: params.expert_stride_bytes is 980 but the views give 960");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     View dev = b.iv();
     dev.device = DeviceKind::CUDA;
     matmul_id(c, b.wv(), dev, b.idv(), b.ov(), nullptr, seed_params());
   }, ErrorCode::InvalidArgument, "matmul_id: input is on");
+  expect_call_refused([](C& c, SeedBufs& b, S&) {  // the params' top_k against the ids' shape
+    MatmulIdParams p = seed_params();
+    p.top_k = 1;
+    matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, p);
+  }, ErrorCode::InvalidArgument, "matmul_id: params.top_k is 1 but the views give 2");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
     MatmulIdParams p = seed_params();
     p.top_k = 5;
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, p);
-  }, ErrorCode::InvalidArgument, "distinct top_k 5 exceeds n_experts 4");
+  }, ErrorCode::InvalidArgument, "params.top_k is 5 but the views give 2");
+  expect_call_refused([](C& c, SeedBufs& b, S&) {  // slotted rows given as shared
+    matmul_id(c, b.wv(), View::contiguous(b.in.data(), DType::F32, {18, 17}), b.idv(), b.ov(), nullptr,
+              MatmulIdInputLayout::SharedPerToken, MatmulIdMultiplicity::DistinctPerToken, MatmulIdRoute::Direct);
+  }, ErrorCode::InvalidArgument, "got f32[18, 17]");
   // The seed's test: the grouped route's second kernel cannot be launched -> nothing ran at all.
   expect_call_refused([](C& c, SeedBufs& b, S& s) {
     c.launch_recorder()->before_launch = [](const std::string& k) {
@@ -165,6 +198,56 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &s, seed_params(MatmulIdRoute::GroupedPrefill));
   }, ErrorCode::Cuda, "injected failure resolving cpu_matmul_id_reference");
   expect_error([] { MatmulIdScratch(Context::cpu(), 0, 4); }, ErrorCode::InvalidArgument, "capacities must be nonzero");
+  expect_error([] { MatmulIdScratch(Context::cpu(), 4, 1u << 31, 1u << 15); }, ErrorCode::OutOfMemory,  // 2^48 bytes
+               "MatmulIdScratch: cannot allocate");
+}
+
+// The shape mismatches that computed garbage before the views were checked by shape (each was
+// accepted with "enough bytes"): now refused by the shape form, naming the sizes.
+TEST(MatmulIdCall, ShapeMismatchesAreRefused) {
+  Context ctx = Context::cpu();
+  std::vector<float> w(8 * 64 * 128, 0.5f), x(4 * 64, 0.25f), out(4 * 1 * 64, NAN);
+  std::vector<std::uint32_t> ids(4, 1);
+  auto call = [&](View wv, View xv, View idv, View ov) {
+    matmul_id(ctx, wv, xv, idv, ov, nullptr, MatmulIdInputLayout::SharedPerToken, MatmulIdMultiplicity::DistinctPerToken,
+              MatmulIdRoute::Direct);
+  };
+  auto refused = [&](View wv, View xv, View idv, View ov, const std::string& part) {
+    std::fill(out.begin(), out.end(), NAN);
+    expect_error([&] { call(wv, xv, idv, ov); }, ErrorCode::InvalidArgument, part);
+    for (float v : out) ASSERT_TRUE(std::isnan(v)) << part;
+  };
+  // weights [8, 64, 128] (k 128) with x [4, 64]
+  refused(View::contiguous(w.data(), DType::F32, {8, 64, 128}), View::contiguous(x.data(), DType::F32, {4, 64}),
+          View::contiguous(ids.data(), DType::U32, {4, 1}), View::contiguous(out.data(), DType::F32, {4, 1, 64}),
+          "input must be [m, k] (layout shared) with m 4, top_k 1 (from ids) and k 128 (from weights), got f32[4, 64]");
+  // weights [2, 3, 8] with x [1, 4], ids [[1]]
+  refused(View::contiguous(w.data(), DType::F32, {2, 3, 8}), View::contiguous(x.data(), DType::F32, {1, 4}),
+          View::contiguous(ids.data(), DType::U32, {1, 1}), View::contiguous(out.data(), DType::F32, {1, 1, 3}),
+          "and k 8 (from weights), got f32[1, 4]");
+  // out [3, 2, 2] for weights [4, 2, 3], x [3, 3], ids [3, 1]
+  refused(View::contiguous(w.data(), DType::F32, {4, 2, 3}), View::contiguous(x.data(), DType::F32, {3, 3}),
+          View::contiguous(ids.data(), DType::U32, {3, 1}), View::contiguous(out.data(), DType::F32, {3, 2, 2}),
+          "output must be [m, top_k, n] = [3, 1, 2]");
+  // out with fewer tokens than ids; out's n smaller than the weights'
+  refused(View::contiguous(w.data(), DType::F32, {4, 2, 3}), View::contiguous(x.data(), DType::F32, {4, 3}),
+          View::contiguous(ids.data(), DType::U32, {4, 1}), View::contiguous(out.data(), DType::F32, {3, 1, 2}),
+          "output must be [m, top_k, n] = [4, 1, 2]");
+  refused(View::contiguous(w.data(), DType::F32, {4, 2, 3}), View::contiguous(x.data(), DType::F32, {4, 3}),
+          View::contiguous(ids.data(), DType::U32, {4, 1}), View::contiguous(out.data(), DType::F32, {4, 1, 1}),
+          "output must be [m, top_k, n] = [4, 1, 2]");
+  // n = 2^32 + 1: refused by the range check, never narrowed to 1 (views of a fake address:
+  // nothing is read or written before the refusal).
+  void* fake = reinterpret_cast<void*>(std::uintptr_t{1} << 40);
+  const std::int64_t big = (std::int64_t{1} << 32) + 1;
+  expect_error([&] {
+    call(View::contiguous(fake, DType::F32, {1, big, 1}), View::contiguous(x.data(), DType::F32, {1, 1}),
+         View::contiguous(ids.data(), DType::U32, {1, 1}), View::contiguous(fake, DType::F32, {1, 1, big}));
+  }, ErrorCode::InvalidArgument, "matmul_id: n 4294967297 is outside 0..4294967295");
+  // Ranks: a byte buffer is not a weight stack.
+  refused(View::contiguous(w.data(), DType::F32, {2 * 3 * 8}), View::contiguous(x.data(), DType::F32, {1, 8}),
+          View::contiguous(ids.data(), DType::U32, {1, 1}), View::contiguous(out.data(), DType::F32, {1, 1, 3}),
+          "weights must be [n_experts, n, k], got f32[48]");
 }
 
 TEST(MatmulIdCpu, SeedShapeEveryDtypeLayoutRoute) {
@@ -183,18 +266,102 @@ TEST(MatmulIdCpu, SeedShapeEveryDtypeLayoutRoute) {
           EXPECT_GT(o.zero_rows_checked, 0);
           EXPECT_EQ(o.receipt.kernels_launched, route == MatmulIdRoute::Direct ? 1 : 2);
         }
-  // The grouped map lists each expert's rows in token order.
+  // The grouped map lists each expert's rows in token order, the experts one after another.
   MoeCase c;
   c.p = seed_params(MatmulIdRoute::GroupedPrefill);
-  c.w_dtype = DType::F32;
+  c.w_dtype = DType::F32, c.out_of_range_every = 4;
   run_moe_case(ctx, c, &scratch);
-  std::vector<std::uint32_t> ids = make_ids(c);
+  std::vector<std::int64_t> ids = make_ids(c);
+  std::uint32_t at = 0;
   for (std::uint32_t e = 0; e < 4; ++e) {
     std::vector<std::uint32_t> want;
     for (std::uint32_t r = 0; r < ids.size(); ++r)
       if (ids[r] == e) want.push_back(r);
     ASSERT_EQ(scratch.counts()[e], want.size()) << e;
-    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(scratch.rows()[e * 9 + i], want[i]);
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(scratch.rows()[at + i], want[i]);
+    at += static_cast<std::uint32_t>(want.size());
+  }
+}
+
+// Strides, id dtypes and repeats on both routes, in both call forms.
+TEST(MatmulIdCpu, PaddedStridesIdDtypesRepeatsBothRoutes) {
+  Context ctx = Context::cpu(2);
+  MatmulIdScratch scratch(ctx, 5, 6, 4);
+  std::uint64_t seed = 1;
+  for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
+    for (DType ids : {DType::U32, DType::I32, DType::I64})
+      for (int layout = 0; layout < 3; ++layout)
+        for (Routing routing : {Routing::Uniform, Routing::Repeats}) {
+          MoeCase c;
+          c.p = seed_params(route);
+          c.p.m = 6, c.p.n = 9, c.p.k = 19, c.p.top_k = 4, c.p.n_experts = 5;
+          c.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
+          c.input_rank3 = layout == 2;
+          c.p.id_multiplicity = routing == Routing::Repeats ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
+          c.w_dtype = DType::BF16, c.expert_pad = 13, c.input_pad = 3, c.ids_dtype = ids;
+          c.routing = routing, c.out_of_range_every = 5, c.shape_form = seed % 2 == 0, c.seed = ++seed;
+          MoeOutcome o = run_moe_case(ctx, c, &scratch);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+          EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
+        }
+}
+
+// The case: 4 tokens, ids [[1, 1]] x 4 on the grouped route while the caller declared
+// them distinct: every routed row is computed (the map is a counting sort now).
+TEST(MatmulIdCpu, GroupedRepeatedIdsDeclaredDistinct) {
+  Context ctx = Context::cpu(2);
+  MatmulIdScratch scratch(ctx, 4, 4, 2);
+  MoeCase c;
+  c.p = seed_params(MatmulIdRoute::GroupedPrefill);
+  c.p.m = 4, c.p.n = 8, c.p.k = 16, c.p.top_k = 2, c.p.n_experts = 4;
+  c.w_dtype = DType::F32, c.routing = Routing::Skewed;  // every token on experts 3, 2
+  MoeBuffers b = make_moe_buffers(c);
+  for (int r = 0; r < 8; ++r) static_cast<std::uint32_t*>(b.ids.view.data)[r] = 1;
+  Receipt rec = matmul_id(ctx, b.w.view, b.in.view, b.ids.view, b.out.view, &scratch, b.p);
+  EXPECT_EQ(rec.kernels_launched, 2);
+  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, DType::F32, b.in.view.data, b.ids.view.data, b.p);
+  cpu::MatmulF64 dense{1, ref.rows, ref.n, 16, ref.value, ref.abs_sum};
+  EXPECT_TRUE(matches_reference(View::contiguous(b.out.view.data, DType::F32, {1, 8, 8}), dense,
+                                Tolerance{1e-30, 1.0, 16 * std::ldexp(1.0, -24), 0}));
+  EXPECT_EQ(scratch.counts()[1], 8u);
+}
+
+// Empty calls write nothing; k == 0 and no experts give zeros; on every route.
+TEST(MatmulIdCpu, EmptyAndZeroSizes) {
+  Context ctx = Context::cpu(2);
+  MatmulIdScratch scratch(ctx, 4, 4);
+  std::vector<float> w(4 * 3 * 5, 1.0f), x(4 * 5, 1.0f), out(4 * 2 * 3, NAN);
+  std::vector<std::uint32_t> ids = {0, 1, 2, 3, 1, 0, 3, 2};
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+    auto call = [&](View wv, View xv, View idv, View ov) {
+      return matmul_id(ctx, wv, xv, idv, ov, &scratch, MatmulIdInputLayout::SharedPerToken,
+                       MatmulIdMultiplicity::DistinctPerToken, route);
+    };
+    // m == 0, top_k == 0, n == 0: nothing to write, nothing launched.
+    rec.launched.clear();
+    Receipt r = call(View::contiguous(w.data(), DType::F32, {4, 3, 5}), View::contiguous(x.data(), DType::F32, {0, 5}),
+                     View::contiguous(ids.data(), DType::U32, {0, 2}), View::contiguous(out.data(), DType::F32, {0, 2, 3}));
+    EXPECT_EQ(r.kernels_launched, 0);
+    r = call(View::contiguous(w.data(), DType::F32, {4, 3, 5}), View::contiguous(x.data(), DType::F32, {4, 5}),
+             View::contiguous(ids.data(), DType::U32, {4, 0}), View::contiguous(out.data(), DType::F32, {4, 0, 3}));
+    EXPECT_EQ(r.kernels_launched, 0);
+    r = call(View::contiguous(w.data(), DType::F32, {4, 0, 5}), View::contiguous(x.data(), DType::F32, {4, 5}),
+             View::contiguous(ids.data(), DType::U32, {4, 2}), View::contiguous(out.data(), DType::F32, {4, 2, 0}));
+    EXPECT_EQ(r.kernels_launched, 0);
+    EXPECT_TRUE(rec.launched.empty());
+    for (float v : out) ASSERT_TRUE(std::isnan(v));
+    // k == 0: empty sums; no experts: every id out of range. Both are zeros.
+    r = call(View::contiguous(w.data(), DType::F32, {4, 3, 0}), View::contiguous(x.data(), DType::F32, {4, 0}),
+             View::contiguous(ids.data(), DType::U32, {4, 2}), View::contiguous(out.data(), DType::F32, {4, 2, 3}));
+    EXPECT_EQ(r.kernels_launched, 1);
+    for (float v : out) ASSERT_EQ(v, 0.0f);
+    std::fill(out.begin(), out.end(), NAN);
+    r = call(View::contiguous(w.data(), DType::F32, {0, 3, 5}), View::contiguous(x.data(), DType::F32, {4, 5}),
+             View::contiguous(ids.data(), DType::U32, {4, 2}), View::contiguous(out.data(), DType::F32, {4, 2, 3}));
+    for (float v : out) ASSERT_EQ(v, 0.0f);
+    std::fill(out.begin(), out.end(), NAN);
   }
 }
 
@@ -218,7 +385,7 @@ TEST(MatmulIdSuggest, CrossoverMatchesTheMeasuredPoints) {
   EXPECT_EQ(route(4096, 8, 256), MatmulIdRoute::GroupedPrefill);
   MatmulIdParams rep;
   rep.m = 4096, rep.top_k = 8, rep.n_experts = 8, rep.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
-  EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // grouped needs distinct ids
+  EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::GroupedPrefill);  // repeats are fine there now
   rep.id_multiplicity = MatmulIdMultiplicity::DistinctPerToken, rep.n_experts = 2048;
   EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // beyond the grouped limit
 }

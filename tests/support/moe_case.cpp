@@ -7,7 +7,6 @@
 
 #include "llmm/reference.hpp"
 #include "support/random.hpp"
-#include "support/tensor.hpp"
 
 namespace llmm::test {
 
@@ -15,25 +14,21 @@ std::string MoeCase::describe() const {
   static const char* routings[] = {"uniform", "skewed", "zipf", "repeats"};
   std::ostringstream os;
   os << "m" << p.m << " n" << p.n << " k" << p.k << " top_k" << p.top_k << " E" << p.n_experts << " w "
-     << dtype_name(w_dtype) << " in " << dtype_name(p.input_dtype) << " out " << dtype_name(p.output_dtype) << " "
-     << (p.input_layout == MatmulIdInputLayout::Slotted ? "slotted" : "shared") << " "
-     << matmul_id_route_name(p.route) << " pad " << expert_pad << " " << routings[static_cast<int>(routing)]
-     << (out_of_range_every ? " oor" : "") << (precision == Precision::Fast ? " fast" : " exact") << " seed " << seed;
+     << dtype_name(w_dtype) << " in " << dtype_name(p.input_dtype) << " out " << dtype_name(p.output_dtype) << " ids "
+     << dtype_name(ids_dtype) << " " << (p.input_layout == MatmulIdInputLayout::Slotted ? "slotted" : "shared")
+     << (input_rank3 ? "3d" : "") << " " << matmul_id_route_name(p.route) << " pad " << expert_pad << "/" << input_pad
+     << " " << routings[static_cast<int>(routing)] << (out_of_range_every ? " oor" : "")
+     << (precision == Precision::Fast ? " fast" : " exact") << (shape_form ? " shape-form" : "") << " seed " << seed;
   return os.str();
 }
 
-MatmulIdParams with_stride(MatmulIdParams p, DType w, std::int64_t pad) {
-  p.expert_stride_bytes = (static_cast<std::uint64_t>(p.n) * p.k + static_cast<std::uint64_t>(pad)) * dtype_size(w);
-  return p;
-}
-
-std::vector<std::uint32_t> make_ids(const MoeCase& c) {
+std::vector<std::int64_t> make_ids(const MoeCase& c) {
   Rng rng(c.seed * 31 + 7);
   const std::uint32_t E = c.p.n_experts, K = c.p.top_k;
-  std::vector<std::uint32_t> ids(static_cast<std::size_t>(c.p.m) * K);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(c.p.m) * K);
   std::vector<std::uint32_t> perm(E);
   for (std::uint32_t t = 0; t < c.p.m; ++t) {
-    std::uint32_t* row = &ids[static_cast<std::size_t>(t) * K];
+    std::int64_t* row = &ids[static_cast<std::size_t>(t) * K];
     switch (c.routing) {
       case Routing::Uniform:  // distinct: partial Fisher-Yates
         for (std::uint32_t e = 0; e < E; ++e) perm[e] = e;
@@ -66,56 +61,121 @@ std::vector<std::uint32_t> make_ids(const MoeCase& c) {
           }
         }
         break;
-      case Routing::Repeats:
-        for (std::uint32_t s = 0; s < K; ++s) row[s] = static_cast<std::uint32_t>(rng.uniform_int(0, std::min<std::uint32_t>(E, 3) - 1));
+      case Routing::Repeats:  // a token's slots drawn from <= 3 experts: repeats within a token
+        for (std::uint32_t s = 0; s < K; ++s) row[s] = rng.uniform_int(0, std::min<std::uint32_t>(E, 3) - 1);
         break;
     }
   }
-  if (c.out_of_range_every > 0)
-    for (std::size_t r = 0; r < ids.size(); r += static_cast<std::size_t>(c.out_of_range_every))
-      ids[r] = (r / static_cast<std::size_t>(c.out_of_range_every)) % 2 ? E + static_cast<std::uint32_t>(r % 5) : 0xFFFFFFFFu;
+  if (c.out_of_range_every > 0) {
+    // Values every id dtype must read as out of range: E + r, the largest code (-1 as i32/i64),
+    // and for i64 a value that a 32-bit truncation would turn into an in-range id.
+    for (std::size_t r = 0, i = 0; r < ids.size(); r += static_cast<std::size_t>(c.out_of_range_every), ++i) {
+      switch (i % 3) {
+        case 0: ids[r] = static_cast<std::int64_t>(E) + static_cast<std::int64_t>(r % 5); break;
+        case 1: ids[r] = c.ids_dtype == DType::U32 ? 0xFFFFFFFFll : -1; break;
+        default: ids[r] = c.ids_dtype == DType::I64 ? (1ll << 32) + (r % E) : static_cast<std::int64_t>(E) + 1000; break;
+      }
+    }
+  }
   return ids;
 }
 
+namespace {
+// An id value as the case's dtype stores and reads it.
+std::int64_t as_stored(DType t, std::int64_t v) {
+  if (t == DType::U32) return static_cast<std::uint32_t>(v);
+  if (t == DType::I32) return static_cast<std::int32_t>(v);
+  return v;
+}
+}  // namespace
+
+void store_ids(const MoeCase& c, const std::vector<std::int64_t>& ids, HostTensor& t) {
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    const std::int64_t v = ids[r];
+    switch (c.ids_dtype) {
+      case DType::I64: static_cast<std::int64_t*>(t.view.data)[r] = v; break;
+      case DType::I32: static_cast<std::int32_t*>(t.view.data)[r] = static_cast<std::int32_t>(v); break;
+      default: static_cast<std::uint32_t*>(t.view.data)[r] = static_cast<std::uint32_t>(v); break;
+    }
+  }
+}
+
+namespace {
+// A host tensor of `shape` with the given strides (elements) and storage for its byte extent.
+HostTensor strided_tensor(DType dt, std::initializer_list<std::int64_t> shape, std::initializer_list<std::int64_t> strides) {
+  HostTensor t;
+  t.view = View::strided(nullptr, dt, shape, strides);
+  t.bytes.resize(static_cast<std::size_t>(std::max<std::uint64_t>(t.view.byte_extent(), 16)));
+  t.view.data = t.bytes.data();
+  return t;
+}
+}  // namespace
+
+MoeBuffers make_moe_buffers(const MoeCase& c) {
+  MoeBuffers b;
+  MatmulIdParams& p = b.p;
+  p = c.p;
+  const std::int64_t m = p.m, n = p.n, k = p.k, K = p.top_k, E = p.n_experts;
+  const std::int64_t es = n * k + c.expert_pad, ld = k + c.input_pad;
+  p.expert_stride_bytes = static_cast<std::uint64_t>(es) * dtype_size(c.w_dtype);
+  p.ids_dtype = c.ids_dtype;
+  b.w = strided_tensor(c.w_dtype, {E, n, k}, {es, k, 1});
+  if (c.input_rank3) {
+    p.input_layout = MatmulIdInputLayout::Slotted;
+    const std::int64_t ts = K * ld + 3;
+    b.in = strided_tensor(p.input_dtype, {m, K, k}, {ts, ld, 1});
+    p.input_token_stride = static_cast<std::uint64_t>(ts);
+    p.input_slot_stride = static_cast<std::uint64_t>(ld);
+  } else if (p.input_layout == MatmulIdInputLayout::Slotted) {
+    b.in = strided_tensor(p.input_dtype, {m * K, k}, {ld, 1});
+    p.input_token_stride = static_cast<std::uint64_t>(K * ld);
+    p.input_slot_stride = static_cast<std::uint64_t>(ld);
+  } else {
+    b.in = strided_tensor(p.input_dtype, {m, k}, {ld, 1});
+    p.input_token_stride = static_cast<std::uint64_t>(ld);
+  }
+  b.ids = host_tensor(c.ids_dtype, {m, K});
+  b.out = host_tensor(p.output_dtype, {m, K, n});
+  fill_random(b.w.view, c.seed * 3 + 1);
+  fill_random(b.in.view, c.seed * 3 + 2, 0.5);
+  poison(b.out.bytes.data(), b.out.bytes.size());
+  store_ids(c, make_ids(c), b.ids);
+  return b;
+}
+
 MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch) {
-  const MatmulIdParams p = with_stride(c.p, c.w_dtype, c.expert_pad);
-  const MatmulIdCapability cap = matmul_id_capability(c.w_dtype, p);
-  const std::size_t wes = dtype_size(c.w_dtype), ies = dtype_size(p.input_dtype), oes = dtype_size(p.output_dtype);
-  HostTensor w = host_tensor(c.w_dtype, {static_cast<std::int64_t>(cap.required_weight_bytes / wes)});
-  HostTensor in = host_tensor(p.input_dtype, {static_cast<std::int64_t>(cap.required_input_bytes / ies)});
-  HostTensor out = host_tensor(p.output_dtype, {static_cast<std::int64_t>(cap.required_output_bytes / oes)});
-  fill_random(w.view, c.seed * 3 + 1);
-  fill_random(in.view, c.seed * 3 + 2, 0.5);
-  poison(out.bytes.data(), out.bytes.size());
-  std::vector<std::uint32_t> ids = make_ids(c);
-  HostTensor hid = host_tensor(DType::U32, {static_cast<std::int64_t>(ids.size())});
-  std::memcpy(hid.bytes.data(), ids.data(), ids.size() * 4);
+  MoeBuffers b = make_moe_buffers(c);
+  const MatmulIdParams& p = b.p;
   MatmulIdOptions o;
   o.precision = c.precision;
+  auto call = [&](const View& w, const View& in, const View& ids, const View& out) {
+    if (c.shape_form) return matmul_id(ctx, w, in, ids, out, scratch, p.input_layout, p.id_multiplicity, p.route, o);
+    return matmul_id(ctx, w, in, ids, out, scratch, p, o);
+  };
   MoeOutcome r;
   if (ctx.is_cuda()) {
-    DeviceTensor dw = to_device(w), din = to_device(in), dids = to_device(hid), dout = to_device(out);
-    r.receipt = matmul_id(ctx, dw.view, din.view, dids.view, dout.view, scratch, p, o);
+    DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+    r.receipt = call(dw.view, din.view, dids.view, dout.view);
     ctx.synchronize();
-    to_host(dout, out);
+    to_host(dout, b.out);
   } else {
-    r.receipt = matmul_id(ctx, w.view, in.view, hid.view, out.view, scratch, p, o);
+    r.receipt = call(b.w.view, b.in.view, b.ids.view, b.out.view);
   }
-  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(w.view.data, c.w_dtype, in.view.data, ids.data(), p);
+  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, c.w_dtype, b.in.view.data, b.ids.view.data, p);
   // Tolerance: f32 accumulation; 16-bit rounding of f32 operands on tensor cores (Fast), or the
   // bf16 split of Exact; one rounding of the output.
   double u = static_cast<double>(p.k) * std::ldexp(1.0, -24);
   bool f32_operand = p.input_dtype == DType::F32 || c.w_dtype == DType::F32;
   if (f32_operand) u += c.precision == Precision::Fast ? 2 * std::ldexp(1.0, -8) : std::ldexp(1.0, -15);
   double atol = p.output_dtype == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;
-  View out3 = View::contiguous(out.view.data, p.output_dtype, {1, ref.rows, ref.n});
+  View out3 = View::contiguous(b.out.view.data, p.output_dtype, {1, ref.rows, ref.n});
   cpu::MatmulF64 as_dense{1, ref.rows, ref.n, p.k, ref.value, ref.abs_sum};
   r.cmp = compare(out3, as_dense, Tolerance{atol, 1.0, u, unit_roundoff(p.output_dtype)});
-  for (std::size_t row = 0; row < ids.size(); ++row)
-    if (ids[row] >= p.n_experts) {
+  const std::vector<std::int64_t> ids = make_ids(c);
+  for (std::int64_t id : ids)
+    if (const std::int64_t v = as_stored(c.ids_dtype, id); v < 0 || v >= static_cast<std::int64_t>(p.n_experts))
       ++r.zero_rows_checked;  // compare() already demanded |out| <= atol there (reference 0, abs_sum 0)
-    }
-  r.out_bytes = out.bytes;
+  r.out_bytes = b.out.bytes;
   return r;
 }
 

@@ -1,12 +1,14 @@
-// One matmul_id case end to end: weights with padding between experts, an input in either
-// layout, ids from a routing pattern (uniform, skewed, Zipf, repeats, out-of-range mixed in),
-// a poisoned output, the call on ctx (uploading for CUDA), and the float64 comparison.
+// One matmul_id case end to end: weights [E, n, k] with padding between experts, an input in
+// either layout (padded rows, or [m, top_k, k]), ids of any id dtype from a routing pattern
+// (uniform, skewed, Zipf, repeats, out-of-range mixed in), a poisoned output, the call on ctx
+// (uploading for CUDA), and the float64 comparison.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "llmm/moe.hpp"
 #include "support/compare.hpp"
+#include "support/tensor.hpp"
 
 #pragma once
 
@@ -15,12 +17,16 @@ namespace llmm::test {
 enum class Routing { Uniform, Skewed, Zipf, Repeats };
 
 struct MoeCase {
-  MatmulIdParams p;
+  MatmulIdParams p;             // sizes, layout, route, input/output dtypes (strides: from the pads)
   DType w_dtype = DType::F32;
   std::int64_t expert_pad = 0;  // extra elements between experts
+  std::int64_t input_pad = 0;   // extra elements after each input row
+  bool input_rank3 = false;     // Slotted input as [m, top_k, k] (then 3 more elements after each token)
+  DType ids_dtype = DType::U32;
   Routing routing = Routing::Uniform;
-  int out_of_range_every = 0;   // every Nth routed row gets an id >= n_experts (0: none)
+  int out_of_range_every = 0;   // every Nth routed row gets an id outside [0, n_experts) (0: none)
   Precision precision = Precision::Exact;
+  bool shape_form = false;      // call matmul_id with the params read off the views
   std::uint64_t seed = 1;
   std::string describe() const;
 };
@@ -32,9 +38,18 @@ struct MoeOutcome {
   std::int64_t zero_rows_checked = 0;  // out-of-range rows verified to be exactly zero
 };
 
-// Fills params' expert_stride_bytes from w_dtype and expert_pad.
-MatmulIdParams with_stride(MatmulIdParams p, DType w_dtype, std::int64_t expert_pad);
-std::vector<std::uint32_t> make_ids(const MoeCase& c);
+// The case's buffers on the host: views of the case's shapes and strides (inputs random, out
+// poisoned) and the params that describe them.
+struct MoeBuffers {
+  MatmulIdParams p;
+  HostTensor w, in, ids, out;
+};
+MoeBuffers make_moe_buffers(const MoeCase& c);
+
+// Ids as values (any integer: the case's dtype stores them, out-of-range ones included).
+std::vector<std::int64_t> make_ids(const MoeCase& c);
+// Writes make_ids(c) into an ids tensor of c.ids_dtype.
+void store_ids(const MoeCase& c, const std::vector<std::int64_t>& ids, HostTensor& t);
 MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch);
 
 }  // namespace llmm::test

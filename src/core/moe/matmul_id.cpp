@@ -1,7 +1,10 @@
-// matmul_id: capability, call validation, then the CPU reference or the CUDA dispatcher.
+// matmul_id: the params of the views (shapes and strides, not byte counts), call validation,
+// then the CPU reference or the CUDA dispatcher.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include "core/moe/matmul_id_checks.hpp"
 #include "core/moe/moe_dispatch.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
@@ -13,55 +16,74 @@ namespace {
 
 constexpr const char* kOp = "matmul_id";
 
-struct Range {
-  std::uintptr_t lo, hi;
-};
-Range range_of(const void* p, std::size_t bytes) {
-  auto a = reinterpret_cast<std::uintptr_t>(p);
-  return {a, a + bytes};
-}
-bool overlap(Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; }
+// A dimension of extent 0 or 1 may have any stride (it is never stepped).
+bool stride_is(const View& v, int i, std::int64_t want) { return v.dim(i) <= 1 || v.stride(i) == want; }
 
-void check_buffer(const Context& ctx, const View& v, const char* name, DType dtype, std::size_t required) {
+void check_view(const Context& ctx, const View& v, const char* name) {
   validate_view(v, kOp, name);
-  if (v.dtype != dtype)
-    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " must be ", dtype_name(dtype), ", got ", dtype_name(v.dtype));
   if (v.device != ctx.kind() || (ctx.is_cuda() && v.device_index != ctx.arch().device_index))
     fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v.describe(), " but the context is ",
-         ctx.is_cuda() ? "cuda" : "cpu");
-  if (!v.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": ", name, " must be contiguous, got ", v.describe());
-  std::size_t have = to_usize(checked_mul(v.numel(), dtype_size(v.dtype), "matmul_id buffer bytes"), kOp);
-  if (have < required)
-    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " requires ", required, " logical bytes, got ", have);
+         ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
 }
 
-}  // namespace
+// The input's token and slot strides in elements, with the layout's dense values where unset.
+std::int64_t token_stride(const MatmulIdParams& p) {
+  if (p.input_token_stride) return static_cast<std::int64_t>(*p.input_token_stride);
+  return p.input_layout == MatmulIdInputLayout::Slotted ? static_cast<std::int64_t>(p.top_k) * p.k : p.k;
+}
+std::int64_t slot_stride(const MatmulIdParams& p) {
+  if (p.input_layout != MatmulIdInputLayout::Slotted) return 0;
+  return p.input_slot_stride ? static_cast<std::int64_t>(*p.input_slot_stride) : p.k;
+}
 
-Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
-                  MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
-  validate_view(weights, kOp, "weights");
-  const MatmulIdCapability cap = matmul_id_capability(weights.dtype, p);
-  check_buffer(ctx, weights, "weights", cap.weight_dtype, cap.required_weight_bytes);
-  check_buffer(ctx, input, "input", p.input_dtype, cap.required_input_bytes);
-  check_buffer(ctx, ids, "expert ids", DType::U32, cap.required_ids_bytes);
-  check_buffer(ctx, out, "output", p.output_dtype, cap.required_output_bytes);
-  const Range out_r = range_of(out.data, cap.required_output_bytes);
-  const Range w_r = range_of(weights.data, cap.required_weight_bytes), in_r = range_of(input.data, cap.required_input_bytes),
-              ids_r = range_of(ids.data, cap.required_ids_bytes);
-  if (overlap(out_r, w_r)) fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap weights");
-  if (overlap(out_r, in_r)) fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap input");
-  if (overlap(out_r, ids_r)) fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap expert ids");
-  if (p.route == MatmulIdRoute::GroupedPrefill) {
-    if (!scratch) fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires caller-owned scratch");
+// params.<field> must equal what the views give.
+template <class T>
+void expect_same(const char* field, T given, T from_views, const std::string& views) {
+  if (given != from_views)
+    fail(ErrorCode::InvalidArgument, kOp, ": params.", field, " is ", given, " but the views give ", from_views, " (",
+         views, ")");
+}
+
+std::string describe_all(const View& w, const View& in, const View& ids, const View& out) {
+  return "weights " + w.describe() + ", input " + in.describe() + ", ids " + ids.describe() + ", output " +
+         out.describe();
+}
+
+Receipt run(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+            MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+  detail::check_matmul_id_dtypes(weights.dtype, p.input_dtype, p.output_dtype, p.ids_dtype);
+  if (p.m == 0 || p.top_k == 0 || p.n == 0) return Receipt{"none", "", 0};  // no output element
+  // k == 0 or no experts: every output is an empty sum or an out-of-range row, i.e. zero. The
+  // direct kernel (and the reference) write exactly that without reading weights or input.
+  const bool zeros = p.k == 0 || p.n_experts == 0;
+  const MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
+  if (!zeros) (void)matmul_id_capability(weights.dtype, p);  // strides, alignment, extents, route limits
+  if (static_cast<std::uint64_t>(p.m) * p.top_k > UINT32_MAX)
+    fail(ErrorCode::InvalidArgument, kOp, ": ", p.m, " x ", p.top_k, " routed rows exceed the u32 range");
+  for (const auto& [v, name] : {std::pair{&weights, "weights"}, std::pair{&input, "input"}, std::pair{&ids, "expert ids"}})
+    if (overlaps(out, *v))
+      fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap ", name, " (output ", out.describe(), ", ", name,
+           " ", v->describe(), ")");
+  const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
+  if (route == MatmulIdRoute::GroupedPrefill) {
+    if (!scratch)
+      fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires caller-owned scratch (MatmulIdScratch, or "
+                                            "llmm.matmul_id_scratch in Python)");
     if (scratch->max_experts() < p.n_experts || scratch->max_tokens() < p.m)
       fail(ErrorCode::InvalidArgument, kOp, ": scratch capacity experts/tokens=", scratch->max_experts(), "/",
            scratch->max_tokens(), " is smaller than ", p.n_experts, "/", p.m);
+    if (scratch->row_capacity() < routed)
+      fail(ErrorCode::InvalidArgument, kOp, ": scratch holds ", scratch->row_capacity(), " routed rows (max_tokens ",
+           scratch->max_tokens(), " x max_top_k ", scratch->max_top_k(), "), the call routes ", p.m, " x ", p.top_k,
+           " = ", routed, ": make it with max_top_k >= ", p.top_k);
     if (scratch->device() != ctx.kind() || (ctx.is_cuda() && scratch->device_index() != ctx.arch().device_index))
       fail(ErrorCode::InvalidArgument, kOp, ": scratch lives on another device than the context");
-    const Range s_r = range_of(scratch->counts(), scratch->counts_bytes() + scratch->rows_bytes());
-    for (const auto& [r, name] : {std::pair{out_r, "output"}, std::pair{w_r, "weights"}, std::pair{in_r, "input"},
-                                  std::pair{ids_r, "expert ids"}})
-      if (overlap(s_r, r)) fail(ErrorCode::InvalidArgument, kOp, ": scratch must not overlap ", name);
+    View s = View::contiguous(scratch->counts(), DType::U32,
+                              {static_cast<std::int64_t>((scratch->counts_bytes() + scratch->rows_bytes()) / 4)},
+                              scratch->device(), scratch->device_index());
+    for (const auto& [v, name] : {std::pair{&out, "output"}, std::pair{&weights, "weights"}, std::pair{&input, "input"},
+                                  std::pair{&ids, "expert ids"}})
+      if (overlaps(s, *v)) fail(ErrorCode::InvalidArgument, kOp, ": scratch must not overlap ", name);
   }
 
   cuda_moe::MoeArgs g;
@@ -69,30 +91,138 @@ Receipt matmul_id(Context& ctx, const View& weights, const View& input, const Vi
   g.w_dtype = weights.dtype, g.w = weights.data;
   g.expert_stride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(weights.dtype));
   g.in_dtype = p.input_dtype, g.in = input.data;
-  const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
-  g.in_token_stride = slotted ? static_cast<std::int64_t>(p.top_k) * p.k : p.k;
-  g.in_slot_stride = slotted ? p.k : 0;
-  g.ids = static_cast<const std::uint32_t*>(ids.data);
+  g.in_token_stride = token_stride(p), g.in_slot_stride = slot_stride(p);
+  g.ids = ids.data, g.ids64 = p.ids_dtype == DType::I64;
   g.out_dtype = p.output_dtype, g.out = out.data;
   g.exact = opts.precision == Precision::Exact;
-  if (scratch) g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = scratch->max_tokens();
-  if (ctx.is_cuda()) return detail::run_matmul_id_cuda(ctx, p.route, g);
+  if (route == MatmulIdRoute::GroupedPrefill)
+    g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
+  if (ctx.is_cuda()) return detail::run_matmul_id_cuda(ctx, route, g);
 
-  // CPU backend: the float64 reference (grouped also builds the per-expert lists, as its map does).
-  const bool grouped = p.route == MatmulIdRoute::GroupedPrefill;
+  // CPU backend: the float64 reference (grouped also builds the scratch lists, as its map does).
+  const bool grouped = route == MatmulIdRoute::GroupedPrefill;
   if (grouped) ctx.check_launchable("cpu_matmul_id_map");
   ctx.check_launchable("cpu_matmul_id_reference");
-  if (grouped) {
+  if (grouped) {  // stable counting sort of the routed rows by expert
     std::fill(g.counts, g.counts + p.n_experts, 0u);
-    for (std::uint32_t r = 0; r < p.m * p.top_k; ++r)
-      if (g.ids[r] < p.n_experts && g.counts[g.ids[r]] < g.row_capacity)  // a broken distinct promise never writes past a list
-        g.rows[static_cast<std::int64_t>(g.ids[r]) * g.row_capacity + g.counts[g.ids[r]]++] = r;
+    for (std::int64_t r = 0; r < static_cast<std::int64_t>(routed); ++r)
+      if (const std::uint32_t e = cuda_moe::host_expert_of(g, r); e != cuda_moe::kNoExpert) ++g.counts[e];
+    std::vector<std::uint64_t> next(p.n_experts, 0);
+    for (std::uint32_t e = 1; e < p.n_experts; ++e) next[e] = next[e - 1] + g.counts[e - 1];
+    for (std::int64_t r = 0; r < static_cast<std::int64_t>(routed); ++r)
+      if (const std::uint32_t e = cuda_moe::host_expert_of(g, r); e != cuda_moe::kNoExpert)
+        g.rows[next[e]++] = static_cast<std::uint32_t>(r);
     ctx.note_launch("cpu_matmul_id_map");
   }
-  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(weights.data, weights.dtype, input.data, g.ids, p, ctx.arch().cpu_threads);
-  for (std::size_t i = 0; i < ref.value.size(); ++i) store_from_double(out.data, p.output_dtype, static_cast<std::int64_t>(i), ref.value[i]);
+  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(weights.data, weights.dtype, input.data, ids.data, p, ctx.arch().cpu_threads);
+  for (std::size_t i = 0; i < ref.value.size(); ++i)
+    store_from_double(out.data, p.output_dtype, static_cast<std::int64_t>(i), ref.value[i]);
   ctx.note_launch("cpu_matmul_id_reference");
-  return Receipt{matmul_id_route_name(p.route), "cpu_matmul_id_reference", grouped ? 2 : 1};
+  return Receipt{matmul_id_route_name(route), "cpu_matmul_id_reference", grouped ? 2 : 1};
+}
+
+}  // namespace
+
+MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, const View& out, MatmulIdInputLayout layout,
+                                MatmulIdMultiplicity multiplicity, MatmulIdRoute route) {
+  if (w.rank != 3) fail(ErrorCode::InvalidArgument, kOp, ": weights must be [n_experts, n, k], got ", w.describe());
+  if (ids.rank != 2) fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be [m, top_k], got ", ids.describe());
+  if (out.rank != 3) fail(ErrorCode::InvalidArgument, kOp, ": output must be [m, top_k, n], got ", out.describe());
+  if (in.rank != 2 && in.rank != 3)
+    fail(ErrorCode::InvalidArgument, kOp, ": input must be [m, k], [m * top_k, k] or [m, top_k, k], got ", in.describe());
+  const std::int64_t n_experts = w.dim(0), n = w.dim(1), k = w.dim(2), m = ids.dim(0), top_k = ids.dim(1);
+  if (!w.empty() && (!stride_is(w, 2, 1) || !stride_is(w, 1, k)))  // an empty view's strides are never used
+    fail(ErrorCode::InvalidArgument, kOp, ": weights must have strides [expert stride, k, 1] (each expert a row-major [",
+         n, ", ", k, "] matrix), got ", w.describe());
+  if (!is_expert_id(ids.dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be u32, i32 or i64, got ", dtype_name(ids.dtype));
+  if (!ids.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be contiguous, got ", ids.describe());
+  if (out.dim(0) != m || out.dim(1) != top_k || out.dim(2) != n)
+    fail(ErrorCode::InvalidArgument, kOp, ": output must be [m, top_k, n] = [", m, ", ", top_k, ", ", n,
+         "] (m, top_k from ids ", ids.describe(), ", n from weights ", w.describe(), "), got ", out.describe());
+  if (!out.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": output must be contiguous, got ", out.describe());
+
+  MatmulIdParams p;
+  p.m = narrow_u32(m, kOp, "m (tokens)");
+  p.top_k = narrow_u32(top_k, kOp, "top_k");
+  p.n = narrow_u32(n, kOp, "n");
+  p.k = narrow_u32(k, kOp, "k");
+  p.n_experts = narrow_u32(n_experts, kOp, "n_experts");
+  const std::uint64_t matrix = static_cast<std::uint64_t>(p.n) * p.k;  // u32 x u32: no overflow
+  const std::uint64_t es = w.dim(0) <= 1 || w.empty() ? matrix : static_cast<std::uint64_t>(w.stride(0));
+  p.expert_stride_bytes = checked_mul(es, dtype_size(w.dtype), "matmul_id expert stride bytes");
+  p.id_multiplicity = multiplicity, p.route = route;
+  p.input_dtype = in.dtype, p.output_dtype = out.dtype, p.ids_dtype = ids.dtype;
+
+  const int inner = in.rank - 1;
+  if (!in.empty() && !stride_is(in, inner, 1))
+    fail(ErrorCode::InvalidArgument, kOp, ": input innermost stride must be 1, got ", in.describe());
+  if (in.rank == 3) layout = MatmulIdInputLayout::Slotted;
+  p.input_layout = layout;
+  const bool slotted = layout == MatmulIdInputLayout::Slotted;
+  const std::uint64_t rows = slotted && in.rank == 2 ? static_cast<std::uint64_t>(p.m) * p.top_k : p.m;
+  const bool shape_ok = in.rank == 3 ? in.dim(0) == m && in.dim(1) == top_k && in.dim(2) == k
+                                     : static_cast<std::uint64_t>(in.dim(0)) == rows && in.dim(1) == k;
+  if (!shape_ok) {
+    const char* want = in.rank == 3 ? "[m, top_k, k]" : slotted ? "[m * top_k, k] (layout slotted)" : "[m, k] (layout shared)";
+    fail(ErrorCode::InvalidArgument, kOp, ": input must be ", want, " with m ", m, ", top_k ", top_k, " (from ids) and k ",
+         k, " (from weights), got ", in.describe(),
+         !slotted && in.rank == 2 && top_k > 1 && static_cast<std::uint64_t>(in.dim(0)) == static_cast<std::uint64_t>(p.m) * p.top_k
+             ? ": a row per (token, slot) is layout slotted"
+             : "");
+  }
+  // Strides in elements; a dimension of extent <= 1 gets the dense value (it is never stepped).
+  const std::uint64_t dense_token = slotted ? checked_mul(p.top_k, p.k, "matmul_id input token stride") : p.k;
+  auto stride_u = [&](int i, std::uint64_t dense) {
+    return in.dim(i) <= 1 || in.empty() ? dense : static_cast<std::uint64_t>(in.stride(i));
+  };
+  if (in.rank == 3) {
+    p.input_token_stride = stride_u(0, dense_token);
+    p.input_slot_stride = stride_u(1, p.k);
+  } else if (slotted) {
+    const std::uint64_t s = stride_u(0, p.k);
+    p.input_slot_stride = s;
+    p.input_token_stride = checked_mul(s, p.top_k, "matmul_id input token stride");
+  } else {
+    p.input_token_stride = stride_u(0, p.k);
+  }
+  return p;
+}
+
+Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                  MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+  check_view(ctx, weights, "weights");
+  check_view(ctx, input, "input");
+  check_view(ctx, ids, "expert ids");
+  check_view(ctx, out, "output");
+  const MatmulIdParams v = matmul_id_params(weights, input, ids, out, p.input_layout, p.id_multiplicity, p.route);
+  const std::string views = describe_all(weights, input, ids, out);
+  expect_same("m", p.m, v.m, views);
+  expect_same("top_k", p.top_k, v.top_k, views);
+  expect_same("n", p.n, v.n, views);
+  expect_same("k", p.k, v.k, views);
+  expect_same("n_experts", p.n_experts, v.n_experts, views);
+  if (v.n_experts > 1) expect_same("expert_stride_bytes", p.expert_stride_bytes, v.expert_stride_bytes, views);
+  if (p.input_layout != v.input_layout)
+    fail(ErrorCode::InvalidArgument, kOp, ": params.input_layout is SharedPerToken but the input is [m, top_k, k] (",
+         views, ")");
+  expect_same("input_dtype", dtype_name(p.input_dtype), dtype_name(v.input_dtype), views);
+  expect_same("output_dtype", dtype_name(p.output_dtype), dtype_name(v.output_dtype), views);
+  expect_same("ids_dtype", dtype_name(p.ids_dtype), dtype_name(v.ids_dtype), views);
+  if (v.m > 1) expect_same("input_token_stride", token_stride(p), token_stride(v), views);
+  if (v.top_k > 1) expect_same("input_slot_stride", slot_stride(p), slot_stride(v), views);
+  return run(ctx, weights, input, ids, out, scratch, p, opts);
+}
+
+Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                  MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity,
+                  MatmulIdRoute route, const MatmulIdOptions& opts) {
+  check_view(ctx, weights, "weights");
+  check_view(ctx, input, "input");
+  check_view(ctx, ids, "expert ids");
+  check_view(ctx, out, "output");
+  return run(ctx, weights, input, ids, out, scratch, matmul_id_params(weights, input, ids, out, layout, multiplicity, route),
+             opts);
 }
 
 }  // namespace llmm

@@ -1,6 +1,7 @@
 // matmul_id_capability: the fail-closed byte contract, pure and allocation-free.
 #include <algorithm>
 
+#include "core/moe/matmul_id_checks.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
@@ -16,7 +17,34 @@ std::size_t product(const char* what, std::initializer_list<std::uint64_t> f) {
   return to_usize(v, what);
 }
 
+// Bytes from the input's first element to one past its last (m, top_k, k nonzero).
+std::size_t input_extent(const MatmulIdParams& p) {
+  const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
+  if (!slotted && p.input_slot_stride.value_or(0) != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": a SharedPerToken input has no slot stride (", *p.input_slot_stride,
+         " given)");
+  const std::uint64_t ss = slotted ? p.input_slot_stride.value_or(p.k) : 0;
+  const std::uint64_t ts =
+      p.input_token_stride ? *p.input_token_stride : (slotted ? checked_mul(p.top_k, p.k, "matmul_id input token stride") : p.k);
+  std::uint64_t last = checked_mul(p.m - 1u, ts, "matmul_id input byte extent");
+  last = checked_add(last, checked_mul(p.top_k - 1u, ss, "matmul_id input byte extent"), "matmul_id input byte extent");
+  return product("matmul_id input byte extent",
+                 {checked_add(last, p.k, "matmul_id input byte extent"), dtype_size(p.input_dtype)});
+}
+
 }  // namespace
+
+namespace detail {
+void check_matmul_id_dtypes(DType w, DType in, DType out, DType ids) {
+  if (!is_float(w)) fail(ErrorCode::InvalidArgument, kOp, ": weights must be f32, f16 or bf16, got ", dtype_name(w));
+  if (!is_float(in)) fail(ErrorCode::InvalidArgument, kOp, ": input must be f32, f16 or bf16, got ", dtype_name(in));
+  if (out != DType::F32 && out != in)
+    fail(ErrorCode::InvalidArgument, kOp, ": output must be f32 or the input's dtype (", dtype_name(in), "), got ",
+         dtype_name(out));
+  if (!is_expert_id(ids))
+    fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be u32, i32 or i64, got ", dtype_name(ids));
+}
+}  // namespace detail
 
 const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
   return r == MatmulIdRoute::Direct ? "direct" : "grouped_prefill";
@@ -24,8 +52,7 @@ const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
 
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& p, const ArchInfo& arch) {
   (void)arch;  // one calibration so far (H200); other devices get the same rule until measured
-  if (p.id_multiplicity == MatmulIdMultiplicity::MayRepeat || p.n_experts > kMatmulIdGroupedMaxExperts)
-    return MatmulIdRoute::Direct;
+  if (p.n_experts > kMatmulIdGroupedMaxExperts) return MatmulIdRoute::Direct;
   const std::uint64_t rows = static_cast<std::uint64_t>(p.m) * p.top_k;
   const std::uint64_t active = std::min<std::uint64_t>(p.n_experts, rows);
   if (active == 0) return MatmulIdRoute::Direct;
@@ -38,13 +65,7 @@ MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams
          p.k, ", top_k ", p.top_k, ", n_experts ", p.n_experts, ")");
   if (p.top_k > p.n_experts && p.id_multiplicity == MatmulIdMultiplicity::DistinctPerToken)
     fail(ErrorCode::InvalidArgument, kOp, ": distinct top_k ", p.top_k, " exceeds n_experts ", p.n_experts);
-  if (!is_float(weight_dtype))
-    fail(ErrorCode::InvalidArgument, kOp, ": weights must be f32, f16 or bf16, got ", dtype_name(weight_dtype));
-  if (!is_float(p.input_dtype))
-    fail(ErrorCode::InvalidArgument, kOp, ": input must be f32, f16 or bf16, got ", dtype_name(p.input_dtype));
-  if (p.output_dtype != DType::F32 && p.output_dtype != p.input_dtype)
-    fail(ErrorCode::InvalidArgument, kOp, ": output must be f32 or the input's dtype (", dtype_name(p.input_dtype),
-         "), got ", dtype_name(p.output_dtype));
+  detail::check_matmul_id_dtypes(weight_dtype, p.input_dtype, p.output_dtype, p.ids_dtype);
   const std::uint64_t es = dtype_size(weight_dtype);
   const std::uint64_t matrix = checked_mul(checked_mul(p.n, p.k, "matmul_id expert matrix byte extent"), es,
                                            "matmul_id expert matrix byte extent");
@@ -62,18 +83,15 @@ MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams
   const std::uint64_t rows = checked_mul(p.m, p.top_k, "matmul_id routed row count");
   if (rows > UINT32_MAX)
     fail(ErrorCode::InvalidArgument, kOp, ": ", p.m, " x ", p.top_k, " = ", rows, " routed rows exceed the u32 range");
-  const std::uint64_t in_rows = p.input_layout == MatmulIdInputLayout::SharedPerToken ? p.m : rows;
-  c.required_input_bytes = product("matmul_id input byte extent", {in_rows, p.k, dtype_size(p.input_dtype)});
-  c.required_ids_bytes = product("matmul_id expert id byte extent", {rows, 4});
+  c.required_input_bytes = input_extent(p);
+  c.required_ids_bytes = product("matmul_id expert id byte extent", {rows, dtype_size(p.ids_dtype)});
   c.required_output_bytes = product("matmul_id output byte extent", {rows, p.n, dtype_size(p.output_dtype)});
   if (p.route == MatmulIdRoute::GroupedPrefill) {
-    if (p.id_multiplicity != MatmulIdMultiplicity::DistinctPerToken)
-      fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires distinct expert ids per token (MayRepeat given; use Direct)");
     if (p.n_experts > kMatmulIdGroupedMaxExperts)
       fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill supports at most ", kMatmulIdGroupedMaxExperts,
            " experts, got ", p.n_experts);
     c.scratch = MatmulIdScratchRequirement{product("matmul_id scratch expert counts", {p.n_experts, 4}),
-                                           product("matmul_id scratch routed rows", {p.n_experts, p.m, 4})};
+                                           product("matmul_id scratch routed rows", {rows, 4})};
   }
   return c;
 }

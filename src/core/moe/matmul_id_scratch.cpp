@@ -1,25 +1,38 @@
+// MatmulIdScratch: one allocation, counts then the routed-row lists (u32 words).
+#include <exception>
+
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
 
 namespace llmm {
 
-MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, std::uint32_t max_tokens)
-    : max_experts_(max_experts), max_tokens_(max_tokens), device_(ctx.kind()), device_index_(ctx.arch().device_index) {
+MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, std::uint32_t max_tokens,
+                                 std::uint32_t max_top_k)
+    : max_experts_(max_experts),
+      max_tokens_(max_tokens),
+      max_top_k_(max_top_k ? max_top_k : max_experts),
+      device_(ctx.kind()),
+      device_index_(ctx.arch().device_index) {
   if (max_experts == 0 || max_tokens == 0)
     fail(ErrorCode::InvalidArgument, "MatmulIdScratch: capacities must be nonzero (experts ", max_experts, ", tokens ",
          max_tokens, ")");
-  std::uint64_t words = checked_add(max_experts, checked_mul(max_experts, max_tokens, "MatmulIdScratch routed rows"),
-                                    "MatmulIdScratch size");
-  std::size_t bytes = to_usize(checked_mul(words, 4, "MatmulIdScratch bytes"), "MatmulIdScratch bytes");
+  const std::uint64_t words = checked_add(max_experts, checked_mul(max_tokens, max_top_k_, "MatmulIdScratch routed rows"),
+                                          "MatmulIdScratch size");
+  const std::size_t bytes = to_usize(checked_mul(words, 4, "MatmulIdScratch bytes"), "MatmulIdScratch bytes");
   if (device_ == DeviceKind::CUDA) {
     device_mem_ = DeviceBuffer(bytes, device_index_);
     counts_ = static_cast<std::uint32_t*>(device_mem_.data());
   } else {
-    host_mem_.assign(to_usize(words, "MatmulIdScratch"), 0);
+    try {
+      host_mem_.assign(to_usize(words, "MatmulIdScratch"), 0);
+    } catch (const std::exception&) {  // bad_alloc, or length_error past vector::max_size
+      fail(ErrorCode::OutOfMemory, "MatmulIdScratch: cannot allocate ", bytes, " bytes of host memory (experts ",
+           max_experts, ", tokens ", max_tokens, ", top_k ", max_top_k_, ")");
+    }
     counts_ = host_mem_.data();
   }
-  rows_ = counts_ + max_experts;  // one allocation: counts then lists (16-byte aligned: 4-byte words)
+  rows_ = counts_ + max_experts;  // one allocation: counts then lists (4-byte words)
 }
 
 }  // namespace llmm

@@ -63,7 +63,7 @@ std::int64_t moe_map_zero_blocks(const MoeArgs& a) noexcept {
   return std::min<std::int64_t>(ceil_div(a.m * a.top_k, kMoeMapThreads / 32), kMoeMapMaxZeroBlocks);
 }
 
-std::string moe_map_kernel_name(const MoeArgs&) { return "moe_map_distinct"; }
+std::string moe_map_kernel_name(const MoeArgs&) { return "moe_map_sort"; }
 
 const char* moe_grouped_math_name(MoeGroupedMath m) noexcept {
   switch (m) {

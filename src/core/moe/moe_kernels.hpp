@@ -42,9 +42,10 @@ std::int64_t moe_direct_tiles(const MoeArgs& args) noexcept;
 std::string moe_direct_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------
-// map: one block of kMoeMapThreads threads scans ids in order (a chunk at a time, one warp
-// ranking 32 ids per step with __match_any_sync), so rows come out in increasing routed-row
-// order without order-dependent atomics; extra blocks write the zero rows of ids >= n_experts.
+// map: one block of kMoeMapThreads threads sorts the routed rows by expert (histogram, scan,
+// then a scan of the ids in order, one warp ranking 32 ids per step with __match_any_sync), so
+// each expert's rows come out in increasing routed-row order without order-dependent atomics,
+// for any ids; extra blocks write the zero rows of out-of-range ids.
 
 inline constexpr int kMoeMapThreads = 1024;
 inline constexpr int kMoeMapChunk = 4096;      // ids staged in shared memory per step
@@ -58,7 +59,7 @@ int moe_map_max_experts() noexcept;
 // min(ceil(m * top_k / 32), kMoeMapMaxZeroBlocks); 0 when m * top_k == 0 or n == 0.
 std::int64_t moe_map_zero_blocks(const MoeArgs& args) noexcept;
 
-// moe_map_distinct
+// moe_map_sort
 std::string moe_map_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ namespace llmm::detail {
 
 Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& g) {
   StreamHandle s = ctx.stream();
+  if (!cuda_moe::moe_dtypes_supported(g))
+    fail(ErrorCode::Unsupported, "matmul_id: the CUDA kernels take an input of f32 or the weights' dtype (",
+         dtype_name(g.w_dtype), "), got ", dtype_name(g.in_dtype));
   if (route == MatmulIdRoute::Direct) {
     const std::string name = cuda_moe::moe_direct_kernel_name(g);
     ctx.check_launchable(name);

@@ -1,7 +1,8 @@
 // Raw, already-validated arguments of one expert-ID matmul (matmul_id), as the CUDA launchers
 // take them. No CUDA headers.
 //
-//   routed row r = t * top_k + s   (token t < m, slot s < top_k), e = ids[r] (u32)
+//   routed row r = t * top_k + s   (token t < m, slot s < top_k), e = ids[r] (u32, or i64 when
+//                                    ids64: a value outside [0, n_experts) is out of range)
 //   out[r, j] = sum_l in(t, s, l) * W(e, j, l)       for 0 <= e < n_experts
 //   out[r, j] = 0                                     for e >= n_experts (no weight address formed)
 //   W(e, j, l)   = w[e * expert_stride + j * k + l]   (each expert row-major [n, k], elements)
@@ -10,9 +11,10 @@
 //   out(r, j)    = out[r * n + j]                      ([m, top_k, n] contiguous)
 //
 // Grouped route scratch (caller-owned, device memory): counts[e] = routed rows of expert e;
-// rows[e * row_capacity + i] = the i-th routed row r of expert e, in increasing r (token order).
-// The map kernel writes both (and zeroes the output rows of out-of-range ids); the grouped
-// kernel reads them. row_capacity >= m (ids are distinct per token on this route).
+// rows[off(e) + i] = the i-th routed row r of expert e, in increasing r (token order), where
+// off(e) = counts[0] + ... + counts[e - 1] (a counting sort: every in-range routed row once,
+// whatever the ids repeat). The map kernel writes both (and zeroes the output rows of
+// out-of-range ids); the grouped kernel reads them. row_capacity >= m * top_k.
 #pragma once
 #include <cstdint>
 
@@ -29,13 +31,23 @@ struct MoeArgs {
   DType in_dtype = DType::F32;
   const void* in = nullptr;
   std::int64_t in_token_stride = 0, in_slot_stride = 0;  // elements
-  const std::uint32_t* ids = nullptr;                    // [m * top_k]
+  const void* ids = nullptr;                             // [m * top_k] u32 (or i32) words, or i64
+  bool ids64 = false;
   DType out_dtype = DType::F32;
   void* out = nullptr;  // [m * top_k, n]
   bool exact = true;    // f32 input on tensor cores: keep f32 accuracy
   std::uint32_t* counts = nullptr;  // grouped: [n_experts]
-  std::uint32_t* rows = nullptr;    // grouped: [n_experts][row_capacity]
-  std::int64_t row_capacity = 0;
+  std::uint32_t* rows = nullptr;    // grouped: [row_capacity]
+  std::int64_t row_capacity = 0;    // words at rows, >= m * top_k
 };
+
+inline constexpr std::uint32_t kNoExpert = 0xffffffffu;
+
+// The expert of routed row r on the host (CPU backend), or kNoExpert when the id is out of range.
+inline std::uint32_t host_expert_of(const MoeArgs& a, std::int64_t r) {
+  const std::uint64_t v = a.ids64 ? static_cast<std::uint64_t>(static_cast<const std::int64_t*>(a.ids)[r])
+                                  : static_cast<const std::uint32_t*>(a.ids)[r];
+  return v < static_cast<std::uint64_t>(a.n_experts) ? static_cast<std::uint32_t>(v) : kNoExpert;
+}
 
 }  // namespace llmm::cuda_moe

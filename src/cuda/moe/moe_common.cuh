@@ -19,6 +19,14 @@ using cuda_dense::dev::word_to_f32x2;
 
 inline constexpr std::uint32_t kNoRow = 0xffffffffu;
 
+// The expert of routed row r, or kNoExpert when its id is outside [0, n_experts) (an i64 id is
+// compared whole: 2^32 + 1 is out of range, not expert 1; a negative i32 reads as a huge u32).
+__device__ __forceinline__ std::uint32_t expert_of(const MoeArgs& a, std::int64_t r) {
+  const std::uint64_t v = a.ids64 ? static_cast<std::uint64_t>(__ldg(static_cast<const long long*>(a.ids) + r))
+                                  : __ldg(static_cast<const std::uint32_t*>(a.ids) + r);
+  return v < static_cast<std::uint64_t>(a.n_experts) ? static_cast<std::uint32_t>(v) : kNoExpert;
+}
+
 // out[idx] = v in the output dtype (f32, f16 or bf16; a runtime switch keeps instantiations
 // few: the branch is uniform across the grid).
 __device__ __forceinline__ void store_out(void* out, DType t, std::int64_t idx, float v) {
@@ -62,7 +70,7 @@ inline void check_common(const MoeArgs& a, const std::string& kernel) {
   require(a.m == 0 || a.top_k == 0 || a.m <= (std::int64_t{0xffffffff} / a.top_k), kernel,
           "m * top_k must be below 2^32");
   require(a.ids != nullptr && a.out != nullptr, kernel, "null ids or output");
-  require(a.k == 0 || (a.w != nullptr && a.in != nullptr), kernel, "null weights or input");
+  require(a.k == 0 || a.n_experts == 0 || (a.w != nullptr && a.in != nullptr), kernel, "null weights or input");
   require(a.expert_stride >= 0 && a.in_token_stride >= 0 && a.in_slot_stride >= 0, kernel,
           "negative stride");
 }

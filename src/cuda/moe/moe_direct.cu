@@ -32,9 +32,9 @@ __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a
     const std::int64_t j0 = cb * kMoeDirectColsPerBlock + warp * kMoeDirectRowsPerWarp;
     if (j0 >= a.n) continue;  // warp-uniform; no block-level synchronisation below
     const bool has1 = j0 + 1 < a.n;
-    const std::uint32_t e = __ldg(a.ids + r);
+    const std::uint32_t e = dev::expert_of(a, r);
     float acc0 = 0.0f, acc1 = 0.0f;
-    if (static_cast<std::int64_t>(e) < a.n_experts) {
+    if (e != kNoExpert) {
       const std::int64_t tok = r / a.top_k, slot = r - tok * a.top_k;
       const TI* x = static_cast<const TI*>(a.in) + tok * a.in_token_stride + slot * a.in_slot_stride;
       const TW* w0 = static_cast<const TW*>(a.w) + static_cast<std::int64_t>(e) * a.expert_stride + j0 * a.k;

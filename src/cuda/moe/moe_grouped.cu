@@ -1,10 +1,11 @@
-// moe_grouped: grouped GEMM of the GroupedPrefill route, after moe_map_distinct on the stream.
+// moe_grouped: grouped GEMM of the GroupedPrefill route, after moe_map_sort on the stream.
 //
 // Grid: x = row-tile slots (moe_grouped_row_slots: an upper bound of sum_e ceil(count_e / 64)
 // known without reading counts), y = 128-column tiles of n. A block first finds its (expert,
-// row tile) from counts by a block-wide scan of ceil(min(count_e, row_capacity) / 64) over the
-// experts (256 threads x 4 experts, n_experts <= 1024); slots past the last tile exit. It then
-// gathers its <= 64 routed rows (rows[e * row_capacity + i]) and computes the 64 x 128 output
+// row tile) from counts by a block-wide scan of ceil(count_e / 64) over the experts (256
+// threads x 4 experts, n_experts <= 1024), and the start of the expert's rows by a scan of the
+// counts; slots past the last tile exit. It then gathers its <= 64 routed rows
+// (rows[start_e + i]) and computes the 64 x 128 output
 // tile out[r, n0..n0+127] = in(r) . W(e, n0.., :)^T with mma.sync, 8 warps as 2 (rows) x 4
 // (columns), 32 x 32 per warp, f32 accumulators.
 //
@@ -129,44 +130,53 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
   __shared__ __align__(16) TS s_b[2][BN * LD];
   __shared__ std::uint32_t s_rows[BM];
   __shared__ int s_warp_tiles[THREADS / 32];
+  __shared__ long long s_warp_rows[THREADS / 32];
   __shared__ int s_expert, s_tile;
-  __shared__ long long s_count;
+  __shared__ long long s_count, s_first;
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const std::int64_t routed = a.m * a.top_k, cap = a.row_capacity;
 
-  // --- 1. Which (expert, row tile) is slot blockIdx.x: exclusive scan of tiles per expert.
+  // --- 1. Which (expert, row tile) is slot blockIdx.x, and where the expert's rows start in the
+  // lists: exclusive scans of tiles and of rows per expert (counts clamped to m * top_k, so
+  // even a corrupted scratch cannot address past the lists).
   int tiles_of[4], mine = 0;
+  long long rows_of[4], mine_rows = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int e = tid * 4 + j;
-    const std::int64_t c = e < a.n_experts ? min(static_cast<std::int64_t>(__ldg(a.counts + e)), cap) : 0;
-    tiles_of[j] = static_cast<int>((c + BM - 1) / BM);
+    rows_of[j] = e < a.n_experts ? min(static_cast<std::int64_t>(__ldg(a.counts + e)), routed) : 0;
+    tiles_of[j] = static_cast<int>((rows_of[j] + BM - 1) / BM);
     mine += tiles_of[j];
+    mine_rows += rows_of[j];
   }
   int incl = mine;
+  long long incl_rows = mine_rows;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
+    const long long vr = __shfl_up_sync(0xffffffffu, incl_rows, o);
+    if (lane >= o) incl += v, incl_rows += vr;
   }
-  if (lane == 31) s_warp_tiles[warp] = incl;
+  if (lane == 31) s_warp_tiles[warp] = incl, s_warp_rows[warp] = incl_rows;
   if (tid == 0) s_expert = -1;
   __syncthreads();
   int start = incl - mine;
-  for (int w = 0; w < warp; ++w) start += s_warp_tiles[w];
+  long long first = incl_rows - mine_rows;
+  for (int w = 0; w < warp; ++w) start += s_warp_tiles[w], first += s_warp_rows[w];
   const int slot = static_cast<int>(blockIdx.x);
   if (slot >= start && slot < start + mine) {  // exactly one thread
     int rest = slot - start;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (rest >= 0 && rest < tiles_of[j]) {
-        const int e = tid * 4 + j;
-        s_expert = e;
+        s_expert = tid * 4 + j;
         s_tile = rest;
-        s_count = min(static_cast<std::int64_t>(__ldg(a.counts + e)), cap);
+        s_count = rows_of[j];
+        s_first = first;
       }
       rest -= tiles_of[j];
+      first += rows_of[j];
     }
   }
   __syncthreads();
@@ -175,8 +185,9 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
   const std::int64_t count = s_count, row0 = static_cast<std::int64_t>(s_tile) * BM;
   if (tid < BM) {
     std::uint32_t r = dev::kNoRow;
-    if (row0 + tid < count) {
-      r = __ldg(a.rows + static_cast<std::int64_t>(expert) * cap + row0 + tid);
+    const std::int64_t pos = s_first + row0 + tid;
+    if (row0 + tid < count && pos < cap) {
+      r = __ldg(a.rows + pos);
       if (static_cast<std::int64_t>(r) >= routed) r = dev::kNoRow;  // corrupt map: skip the row
     }
     s_rows[tid] = r;
@@ -332,7 +343,7 @@ void launch_moe_grouped(const MoeArgs& a, StreamHandle s) {
   host::require(a.n_experts >= 1 && a.n_experts <= moe_map_max_experts(), name,
                 "n_experts outside 1..moe_map_max_experts()");
   host::require(a.counts != nullptr && a.rows != nullptr, name, "null grouped scratch");
-  host::require(a.row_capacity >= 1, name, "row_capacity < 1");
+  host::require(a.row_capacity >= a.m * a.top_k, name, "row_capacity < m * top_k");
   const std::int64_t slots = moe_grouped_row_slots(a), col_tiles = moe_grouped_col_tiles(a);
   if (slots == 0 || col_tiles == 0) return;
   host::require(slots <= 0x7fffffff && col_tiles <= 65535, name, "grid too large (m * top_k or n)");
