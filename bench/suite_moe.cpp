@@ -284,10 +284,10 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           p.route = route, p.input_dtype = dt, p.output_dtype = dt;
           try {
             // One eager call on copy 0, checked before timing.
-            View wv = View::contiguous(w[0].data(), dt, {static_cast<std::int64_t>(stack_bytes / es)}, DeviceKind::CUDA);
+            View wv = View::contiguous(w[0].data(), dt, {md.e, md.n, md.k}, DeviceKind::CUDA);
             View iv = View::contiguous(in.data(), dt, {m, md.k}, DeviceKind::CUDA);
-            View idv = View::contiguous(ids_d.data(), DType::U32, {rows}, DeviceKind::CUDA);
-            View ov = View::contiguous(out.data(), dt, {rows, md.n}, DeviceKind::CUDA);
+            View idv = View::contiguous(ids_d.data(), DType::U32, {m, md.top_k}, DeviceKind::CUDA);
+            View ov = View::contiguous(out.data(), dt, {m, md.top_k, md.n}, DeviceKind::CUDA);
             rr.receipt = matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p);
             env.ctx.synchronize();  // the checks copy on the legacy stream: ctx's may be non-blocking
             rr.err = check_moe(w[0].data(), dt, in.data(), dt, out.data(), dt, ids, md, 64);
@@ -299,10 +299,10 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
         }
         for (const RouteRun& rr : runs) {
           fns.push_back([&, p = rr.p](int i) {
-            View wv = View::contiguous(wptr(i), dt, {static_cast<std::int64_t>(stack_bytes / es)}, DeviceKind::CUDA);
+            View wv = View::contiguous(wptr(i), dt, {md.e, md.n, md.k}, DeviceKind::CUDA);
             View iv = View::contiguous(in.data(), dt, {m, md.k}, DeviceKind::CUDA);
-            View idv = View::contiguous(ids_d.data(), DType::U32, {rows}, DeviceKind::CUDA);
-            View ov = View::contiguous(out.data(), dt, {rows, md.n}, DeviceKind::CUDA);
+            View idv = View::contiguous(ids_d.data(), DType::U32, {m, md.top_k}, DeviceKind::CUDA);
+            View ov = View::contiguous(out.data(), dt, {m, md.top_k, md.n}, DeviceKind::CUDA);
             matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p);
           });
         }
@@ -373,8 +373,8 @@ void run_cpu(BenchEnv& env) {
   std::vector<std::uint32_t> ids = uniform_ids(4, 2, 8, 1);
   auto t0 = std::chrono::steady_clock::now();
   Receipt r = matmul_id(env.ctx, View::contiguous(w.data(), DType::F32, {8, 256, 512}),
-                        View::contiguous(in.data(), DType::F32, {4, 512}), View::contiguous(ids.data(), DType::U32, {8}),
-                        View::contiguous(out.data(), DType::F32, {8, 256}), nullptr, p);
+                        View::contiguous(in.data(), DType::F32, {4, 512}), View::contiguous(ids.data(), DType::U32, {4, 2}),
+                        View::contiguous(out.data(), DType::F32, {4, 2, 256}), nullptr, p);
   Row row;
   row.suite = "moe", row.name = "cpu_direct_m4", row.route = r.route, row.kernel = r.kernel, row.dtype = "f32";
   row.m = 4, row.n = 256, row.k = 512, row.batch = 8;

@@ -1,7 +1,8 @@
 // matmul_id on the GPU against the float64 reference: the seed shape in every dtype/layout/route,
-// random sweeps (sizes not tile multiples, padded expert strides, top_k 1/2/8, 1..256 experts,
-// uniform/skewed/Zipf routing, repeats on Direct, out-of-range ids), determinism, CUDA-graph
-// capture and replay with changing ids, and the injected second-kernel failure.
+// random sweeps (sizes not tile multiples, padded expert strides and input rows, [m, top_k, k]
+// inputs, top_k 1/2/8, 1..256 experts, uniform/skewed/Zipf routing, repeats on both routes,
+// u32/i32/i64 ids, out-of-range ids), empty and zero sizes, determinism, CUDA-graph capture and
+// replay with changing ids, and the injected second-kernel failure.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -74,12 +75,80 @@ TEST(MoeGpu, RandomSweeps) {
           c.seed = ++seed;
           expect_good(ctx, c, &scratch);
         }
-  for (DType w : {DType::F16, DType::F32}) {  // repeated ids are the Direct route's
-    MoeCase c;
-    c.p = params(40, 70, 128, 8, 16, MatmulIdRoute::Direct);
-    c.p.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
-    c.w_dtype = w, c.routing = Routing::Repeats, c.seed = ++seed;
-    expect_good(ctx, c, &scratch);
+  // Repeated ids (declared or not), id dtypes, padded strides and 3-D inputs on both routes.
+  for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
+    for (DType w : {DType::F16, DType::F32})
+      for (DType ids : {DType::U32, DType::I32, DType::I64}) {
+        MoeCase c;
+        c.p = params(40, 70, 128, 8, 16, route);
+        c.p.id_multiplicity = seed % 2 ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
+        c.p.input_layout = seed % 3 == 0 ? MatmulIdInputLayout::Slotted : MatmulIdInputLayout::SharedPerToken;
+        c.input_rank3 = seed % 4 == 0;
+        c.w_dtype = w, c.routing = Routing::Repeats, c.ids_dtype = ids, c.out_of_range_every = 7;
+        c.expert_pad = 8, c.input_pad = w == DType::F32 ? 4 : 8, c.shape_form = seed % 2 == 0, c.seed = ++seed;
+        expect_good(ctx, c, &scratch);
+      }
+}
+
+// The case: 4 tokens, ids [[1, 1]] x 4 on the grouped route while declared distinct
+// (before the map became a counting sort: scaled error 0.39, rows left unwritten).
+TEST(MoeGpu, GroupedRepeatedIdsDeclaredDistinct) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MatmulIdScratch scratch(ctx, 4, 4, 2);
+  MoeCase c;
+  c.p = params(4, 64, 96, 2, 4, MatmulIdRoute::GroupedPrefill);
+  c.w_dtype = DType::F32;
+  MoeBuffers b = make_moe_buffers(c);
+  for (int r = 0; r < 8; ++r) static_cast<std::uint32_t*>(b.ids.view.data)[r] = 1;
+  DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+  matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p);
+  ctx.synchronize();
+  to_host(dout, b.out);
+  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, DType::F32, b.in.view.data, b.ids.view.data, b.p);
+  cpu::MatmulF64 dense{1, ref.rows, ref.n, 96, ref.value, ref.abs_sum};
+  EXPECT_TRUE(matches_reference(View::contiguous(b.out.view.data, DType::F32, {1, 8, 64}), dense,
+                                Tolerance{1e-30, 1.0, std::ldexp(1.0, -15) + 96 * std::ldexp(1.0, -24), 0}));
+  std::vector<std::uint32_t> counts(4);
+  copy_to_host(counts.data(), scratch.counts(), 16);
+  EXPECT_EQ(counts, (std::vector<std::uint32_t>{0, 8, 0, 0}));
+}
+
+// m, top_k or n of 0: nothing launched or written; k == 0 and no experts: zeros.
+TEST(MoeGpu, EmptyAndZeroSizes) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MatmulIdScratch scratch(ctx, 4, 4);
+  DeviceBuffer w(4 * 3 * 5 * 4), x(4 * 5 * 4), ids(8 * 4), out(4 * 2 * 3 * 4);
+  std::vector<std::uint32_t> hid = {0, 1, 2, 3, 1, 0, 3, 2};
+  copy_to_device(ids.data(), hid.data(), 32);
+  const std::vector<float> nan(24, NAN);
+  auto dv = [](const DeviceBuffer& b, DType t, std::initializer_list<std::int64_t> shape) {
+    return View::contiguous(b.data(), t, shape, DeviceKind::CUDA);
+  };
+  for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+    copy_to_device(out.data(), nan.data(), 96);
+    auto call = [&](View wv, View xv, View idv, View ov) {
+      return matmul_id(ctx, wv, xv, idv, ov, &scratch, MatmulIdInputLayout::SharedPerToken,
+                       MatmulIdMultiplicity::DistinctPerToken, route);
+    };
+    EXPECT_EQ(call(dv(w, DType::F32, {4, 3, 5}), dv(x, DType::F32, {0, 5}), dv(ids, DType::U32, {0, 2}),
+                   dv(out, DType::F32, {0, 2, 3})).kernels_launched, 0);
+    EXPECT_EQ(call(dv(w, DType::F32, {4, 0, 5}), dv(x, DType::F32, {4, 5}), dv(ids, DType::U32, {4, 2}),
+                   dv(out, DType::F32, {4, 2, 0})).kernels_launched, 0);
+    ctx.synchronize();
+    std::vector<float> back(24);
+    copy_to_host(back.data(), out.data(), 96);
+    for (float v : back) ASSERT_TRUE(std::isnan(v));
+    call(dv(w, DType::F32, {4, 3, 0}), dv(x, DType::F32, {4, 0}), dv(ids, DType::U32, {4, 2}), dv(out, DType::F32, {4, 2, 3}));
+    ctx.synchronize();
+    copy_to_host(back.data(), out.data(), 96);
+    for (float v : back) ASSERT_EQ(v, 0.0f) << "k == 0";
+    copy_to_device(out.data(), nan.data(), 96);
+    call(dv(w, DType::F32, {0, 3, 5}), dv(x, DType::F32, {4, 5}), dv(ids, DType::U32, {4, 2}), dv(out, DType::F32, {4, 2, 3}));
+    ctx.synchronize();
+    copy_to_host(back.data(), out.data(), 96);
+    for (float v : back) ASSERT_EQ(v, 0.0f) << "no experts";
   }
 }
 
@@ -103,21 +172,16 @@ TEST(MoeGpu, GraphCaptureAndReplayWithChangingIds) {
   MatmulIdScratch scratch(ctx, 16, 64);
   MoeCase c;
   c.p = params(64, 96, 128, 2, 16, MatmulIdRoute::GroupedPrefill);
-  c.p.expert_stride_bytes = 96ull * 128 * 2;
-  c.w_dtype = DType::BF16;
-  MatmulIdCapability cap = matmul_id_capability(DType::BF16, c.p);
-  HostTensor w = host_tensor(DType::BF16, {static_cast<std::int64_t>(cap.required_weight_bytes / 2)});
-  HostTensor in = host_tensor(DType::F32, {64 * 128}), out = host_tensor(DType::F32, {64 * 2 * 96});
-  fill_random(w.view, 1);
-  fill_random(in.view, 2, 0.5);
-  poison(out.view);
-  HostTensor ids = host_tensor(DType::U32, {128});
+  c.w_dtype = DType::BF16, c.ids_dtype = DType::I64, c.out_of_range_every = 9;
+  MoeBuffers b = make_moe_buffers(c);
+  HostTensor &w = b.w, &in = b.in, &out = b.out, &ids = b.ids;
+  c.p = b.p;
   DeviceTensor dw = to_device(w), din = to_device(in), dids = to_device(ids), dout = to_device(out);
   auto set_ids = [&](std::uint64_t seed) {
     c.seed = seed;
-    std::vector<std::uint32_t> v = make_ids(c);
-    copy_to_device(dids.buffer.data(), v.data(), v.size() * 4);
-    return v;
+    store_ids(c, make_ids(c), ids);
+    copy_to_device(dids.buffer.data(), ids.bytes.data(), ids.bytes.size());
+    return ids.bytes;
   };
   set_ids(1);
   matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, c.p);  // warm (outside capture)
@@ -131,7 +195,7 @@ TEST(MoeGpu, GraphCaptureAndReplayWithChangingIds) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   EXPECT_EQ(r.kernels_launched, 2);
   for (std::uint64_t seed : {11, 12, 13}) {
-    std::vector<std::uint32_t> v = set_ids(seed);
+    std::vector<unsigned char> v = set_ids(seed);
     copy_to_device(dout.buffer.data(), out.bytes.data(), out.bytes.size());  // re-poison
     ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
@@ -153,14 +217,14 @@ TEST(MoeGpu, InjectedSecondKernelFailureLaunchesNothing) {
   MatmulIdScratch scratch(ctx, 4, 9);
   MatmulIdParams p = params(9, 7, 35, 2, 4, MatmulIdRoute::GroupedPrefill);
   p.expert_stride_bytes = 7 * 35 * 4;
-  HostTensor w = host_tensor(DType::F32, {4 * 7 * 35}), in = host_tensor(DType::F32, {9 * 35}),
-             out = host_tensor(DType::F32, {18 * 7}), ids = host_tensor(DType::U32, {18});
+  HostTensor w = host_tensor(DType::F32, {4, 7, 35}), in = host_tensor(DType::F32, {9, 35}),
+             out = host_tensor(DType::F32, {9, 2, 7}), ids = host_tensor(DType::U32, {9, 2});
   fill_random(w.view, 1);
   fill_random(in.view, 2);
   poison(out.view);
   for (int i = 0; i < 18; ++i) static_cast<std::uint32_t*>(ids.view.data)[i] = static_cast<std::uint32_t>(i % 4);
   DeviceTensor dw = to_device(w), din = to_device(in), dids = to_device(ids), dout = to_device(out);
-  std::vector<std::uint32_t> sentinel(4 + 4 * 9, 0xABCDu);
+  std::vector<std::uint32_t> sentinel(4 + 18, 0xABCDu);
   copy_to_device(scratch.counts(), sentinel.data(), sentinel.size() * 4);
   LaunchRecorder rec;
   int seen = 0;
