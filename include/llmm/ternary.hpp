@@ -43,6 +43,8 @@ enum class Tq2ScaleRule {
 };
 // Quantizes f32 W[n, k] (k % 128 == 0). The scale is rounded to f16 first, and the codes are
 // computed against that rounded scale. An all-zero block gets scale 0 and code 1 (zero).
+// Refuses (InvalidArgument naming the row and block) a non-finite weight and a block whose
+// scale rounds above the f16 range: it never stores an Inf or NaN scale.
 std::vector<BlockTQ2_128> tq2_quantize(const float* w, std::int64_t n, std::int64_t k,
                                        Tq2ScaleRule rule = Tq2ScaleRule::AbsMean);
 
@@ -53,6 +55,8 @@ std::vector<BlockTQ2_128> tq2_quantize(const float* w, std::int64_t n, std::int6
 class TernaryWeight {
  public:
   std::uint64_t key() const { return key_; }
+  // Process-unique number of this upload: a key evicted and uploaded again names a new weight.
+  std::uint64_t upload_id() const { return upload_id_; }
   std::int64_t n() const { return n_; }
   std::int64_t k() const { return k_; }
   DeviceKind device() const { return device_; }
@@ -63,7 +67,7 @@ class TernaryWeight {
 
  private:
   friend class TernaryWeightCache;
-  std::uint64_t key_ = 0;
+  std::uint64_t key_ = 0, upload_id_ = 0;
   std::int64_t n_ = 0, k_ = 0;
   DeviceKind device_ = DeviceKind::CPU;
   int device_index_ = 0;
@@ -85,6 +89,9 @@ class TernaryWeightCache {
   // (naming the block), or a key already cached with another n, k or byte count.
   WeightHandle get_or_upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n, std::int64_t k);
   bool evict(std::uint64_t key);  // true if the key was cached
+  // Evicts w's key only while it still holds w itself (not a later upload under the same key):
+  // a stale handle never releases another weight. True if it evicted.
+  bool evict(const WeightHandle& w);
   std::size_t bytes_held() const;
   std::size_t size() const;
   std::uint64_t upload_count() const;  // conversions + uploads done so far

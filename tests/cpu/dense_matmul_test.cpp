@@ -166,3 +166,32 @@ TEST(DenseCpu, InjectedLaunchFailureWritesNothing) {
   EXPECT_TRUE(rec.launched.empty());
   for (float x : c) EXPECT_TRUE(std::isnan(x));
 }
+
+// Empty operands with any strides (NumPy 2 gives empty arrays strides (0, 0)) are an empty call;
+// k == 0 gives zeros. None of these is refused.
+TEST(DenseCpu, EmptyAndZeroK) {
+  Context ctx = Context::cpu(2);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  float dummy[8] = {0};
+  std::vector<float> c(3 * 4, NAN);
+  auto v = [&](float* p, std::initializer_list<std::int64_t> shape, std::initializer_list<std::int64_t> strides) {
+    return View::strided(p, DType::F32, shape, strides);
+  };
+  // m == 0, n == 0, batch == 0: nothing written or launched.
+  EXPECT_EQ(matmul(ctx, v(dummy, {0, 5}, {0, 0}), v(dummy, {5, 4}, {4, 1}), v(dummy, {0, 4}, {0, 0})).kernels_launched, 0);
+  EXPECT_EQ(matmul(ctx, v(dummy, {3, 2}, {2, 1}), v(dummy, {2, 0}, {0, 0}), v(dummy, {3, 0}, {0, 0})).kernels_launched, 0);
+  EXPECT_EQ(matmul(ctx, v(dummy, {0, 3, 2}, {0, 0, 0}), v(dummy, {0, 2, 4}, {0, 0, 0}), v(dummy, {0, 3, 4}, {0, 0, 0}))
+                .kernels_launched,
+            0);
+  EXPECT_TRUE(rec.launched.empty());
+  // k == 0: every output is an empty sum.
+  Receipt r = matmul(ctx, v(dummy, {3, 0}, {0, 0}), v(dummy, {0, 4}, {0, 0}), View::contiguous(c.data(), DType::F32, {3, 4}));
+  EXPECT_EQ(r.kernels_launched, 1);
+  for (float x : c) ASSERT_EQ(x, 0.0f);
+  std::fill(c.begin(), c.end(), NAN);
+  MatmulOptions o;
+  o.transpose_a = o.transpose_b = true;
+  matmul(ctx, v(dummy, {0, 3}, {0, 0}), v(dummy, {4, 0}, {0, 0}), View::contiguous(c.data(), DType::F32, {3, 4}), o);
+  for (float x : c) ASSERT_EQ(x, 0.0f);
+}

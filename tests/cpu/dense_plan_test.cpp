@@ -24,6 +24,25 @@ MatmulDesc desc(std::int64_t m, std::int64_t n, std::int64_t k, DType t = DType:
 }
 }  // namespace
 
+// plan_matmul(-5, 3, 3) returned a plan: negative sizes and non-float dtypes are refused now.
+TEST(DensePlan, RefusesNegativeSizesAndNonFloatDtypes) {
+  for (MatmulDesc d : {desc(-5, 3, 3), desc(3, -1, 3), desc(3, 3, -2)}) {
+    EXPECT_THROW(plan_matmul(d, ArchInfo{}), Error);
+    EXPECT_THROW(plan_matmul(d, h200()), Error);
+  }
+  MatmulDesc d = desc(4, 4, 4);
+  d.batch = -1;
+  EXPECT_THROW(plan_matmul(d, h200()), Error);
+  try {
+    plan_matmul(desc(-5, 3, 3), ArchInfo{});
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("plan_matmul: sizes must be >= 0 (batch: 1, m: -5, n: 3, k: 3)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(plan_matmul(desc(4, 4, 4, DType::U32), h200()), Error);
+}
+
 TEST(DensePlan, CpuContextUsesReference) {
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), ArchInfo{}).route, DenseRoute::Cpu);
   EXPECT_THROW(plan_matmul(desc(1, 64, 64), ArchInfo{}, DenseRoute::Gemv), Error);

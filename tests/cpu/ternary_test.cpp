@@ -88,6 +88,24 @@ TEST(Tq2Quantize, AbsMeanRuleByHand) {
   expect_error([&] { tq2_quantize(zeros.data(), 1, 128); }, ErrorCode::InvalidArgument, "non-finite weight at row 0, column 3");
 }
 
+// Weights of 7e4 or 1e5 made an Inf f16 scale (decoding gave NaN): refused now, naming the block.
+TEST(Tq2Quantize, ScaleAboveTheF16RangeIsRefused) {
+  std::vector<float> w(2 * 256, 0.5f);
+  for (int i = 0; i < 128; ++i) w[256 + 128 + static_cast<std::size_t>(i)] = 7e4f;  // row 1, block 1
+  expect_error([&] { tq2_quantize(w.data(), 2, 256, Tq2ScaleRule::AbsMean); }, ErrorCode::InvalidArgument,
+               "tq2_quantize: row 1, block 1 (columns 128..255): its scale 70000 (mean |w|) exceeds the f16 range");
+  w[256 + 128] = 1e5f;
+  for (int i = 1; i < 128; ++i) w[256 + 128 + static_cast<std::size_t>(i)] = 1.0f;
+  expect_error([&] { tq2_quantize(w.data(), 2, 256, Tq2ScaleRule::AbsMax); }, ErrorCode::InvalidArgument,
+               "its scale 100000 (max |w|) exceeds the f16 range");
+  // At the top of the range the scale is finite and decodes finite.
+  for (int i = 0; i < 128; ++i) w[256 + 128 + static_cast<std::size_t>(i)] = 65504.0f;
+  for (Tq2ScaleRule rule : {Tq2ScaleRule::AbsMean, Tq2ScaleRule::AbsMax}) {
+    std::vector<BlockTQ2_128> q = tq2_quantize(w.data(), 2, 256, rule);
+    for (float x : tq2_dequantize(q.data(), bytes_of(q), 2, 256)) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
 TEST(Tq2Quantize, AbsMaxErrorIsHalfAScaleStep) {
   Rng rng(9);
   std::vector<float> w(4 * 384);
@@ -133,6 +151,24 @@ TEST(Tq2Cache, UploadOnceSameHandleAndRefusals) {
   EXPECT_EQ(cache.bytes_held(), 0u);
   EXPECT_EQ(h1->k(), 256);  // the handle keeps the weight alive after eviction
   EXPECT_EQ(std::memcmp(h1->codes() + 3 * 64 + 32, b[3 * 2 + 1].qs, 32), 0);
+}
+
+// A handle only ever releases its own upload: after the key was evicted and reused, the old
+// handle leaves the new weight cached (the stale-handle bug of release_tq2).
+TEST(Tq2Cache, StaleHandleNeverEvictsALaterUploadOfItsKey) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(40, 256, 1), c = seed_tq2_blocks(8, 128, 2);
+  WeightHandle old = cache.get_or_upload(7, b.data(), bytes_of(b), 40, 256);
+  EXPECT_TRUE(cache.evict(old));
+  WeightHandle fresh = cache.get_or_upload(7, c.data(), bytes_of(c), 8, 128);
+  EXPECT_NE(old->upload_id(), fresh->upload_id());
+  EXPECT_FALSE(cache.evict(old));  // stale: the key now names another upload
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.get_or_upload(7, c.data(), bytes_of(c), 8, 128).get(), fresh.get());
+  EXPECT_TRUE(cache.evict(fresh));
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_FALSE(cache.evict(WeightHandle{}));
 }
 
 TEST(Tq2Cache, EightThreadsRaceOnSameAndDifferentKeys) {
@@ -273,4 +309,18 @@ TEST(Tq2Cpu, Refusals) {
     r->before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
     gemm_tq2(c, w, vin, vout);
   }, ErrorCode::Cuda, "injected: cpu_reference_tq2");
+}
+
+// m == 0 with the strides NumPy 2 gives empty arrays (0, 0): an empty call, not a refusal.
+TEST(Tq2Cpu, EmptyInputWithZeroStrides) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(8, 128, 3);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 8, 128);
+  float dummy[4] = {0, 0, 0, 0};
+  Receipt r = gemm_tq2(ctx, w, View::strided(dummy, DType::F32, {0, 128}, {0, 0}),
+                       View::strided(dummy, DType::F32, {0, 8}, {0, 0}));
+  EXPECT_EQ(r.kernels_launched, 0);
+  expect_error([&] { plan_tq2(-1, 8, 128, DType::F32, ArchInfo{}); }, ErrorCode::InvalidArgument,
+               "plan_tq2: needs m >= 0, n >= 1 and k a positive multiple of 128, got m -1");
 }

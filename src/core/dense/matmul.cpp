@@ -38,6 +38,7 @@ Mat as_mat(const View& v) {
 // (dimensions of extent 1 may have any stride). Returns the row stride to use.
 std::int64_t check_rows(const View& v, const Mat& x, const char* side, const char* name, const char* shape,
                         std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (v.empty()) return std::max<std::int64_t>(x.cols, 1);  // no element: the strides are never used
   std::int64_t inner = v.stride(v.rank - 1);
   bool inner_ok = inner == 1 || x.cols <= 1;
   bool ld_ok = x.ld >= x.cols || x.rows <= 1;

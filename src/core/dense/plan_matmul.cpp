@@ -74,6 +74,11 @@ DensePlan with_route(DenseRoute r, std::string reason, const MatmulDesc& d, cons
 }  // namespace
 
 DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute force) {
+  if (d.batch < 0 || d.m < 0 || d.n < 0 || d.k < 0)
+    fail(ErrorCode::InvalidArgument, "plan_matmul: sizes must be >= 0 (batch: ", d.batch, ", m: ", d.m, ", n: ", d.n,
+         ", k: ", d.k, ")");
+  if (!is_float(d.dtype))
+    fail(ErrorCode::Unsupported, "plan_matmul: unsupported dtype ", dtype_name(d.dtype), " (f32, f16 and bf16 are supported)");
   if (force != DenseRoute::Auto) {
     std::string why = refusal(force, d, arch);
     if (!why.empty())

@@ -50,6 +50,7 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
     if (v->device != ctx.kind() || (ctx.is_cuda() && v->device_index != ctx.arch().device_index))
       fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v->describe(), " but the context is ",
            ctx.is_cuda() ? "cuda" : "cpu");
+    if (v->empty()) continue;  // m == 0: no element, the strides are never used
     if (v->dim(1) > 1 && v->stride(1) != 1)
       fail(ErrorCode::InvalidArgument, kOp, ": ", name, " innermost stride is ", v->stride(1), ", must be 1: ", v->describe());
     if (v->dim(0) > 1 && v->stride(0) < v->dim(1))
@@ -110,6 +111,11 @@ const char* tq2_route_name(Tq2Route r) noexcept {
 }
 
 Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch, Tq2Route force) {
+  if (m < 0 || n < 1 || k < kTq2BlockWeights || k % kTq2BlockWeights != 0)
+    fail(ErrorCode::InvalidArgument, "plan_tq2: needs m >= 0, n >= 1 and k a positive multiple of 128, got m ", m, ", n ",
+         n, ", k ", k);
+  if (!is_float(in_dtype))
+    fail(ErrorCode::InvalidArgument, "plan_tq2: the input dtype must be f32, f16 or bf16, got ", dtype_name(in_dtype));
   const bool cuda = arch.kind == DeviceKind::CUDA;
   if (force != Tq2Route::Auto) {
     const char* why = nullptr;

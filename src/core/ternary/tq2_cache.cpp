@@ -11,6 +11,7 @@ namespace llmm {
 namespace {
 
 std::atomic<std::uint64_t> g_pool_allocs{0};
+std::atomic<std::uint64_t> g_upload_ids{0};
 
 // Codes padded to a 256-byte boundary so the scales start aligned.
 std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
@@ -57,6 +58,7 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
     }
   auto w = std::make_shared<TernaryWeight>();
   w->key_ = key, w->n_ = n, w->k_ = k, w->device_ = device_, w->device_index_ = device_index_;
+  w->upload_id_ = g_upload_ids.fetch_add(1, std::memory_order_relaxed) + 1;
   w->codes_bytes_ = codes_bytes, w->scales_bytes_ = scales_bytes;
   if (device_ == DeviceKind::CUDA) {
     w->device_mem_ = DeviceBuffer(soa.size(), device_index_);
@@ -78,6 +80,15 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
 bool TernaryWeightCache::evict(std::uint64_t key) {
   std::lock_guard<std::mutex> lock(mu_);
   return map_.erase(key) > 0;
+}
+
+bool TernaryWeightCache::evict(const WeightHandle& w) {
+  if (!w) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(w->key());
+  if (it == map_.end() || it->second.get() != w.get()) return false;
+  map_.erase(it);
+  return true;
 }
 
 std::size_t TernaryWeightCache::bytes_held() const {

@@ -58,6 +58,11 @@ std::vector<BlockTQ2_128> tq2_quantize(const float* w, std::int64_t n, std::int6
       if (rule == Tq2ScaleRule::AbsMean) s /= kTq2BlockWeights;
       BlockTQ2_128& blk = out[static_cast<std::size_t>(r * bpr + b)];
       blk.d = f32_to_f16_bits(static_cast<float>(s));
+      if ((blk.d & 0x7c00u) == 0x7c00u)  // rounded to Inf: decoding would give Inf and NaN
+        fail(ErrorCode::InvalidArgument, "tq2_quantize: row ", r, ", block ", b, " (columns ", b * kTq2BlockWeights, "..",
+             b * kTq2BlockWeights + kTq2BlockWeights - 1, "): its scale ", s,
+             rule == Tq2ScaleRule::AbsMean ? " (mean |w|)" : " (max |w|)",
+             " exceeds the f16 range (65504); scale the weight down and fold the factor into the layer");
       float d = f16_bits_to_f32(blk.d);  // codes against the scale actually stored
       for (int byte = 0; byte < 32; ++byte) {
         std::uint8_t q = 0;
