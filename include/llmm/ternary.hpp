@@ -32,8 +32,9 @@ inline constexpr std::size_t kTq2BlockBytes = 34;
 // Bytes of an [n, k] weight in AoS form (checked; throws on overflow or k % 128 != 0).
 std::size_t tq2_aos_bytes(std::int64_t n, std::int64_t k);
 
-// W[n, k] as f32 (row-major). Throws InvalidArgument for a bad size, or for code 3, naming the
-// row, block and byte ("tq2_dequantize: invalid code 3 in row 2, block 1, byte 5").
+// W[n, k] as f32 (row-major). Throws InvalidArgument for a bad size, for code 3, naming the
+// row, block and byte ("tq2_dequantize: invalid code 3 in row 2, block 1, byte 5"), or for a
+// non-finite (Inf or NaN) f16 scale, naming the row and block. TernaryWeightCache refuses the same.
 std::vector<float> tq2_dequantize(const void* aos, std::size_t bytes, std::int64_t n, std::int64_t k);
 
 // How tq2_quantize picks a block's scale.
@@ -85,8 +86,8 @@ using WeightHandle = std::shared_ptr<const TernaryWeight>;
 class TernaryWeightCache {
  public:
   explicit TernaryWeightCache(const Context& ctx);
-  // Throws InvalidArgument for k % 128 != 0, n or k < 1, bytes != n * (k/128) * 34, code 3
-  // (naming the block), or a key already cached with another n, k or byte count.
+  // Throws InvalidArgument for k % 128 != 0, n or k < 1, bytes != n * (k/128) * 34, code 3 or a
+  // non-finite scale (naming the block), or a key already cached with another n, k or byte count.
   WeightHandle get_or_upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n, std::int64_t k);
   bool evict(std::uint64_t key);  // true if the key was cached
   // Evicts w's key only while it still holds w itself (not a later upload under the same key):

@@ -195,3 +195,14 @@ TEST(DenseCpu, EmptyAndZeroK) {
   matmul(ctx, v(dummy, {0, 3}, {0, 0}), v(dummy, {4, 0}, {0, 0}), View::contiguous(c.data(), DType::F32, {3, 4}), o);
   for (float x : c) ASSERT_EQ(x, 0.0f);
 }
+
+TEST(DenseCpu, NonFiniteInputsPropagate) {
+  Context ctx = Context::cpu(2);
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    DenseCase c{t, 2, 9, 17, 40, false, true};
+    c.nonfinite_every = 3;
+    DenseOutcome o = run_dense_case(ctx, c);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+    EXPECT_GT(o.cmp.nonfinite, 0);
+  }
+}

@@ -389,3 +389,16 @@ TEST(MatmulIdSuggest, CrossoverMatchesTheMeasuredPoints) {
   rep.id_multiplicity = MatmulIdMultiplicity::DistinctPerToken, rep.n_experts = 2048;
   EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // beyond the grouped limit
 }
+
+TEST(MatmulIdCpu, NonFiniteInputsPropagate) {
+  Context ctx = Context::cpu(2);
+  MatmulIdScratch scratch(ctx, 4, 9);
+  for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+    MoeCase c;
+    c.p = seed_params(route);
+    c.w_dtype = DType::BF16, c.nonfinite_every = 4;
+    MoeOutcome o = run_moe_case(ctx, c, &scratch);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+    EXPECT_GT(o.cmp.nonfinite, 0);
+  }
+}

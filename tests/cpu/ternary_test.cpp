@@ -53,6 +53,17 @@ TEST(Tq2Format, DequantizeRefusals) {
                "tq2_dequantize: invalid code 3 in row 1, block 0, byte 7");
   expect_error([&] { tq2_dequantize(b.data(), bytes_of(b) - 1, 2, 128); }, ErrorCode::InvalidArgument,
                "67 bytes given, an [2, 128] weight is 68");
+  // A non-finite scale is no weight: refused by every reader of the bytes, naming the block.
+  b[1].qs[7] = 0b01'01'01'01;
+  for (std::uint16_t bits : {0x7c00, 0xfc00, 0x7e00}) {  // +Inf, -Inf, NaN
+    b[1].d = bits;
+    expect_error([&] { tq2_dequantize(b.data(), bytes_of(b), 2, 128); }, ErrorCode::InvalidArgument,
+                 "tq2_dequantize: non-finite scale (f16 bits 0x");
+    TernaryWeightCache cache(Context::cpu());
+    expect_error([&] { cache.get_or_upload(3, b.data(), bytes_of(b), 2, 128); }, ErrorCode::InvalidArgument,
+                 ") in row 1, block 0");
+    EXPECT_EQ(cache.size(), 0u);
+  }
 }
 
 TEST(Tq2Quantize, AbsMaxRoundTripsTernaryWeights) {

@@ -275,3 +275,24 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
   EXPECT_TRUE(rec.launched.empty());
   EXPECT_TRUE(still_poisoned());
 }
+
+// NaN/Inf in a and b propagate as IEEE arithmetic makes them, on every route (the 3xTF32 split
+// of the tiled f32 Exact path cannot carry Inf: such outputs are recomputed in IEEE f32).
+TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 40;
+  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma, DenseRoute::Tiled,
+                       DenseRoute::CublasLt, DenseRoute::Auto})
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+      for (Precision p : {Precision::Exact, Precision::Fast}) {
+        if (r == DenseRoute::SkinnyMma && t == DType::F32) continue;
+        DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide || r == DenseRoute::SkinnyMma ? 6 : 70),
+                    130, 264, false, true};
+        if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
+        c.precision = p, c.route = r, c.nonfinite_every = 5, c.seed = ++seed;
+        DenseOutcome o = run_dense_case(ctx, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
+      }
+}

@@ -247,3 +247,24 @@ TEST(MoeGpu, InjectedSecondKernelFailureLaunchesNothing) {
   EXPECT_EQ(r.kernels_launched, 2);
   EXPECT_EQ(rec.launched.size(), 2u);
 }
+
+// NaN/Inf in inputs and weights propagate as IEEE arithmetic makes them on both routes and every
+// grouped math (the 2xTF32 / 3xTF32 splits recompute such outputs in IEEE f32).
+TEST(MoeGpu, NonFiniteInputsPropagateOnEveryRouteAndMath) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MatmulIdScratch scratch(ctx, 16, 64, 4);
+  std::uint64_t seed = 300;
+  for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
+    for (DType w : {DType::F32, DType::F16, DType::BF16})
+      for (DType in : {DType::F32, w})
+        for (Precision prec : {Precision::Exact, Precision::Fast}) {
+          MoeCase c;
+          c.p = params(40, 70, 136, 4, 16, route);
+          c.p.input_dtype = in, c.p.output_dtype = in;
+          c.w_dtype = w, c.precision = prec, c.nonfinite_every = 6, c.out_of_range_every = 13, c.seed = ++seed;
+          MoeOutcome o = run_moe_case(ctx, c, &scratch);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
+        }
+}

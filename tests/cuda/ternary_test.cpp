@@ -323,3 +323,26 @@ TEST(Tq2Gpu, CacheUploadsOncePerKeyAcrossThreads) {
   EXPECT_EQ(cache.upload_count(), 9u);
   EXPECT_EQ(cache.bytes_held(), 9u * (256u * 512 / 4 + 256u * 4 * 2));
 }
+
+// NaN/Inf in the activation propagate as IEEE arithmetic makes them on every route: before,
+// tq2_stream_v3's int8 digits turned a NaN into a finite output. The split and scaled paths mark
+// such groups and recompute those outputs in IEEE f32.
+TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 500;
+  struct R { Tq2Route route; std::int64_t m; };
+  for (R r : {R{Tq2Route::StreamV3, 1}, R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
+              R{Tq2Route::Stream, 5}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40}, R{Tq2Route::Naive, 7},
+              R{Tq2Route::Auto, 16}})
+    for (DType in : {DType::F32, DType::F16, DType::BF16})
+      for (Precision p : {Precision::Exact, Precision::Fast}) {
+        Tq2Case c;
+        c.m = r.m, c.n = 72, c.k = 384, c.route = r.route, c.precision = p, c.in_dtype = in, c.out_dtype = DType::F32;
+        c.seed_input = false, c.nonfinite_every = r.m == 1 ? 1 : 3, c.seed = ++seed;
+        Tq2Outcome o = run_tq2_case(ctx, cache, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
+      }
+}

@@ -9,7 +9,9 @@ namespace llmm::test {
 
 std::string CompareResult::summary() const {
   std::ostringstream os;
-  os << bad << " of " << checked << " elements out of tolerance; max abs err " << max_abs_err
+  os << bad << " of " << checked << " elements out of tolerance";
+  if (nonfinite) os << " (" << nonfinite << " non-finite in the reference)";
+  os << "; max abs err " << max_abs_err
      << ", max rel err " << max_rel_err;
   if (first_bad >= 0)
     os << "; first bad at flat index " << first_bad << ": got " << first_bad_got << ", want "
@@ -33,6 +35,11 @@ CompareResult compare(const View& out, const cpu::MatmulF64& ref, const Toleranc
         double err = std::fabs(got - want);
         ++r.checked;
         bool good = std::isfinite(got) && err <= bound;
+        if (tol.ieee_nonfinite && !std::isfinite(want)) {  // the class must match exactly
+          good = std::isnan(want) ? std::isnan(got) : got == want;
+          ++r.nonfinite;
+          if (good) continue;
+        }
         if (std::isfinite(got)) {
           r.max_abs_err = std::max(r.max_abs_err, err);
           if (want != 0) r.max_rel_err = std::max(r.max_rel_err, err / std::fabs(want));

@@ -12,7 +12,8 @@ std::string DenseCase::describe() const {
   std::ostringstream os;
   os << dtype_name(dtype) << " b" << batch << " m" << m << " n" << n << " k" << k << (ta ? " ta" : "") << (tb ? " tb" : "")
      << " pad" << pad << (a_bcast ? " a_bcast" : "") << (b_bcast ? " b_bcast" : "")
-     << (precision == Precision::Fast ? " fast" : " exact") << " route " << route_name(route) << " seed " << seed;
+     << (precision == Precision::Fast ? " fast" : " exact") << " route " << route_name(route)
+     << (nonfinite_every ? " nonfinite" : "") << " seed " << seed;
   return os.str();
 }
 
@@ -52,6 +53,8 @@ DenseOutcome run_dense_case(Context& ctx, const DenseCase& c) {
   HostTensor out = host_tensor_3d(c.dtype, c.batch, c.m, c.n, c.pad, 3 * c.pad);
   fill_random(a.view, c.seed * 3 + 1);
   fill_random(b.view, c.seed * 3 + 2);
+  inject_nonfinite(a.view, c.seed * 3 + 1, c.nonfinite_every);
+  inject_nonfinite(b.view, c.seed * 3 + 2, c.nonfinite_every * 2);
   poison(out.bytes.data(), out.bytes.size());
 
   MatmulOptions o;
@@ -66,7 +69,9 @@ DenseOutcome run_dense_case(Context& ctx, const DenseCase& c) {
     r.receipt = matmul(ctx, a.view, b.view, out.view, o);
   }
   cpu::MatmulF64 ref = cpu::matmul_f64({a.view, b.view, c.ta, c.tb});
-  r.cmp = compare(out.view, ref, dense_tolerance(c.dtype, c.precision, c.k));
+  Tolerance tol = dense_tolerance(c.dtype, c.precision, c.k);
+  tol.ieee_nonfinite = c.nonfinite_every > 0;
+  r.cmp = compare(out.view, ref, tol);
   r.padding_untouched = padding_untouched(out.bytes, out.view);
   r.out_bytes = out.bytes;
   return r;

@@ -18,6 +18,7 @@ struct DenseCase {
   bool a_bcast = false, b_bcast = false;  // batch stride 0
   Precision precision = Precision::Exact;
   DenseRoute route = DenseRoute::Auto;
+  int nonfinite_every = 0;  // > 0: Inf/NaN in some rows of a and b (inject_nonfinite); IEEE classes checked
   std::uint64_t seed = 1;
   std::string describe() const;
 };

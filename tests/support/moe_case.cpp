@@ -18,7 +18,8 @@ std::string MoeCase::describe() const {
      << dtype_name(ids_dtype) << " " << (p.input_layout == MatmulIdInputLayout::Slotted ? "slotted" : "shared")
      << (input_rank3 ? "3d" : "") << " " << matmul_id_route_name(p.route) << " pad " << expert_pad << "/" << input_pad
      << " " << routings[static_cast<int>(routing)] << (out_of_range_every ? " oor" : "")
-     << (precision == Precision::Fast ? " fast" : " exact") << (shape_form ? " shape-form" : "") << " seed " << seed;
+     << (precision == Precision::Fast ? " fast" : " exact") << (shape_form ? " shape-form" : "")
+     << (nonfinite_every ? " nonfinite" : "") << " seed " << seed;
   return os.str();
 }
 
@@ -138,6 +139,8 @@ MoeBuffers make_moe_buffers(const MoeCase& c) {
   b.out = host_tensor(p.output_dtype, {m, K, n});
   fill_random(b.w.view, c.seed * 3 + 1);
   fill_random(b.in.view, c.seed * 3 + 2, 0.5);
+  inject_nonfinite(b.w.view, c.seed * 3 + 1, c.nonfinite_every * 3);
+  inject_nonfinite(b.in.view, c.seed * 3 + 2, c.nonfinite_every);
   poison(b.out.bytes.data(), b.out.bytes.size());
   store_ids(c, make_ids(c), b.ids);
   return b;
@@ -170,7 +173,7 @@ MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch
   double atol = p.output_dtype == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;
   View out3 = View::contiguous(b.out.view.data, p.output_dtype, {1, ref.rows, ref.n});
   cpu::MatmulF64 as_dense{1, ref.rows, ref.n, p.k, ref.value, ref.abs_sum};
-  r.cmp = compare(out3, as_dense, Tolerance{atol, 1.0, u, unit_roundoff(p.output_dtype)});
+  r.cmp = compare(out3, as_dense, Tolerance{atol, 1.0, u, unit_roundoff(p.output_dtype), c.nonfinite_every > 0});
   const std::vector<std::int64_t> ids = make_ids(c);
   for (std::int64_t id : ids)
     if (const std::int64_t v = as_stored(c.ids_dtype, id); v < 0 || v >= static_cast<std::int64_t>(p.n_experts))

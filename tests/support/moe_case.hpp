@@ -27,6 +27,7 @@ struct MoeCase {
   int out_of_range_every = 0;   // every Nth routed row gets an id outside [0, n_experts) (0: none)
   Precision precision = Precision::Exact;
   bool shape_form = false;      // call matmul_id with the params read off the views
+  int nonfinite_every = 0;      // > 0: Inf/NaN in some input and weight rows; IEEE classes checked
   std::uint64_t seed = 1;
   std::string describe() const;
 };

@@ -40,6 +40,34 @@ void fill_random(const View& v, std::uint64_t seed, double scale) {
   }
 }
 
+void inject_nonfinite(const View& v, std::uint64_t seed, int every) {
+  if (every <= 0 || v.empty() || v.rank < 1) return;
+  Rng rng(seed * 7919 + 13);
+  const std::int64_t cols = v.dim(v.rank - 1);
+  const std::uint64_t rows = v.numel() / static_cast<std::uint64_t>(cols);
+  std::int64_t idx[View::kMaxRank] = {0, 0, 0, 0};
+  int picked = 0;
+  for (std::uint64_t row = 0; row < rows; ++row) {
+    if (static_cast<int>(row % static_cast<std::uint64_t>(every)) == every / 2) {
+      std::int64_t off = 0;
+      for (int d = 0; d + 1 < v.rank; ++d) off += idx[d] * v.stride(d);
+      const double kinds[3] = {NAN, INFINITY, -INFINITY};
+      const double x = kinds[picked % 3];
+      const std::int64_t c0 = rng.uniform_int(0, cols - 1);
+      store_from_double(v.data, v.dtype, off + c0 * v.stride(v.rank - 1), x);
+      if (picked % 4 == 3 && cols > 1) {  // the opposite infinity in the same row
+        const std::int64_t c1 = (c0 + 1 + rng.uniform_int(0, cols - 2)) % cols;
+        store_from_double(v.data, v.dtype, off + c1 * v.stride(v.rank - 1), std::isnan(x) ? INFINITY : -x);
+      }
+      ++picked;
+    }
+    for (int d = v.rank - 2; d >= 0; --d) {  // odometer over the rows
+      if (++idx[d] < v.dim(d)) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 void poison(void* data, std::size_t bytes) { std::memset(data, 0xFF, bytes); }
 
 void poison(const View& v) {

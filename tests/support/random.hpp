@@ -11,6 +11,12 @@ namespace llmm::test {
 // dtype. Deterministic in `seed`. U8/U32 get uniform integers in [1, 255].
 void fill_random(const View& v, std::uint64_t seed, double scale = 1.0);
 
+// Puts Inf/NaN into some rows of a view (its index space without the last dimension: the
+// "rows"): row r with r % every == every / 2 gets one value at a random column, cycling NaN,
+// +Inf, -Inf; every fourth such row also gets the opposite infinity elsewhere (an Inf - Inf
+// sum). Deterministic in `seed`; no-op for every <= 0 or an empty view.
+void inject_nonfinite(const View& v, std::uint64_t seed, int every);
+
 // Every byte of the buffer region [data, data + bytes) set to a NaN pattern (0xFF bytes: NaN
 // in f32, f16 and bf16), so an unwritten output element fails any comparison.
 void poison(void* data, std::size_t bytes);

@@ -49,6 +49,7 @@ std::string Tq2Case::describe() const {
   if (zero_group) os << " zero-group";
   if (chunk_rows > 0) os << " chunk " << chunk_rows;
   if (caller_workspace) os << " caller-workspace";
+  if (nonfinite_every > 0) os << " nonfinite";
   return os.str();
 }
 
@@ -105,6 +106,7 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
   if (c.zero_group)
     for (std::int64_t i = 0; i < c.m; ++i)
       for (std::int64_t l = 128; l < 256 && l < c.k; ++l) store_from_double(in.view.data, c.in_dtype, i * in.view.stride(1) + l, 0.0);
+  inject_nonfinite(in.view, c.seed + 77, c.nonfinite_every);
   poison(out.bytes.data(), out.bytes.size());
   auto as2d = [](const View& v) {
     return View::strided(v.data, v.dtype, {v.dim(1), v.dim(2)}, {v.stride(1), 1}, v.device, v.device_index);
@@ -133,7 +135,7 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
   double u = static_cast<double>(c.k) * std::ldexp(1.0, -24);
   if (c.in_dtype == DType::F32) u += c.precision == Precision::Fast ? std::ldexp(1.0, -8) : std::ldexp(1.0, -16);
   double atol = c.out_dtype == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;
-  r.cmp = compare(out.view, ref, Tolerance{atol, 1.0, u, unit_roundoff(c.out_dtype)});
+  r.cmp = compare(out.view, ref, Tolerance{atol, 1.0, u, unit_roundoff(c.out_dtype), c.nonfinite_every > 0});
   r.max_abs_err = r.cmp.max_abs_err;
   for (std::int64_t i = 0; i < c.m; ++i)
     for (std::int64_t j = 0; j < c.n; ++j)

@@ -28,6 +28,7 @@ struct Tq2Case {
   bool zero_group = false;  // input columns 128..255 all zero (a scale group of zeros)
   std::int64_t chunk_rows = 0;    // DequantLt: forced weight rows per dequantized chunk (0: automatic)
   bool caller_workspace = false;  // DequantLt: pass a workspace of exactly tq2_workspace_bytes
+  int nonfinite_every = 0;        // > 0: Inf/NaN in some input rows (inject_nonfinite); IEEE classes checked
   std::string describe() const;
 };
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/runtime.hpp"
+#include "core/ternary/tq2_block.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"
@@ -37,7 +38,8 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
            "] weight, asked for [", n, ", ", k, "]");
     return it->second;
   }
-  // AoS -> SoA on the host, rejecting code 3.
+  // AoS -> SoA on the host, rejecting code 3 and non-finite scales.
+  const std::string who = "TernaryWeightCache: key " + std::to_string(key);
   const std::int64_t bpr = k / kTq2BlockWeights;
   const std::size_t codes_bytes = static_cast<std::size_t>(n * (k / 4));
   const std::size_t scales_bytes = static_cast<std::size_t>(n * bpr) * 2;
@@ -47,12 +49,7 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
       const unsigned char* blk = p + static_cast<std::size_t>(r * bpr + b) * kTq2BlockBytes;
-      for (int i = 0; i < 32; ++i) {
-        std::uint8_t q = blk[i];
-        if (((q & 0x55) & (q >> 1) & 0x55) != 0)  // some 2-bit field is 0b11
-          fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": invalid code 3 in row ", r, ", block ", b,
-               ", byte ", i);
-      }
+      detail::check_tq2_block(blk, who.c_str(), r, b);
       std::memcpy(soa.data() + static_cast<std::size_t>(r * (k / 4) + b * 32), blk, 32);
       std::memcpy(soa.data() + scales_off + static_cast<std::size_t>(r * bpr + b) * 2, blk + 32, 2);
     }

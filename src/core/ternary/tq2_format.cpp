@@ -1,13 +1,32 @@
 // TQ2_0_g128 on the host: sizes, dequantize (with code-3 detection), quantize.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
+#include "core/ternary/tq2_block.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"
 
 namespace llmm {
+
+namespace detail {
+void check_tq2_block(const unsigned char* blk, const char* who, std::int64_t row, std::int64_t block) {
+  for (int i = 0; i < 32; ++i) {
+    const std::uint8_t q = blk[i];
+    if (((q & 0x55) & (q >> 1) & 0x55) != 0)  // some 2-bit field is 0b11
+      fail(ErrorCode::InvalidArgument, who, ": invalid code 3 in row ", row, ", block ", block, ", byte ", i);
+  }
+  std::uint16_t d;
+  std::memcpy(&d, blk + 32, 2);
+  if ((d & 0x7c00u) == 0x7c00u) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%04x", static_cast<unsigned>(d));
+    fail(ErrorCode::InvalidArgument, who, ": non-finite scale (f16 bits ", hex, ") in row ", row, ", block ", block);
+  }
+}
+}  // namespace detail
 
 std::size_t tq2_aos_bytes(std::int64_t n, std::int64_t k) {
   if (n < 1 || k < 1) fail(ErrorCode::InvalidArgument, "tq2: n ", n, " and k ", k, " must be >= 1");
@@ -27,14 +46,14 @@ std::vector<float> tq2_dequantize(const void* aos, std::size_t bytes, std::int64
   const auto* p = static_cast<const unsigned char*>(aos);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
+      const unsigned char* src = p + static_cast<std::size_t>(r * bpr + b) * kTq2BlockBytes;
+      detail::check_tq2_block(src, "tq2_dequantize", r, b);
       BlockTQ2_128 blk;
-      std::memcpy(&blk, p + static_cast<std::size_t>(r * bpr + b) * kTq2BlockBytes, kTq2BlockBytes);
+      std::memcpy(&blk, src, kTq2BlockBytes);
       float d = f16_bits_to_f32(blk.d);
       for (int byte = 0; byte < 32; ++byte)
         for (int j = 0; j < 4; ++j) {
-          int code = (blk.qs[byte] >> (2 * j)) & 3;
-          if (code == 3)
-            fail(ErrorCode::InvalidArgument, "tq2_dequantize: invalid code 3 in row ", r, ", block ", b, ", byte ", byte);
+          const int code = (blk.qs[byte] >> (2 * j)) & 3;
           w[static_cast<std::size_t>(r * k + b * kTq2BlockWeights + byte * 4 + j)] = static_cast<float>(code - 1) * d;
         }
     }

@@ -89,6 +89,20 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, std::int64_t ld, std
   }
 }
 
+// c(b, i, j) in plain IEEE f32 (sequential FMA over k): the value for an output the 3xTF32
+// split turned into NaN (a non-finite operand, or an overflow of a split part).
+__device__ __noinline__ float ieee_dot(const DenseArgs& p, std::int64_t b, std::int64_t i, std::int64_t j) {
+  const float* a = static_cast<const float*>(p.a) + b * p.a_batch;
+  const float* w = static_cast<const float*>(p.b) + b * p.b_batch;
+  float s = 0.0f;
+  for (std::int64_t l = 0; l < p.k; ++l) {
+    const float x = p.a_trans ? a[l * p.a_ld + i] : a[i * p.a_ld + l];
+    const float y = p.b_trans ? w[j * p.b_ld + l] : w[l * p.b_ld + j];
+    s = fmaf(x, y, s);
+  }
+  return s;
+}
+
 }  // namespace mma_detail
 
 // A_T / B_T: DenseArgs a_trans / b_trans. SPLIT3: 3xTF32 (f32 only).
@@ -256,8 +270,17 @@ __global__ void __launch_bounds__(MmaTile<T>::THREADS, sizeof(T) == 2 ? 2 : 1)
 #pragma unroll
       for (int nt = 0; nt < C::NT; ++nt) {
         const std::int64_t col = n0 + wn + nt * 8 + 2 * t4;
-        if (col < p.n) crow[col] = dev::from_f32<T>(acc[mt][nt][2 * half]);
-        if (col + 1 < p.n) crow[col + 1] = dev::from_f32<T>(acc[mt][nt][2 * half + 1]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (col + e >= p.n) continue;
+          float v = acc[mt][nt][2 * half + e];
+          // 3xTF32 cannot carry Inf through (Inf - tf32(Inf) makes a NaN lo part) and a hi part
+          // can round up past FLT_MAX: such an output is NaN, and is recomputed in IEEE f32.
+          if constexpr (SPLIT3) {
+            if (v != v) v = ieee_dot(p, bz, row, col + e);
+          }
+          crow[col + e] = dev::from_f32<T>(v);
+        }
       }
     }
   }

@@ -323,8 +323,15 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const std::int64_t col = n0 + wn + nt * 8 + 2 * t4;
-        if (col < a.n) dev::store_out(a.out, a.out_dtype, base + col, acc[mt][nt][2 * half]);
-        if (col + 1 < a.n) dev::store_out(a.out, a.out_dtype, base + col + 1, acc[mt][nt][2 * half + 1]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (col + e >= a.n) continue;
+          float v = acc[mt][nt][2 * half + e];
+          if constexpr (SPLIT_A || SPLIT_W) {  // Inf/NaN through a tf32 split: NaN, recomputed in IEEE f32
+            if (v != v) v = dev::ieee_dot<TA, TW>(a, r, static_cast<std::uint32_t>(expert), col + e);
+          }
+          dev::store_out(a.out, a.out_dtype, base + col + e, v);
+        }
       }
     }
   }

@@ -170,4 +170,25 @@ __device__ __forceinline__ std::uint32_t bf16_part(float lo, float hi, int part)
   return p;
 }
 
+// out(i, j) as plain IEEE f32 arithmetic gives it: a sequential FMA over k of in(i, l) and the
+// decoded W(j, l). The split and scaled paths cannot carry Inf or NaN through (an Inf hi part
+// leaves a NaN lo part; an int8 digit has no NaN), so they make a NaN result instead (v2/v3
+// mark a non-finite activation group with a NaN coefficient) and the epilogue recomputes that
+// output here: NaN and +-Inf come out as IEEE arithmetic makes them. Finite inputs never take
+// this path unless a split overflowed, and then this is the IEEE value too. Slow (one thread
+// reads the row), and only for such outputs.
+template <class TIn>
+__device__ __noinline__ float ieee_dot(const Tq2Args& a, std::int64_t i, std::int64_t j) {
+  const TIn* x = static_cast<const TIn*>(a.in) + i * a.in_ld;
+  const std::uint8_t* codes = a.codes + j * (a.k / 4);
+  const std::uint16_t* scales = a.scales + j * (a.k / 128);
+  float s = 0.0f;
+  for (std::int64_t l = 0; l < a.k; ++l) {
+    const int code = (codes[l >> 2] >> (2 * (l & 3))) & 3;
+    const float w = static_cast<float>(code - 1) * f16_bits_to_f32(scales[l >> 7]);
+    s = fmaf(to_f32(x[l]), w, s);
+  }
+  return s;
+}
+
 }  // namespace llmm::cuda_ternary::dev

@@ -217,6 +217,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT <= 2 ? 2 : 1) tq2_stream_ke
         for (int wq = 0; wq < warps; ++wq) s += red[wq][r][m * SPLIT + p];  // fixed order
         total += s;
       }
+      if (total != total) total = dev::ieee_dot<TIn>(a, m, n0 + r);  // Inf in a bf16 split: NaN parts
       out[m * a.out_ld + n0 + r] = dev::from_f32<TOut>(total);
     }
     __syncthreads();  // red is reused by the next tile

@@ -60,6 +60,15 @@ __device__ __forceinline__ int group_shift(float mx, int top) {
   return sh < -100 ? -100 : sh > 100 ? 100 : sh;
 }
 
+// True on every lane when some lane's 4 values hold an Inf or a NaN: the group's coefficient is
+// then made NaN, so every output of that token comes out NaN and the epilogue recomputes it in
+// IEEE arithmetic (dev::ieee_dot). A power-of-two scale or an integer digit cannot carry Inf/NaN.
+__device__ __forceinline__ bool warp_any_nonfinite(const float4& x) {
+  const bool bad = !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w));
+  return __any_sync(0xffffffffu, bad);
+}
+__device__ __forceinline__ float2 mark_nonfinite(float2 c, bool bad) { return bad ? make_float2(__int_as_float(0x7fc00000), 0.0f) : c; }
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -292,6 +301,7 @@ __device__ __forceinline__ void stream_block(const Tq2Args& a, int row_tiles, in
       for (int q = 0; q < k_warps; ++q) p += red[((tile * k_warps + q) * 16 + rr) * 8 * NT + m * SPLIT + s];
       t += p;
     }
+    if (t != t) t = dev::ieee_dot<TIn>(a, m, nb0 + r);  // a non-finite input (marked) or an overflow
     out[m * a.out_ld + nb0 + r] = dev::from_f32<TOut>(t);
   }
 }

@@ -57,7 +57,8 @@ struct EngineF16 {
         *reinterpret_cast<__half*>(rec + (m * SPLIT + s) * col_stride + j * 4 + half * 2) = h;
       }
     }
-    if (lane < SPLIT) cg[m * SPLIT + lane] = make_float2(ldexpf(1.0f, -sh), 0.0f);
+    const bool bad = stream::warp_any_nonfinite(x);
+    if (lane < SPLIT) cg[m * SPLIT + lane] = stream::mark_nonfinite(make_float2(ldexpf(1.0f, -sh), 0.0f), bad);
   }
 
   template <int NT>

@@ -58,10 +58,11 @@ struct EngineI8 {
     for (int s = 0; s < 3; ++s)
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) sum[s] += __shfl_xor_sync(0xffffffffu, sum[s], o);
+    const bool bad = stream::warp_any_nonfinite(x);  // an int8 digit has no NaN or Inf
     if (lane < 3) {
       const int mine = lane == 0 ? sum[0] : lane == 1 ? sum[1] : sum[2];
       const float c = ldexpf(1.0f, 8 * lane - sh);
-      cg[m * 3 + lane] = make_float2(c, -static_cast<float>(mine) * c);  // exact: |sum| <= 2^14
+      cg[m * 3 + lane] = stream::mark_nonfinite(make_float2(c, -static_cast<float>(mine) * c), bad);  // exact: |sum| <= 2^14
     }
   }
 

@@ -226,8 +226,13 @@ __global__ void __launch_bounds__(THREADS, 1) tq2_tiled_kernel(Tq2Args a, bool i
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const std::int64_t col = n0 + wn + nt * 8 + 2 * t4;
-        if (col < a.n) orow[col] = dev::from_f32<TOut>(acc[mt][nt][2 * half]);
-        if (col + 1 < a.n) orow[col + 1] = dev::from_f32<TOut>(acc[mt][nt][2 * half + 1]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (col + e >= a.n) continue;
+          float v = acc[mt][nt][2 * half + e];
+          if (v != v) v = dev::ieee_dot<TIn>(a, row, col + e);  // Inf in a split: NaN parts (tq2_common.cuh)
+          orow[col + e] = dev::from_f32<TOut>(v);
+        }
       }
     }
 }

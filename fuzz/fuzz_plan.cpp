@@ -1,0 +1,223 @@
+// fuzz_plan: the pure routers (plan_matmul, plan_tq2) and tq2_workspace_bytes with any sizes
+// (negative and huge too), dtypes, flags, forced routes and architectures (CPU; CUDA cc 7.0..9.0,
+// any SM count). Properties come from the documented contracts in include/llmm/matmul.hpp and
+// ternary.hpp and from src/core/dense/plan_matmul.cpp and src/core/ternary/gemm_tq2.cpp.
+//
+// LLMM_FUZZ_STRICT_PLAN (cmake -DLLMM_FUZZ_STRICT_PLAN=ON): also require what ternary.hpp
+// promises but the code does not do yet: tq2_workspace_bytes "throws InvalidArgument for sizes
+// gemm_tq2 would refuse" (negative m, n < 1, k not a positive multiple of 128) for every route.
+#include <algorithm>
+
+#include "fuzz_util.hpp"
+#include "llmm/matmul.hpp"
+#include "llmm/ternary.hpp"
+
+using namespace llmm;
+using fuzz::attempt;
+using fuzz::u128;
+
+namespace {
+
+constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,
+                                       DenseRoute::Gemv,     DenseRoute::GemvWide,  DenseRoute::SkinnyMma,
+                                       DenseRoute::Tiled,    DenseRoute::CublasLt};
+constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
+                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::DequantLt};
+
+ArchInfo consume_arch(FuzzedDataProvider& in) {
+  ArchInfo a;
+  if (in.ConsumeBool()) return a;  // the CPU
+  a.kind = DeviceKind::CUDA;
+  a.name = "fuzz-gpu";
+  a.cc_major = in.ConsumeIntegralInRange(7, 9);
+  a.cc_minor = a.cc_major == 9 ? 0 : in.ConsumeIntegralInRange(0, 9);
+  a.sm_count = in.ConsumeBool() ? in.ConsumeIntegralInRange(0, 264) : fuzz::edgy<int>(in);
+  return a;
+}
+
+bool is_16bit_float(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+// ---------------------------------------------------------------------------------------------
+void check_dense(FuzzedDataProvider& in) {
+  MatmulDesc d;
+  d.batch = fuzz::edgy<std::int64_t>(in), d.m = fuzz::edgy<std::int64_t>(in);
+  d.n = fuzz::edgy<std::int64_t>(in), d.k = fuzz::edgy<std::int64_t>(in);
+  d.dtype = fuzz::pick_dtype(in);
+  d.transpose_a = in.ConsumeBool(), d.transpose_b = in.ConsumeBool();
+  d.precision = in.ConsumeBool() ? Precision::Exact : Precision::Fast;
+  d.a_vec16 = in.ConsumeBool(), d.b_vec16 = in.ConsumeBool();
+  const ArchInfo arch = consume_arch(in);
+  const DenseRoute force = in.PickValueInArray(kDenseRoutes);
+  const bool cuda = arch.kind == DeviceKind::CUDA;
+  const bool nonneg = d.batch >= 0 && d.m >= 0 && d.n >= 0 && d.k >= 0;
+  const bool valid = nonneg && is_float(d.dtype);
+  const auto desc = [&] {
+    return std::string("m ") + std::to_string(d.m) + " n " + std::to_string(d.n) + " k " + std::to_string(d.k) + " batch " +
+           std::to_string(d.batch) + " " + std::string(dtype_name(d.dtype)) + (cuda ? " cuda cc " : " cpu ") +
+           std::to_string(arch.cc()) + " force " + route_name(force);
+  };
+
+  fuzz::Refusal why;
+  auto p = attempt([&] { return plan_matmul(d, arch, force); }, &why);
+  // Negative sizes are InvalidArgument, other dtypes Unsupported; Auto refuses nothing else.
+  if (!nonneg) FUZZ_CHECK(!p && why.code == ErrorCode::InvalidArgument, "negative size not refused: ", desc());
+  if (!valid) FUZZ_CHECK(!p, "non-float dtype planned: ", desc());
+  if (!p) {
+    FUZZ_CHECK(why.code == ErrorCode::Unsupported || why.code == ErrorCode::InvalidArgument, why.message);
+    FUZZ_CHECK(force != DenseRoute::Auto || !valid, "Auto refused a valid problem: ", why.message, " (", desc(), ")");
+    if (valid) FUZZ_CHECK(why.code == ErrorCode::Unsupported, "a forced route's refusal is Unsupported: ", why.message);
+    return;
+  }
+  // Pure: the same answer again.
+  auto again = plan_matmul(d, arch, force);
+  FUZZ_CHECK(again.route == p->route && again.reason == p->reason && again.gemv_wide_vecs == p->gemv_wide_vecs &&
+                 again.gemv_wide_k_lanes == p->gemv_wide_k_lanes && again.gemv_wide_grid_x == p->gemv_wide_grid_x,
+             "plan_matmul is not deterministic: ", desc());
+  FUZZ_CHECK(!p->reason.empty(), desc());
+  const DenseRoute r = p->route;
+  FUZZ_CHECK(r != DenseRoute::Auto, "a plan must name a route: ", desc());
+  FUZZ_CHECK((r == DenseRoute::Cpu) == !cuda, "cpu route iff CPU arch, got ", route_name(r), ": ", desc());
+  if (force != DenseRoute::Auto) FUZZ_CHECK(r == force && p->reason == "forced", "forced ", route_name(force), " gave ", route_name(r));
+  // The kernels' documented gates (matmul.hpp enum comments; gemv_wide_config; skinny_mma_config).
+  const bool skinny_layout = !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16;
+  if (r == DenseRoute::Gemv) FUZZ_CHECK(d.m == 1 || d.n == 1, desc());
+  if (r == DenseRoute::GemvWide)
+    FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 2 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
+  if (r == DenseRoute::SkinnyMma)
+    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 2 && d.m <= 16 && d.k % 8 == 0 && arch.cc_major >= 8, desc());
+  if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
+  if (r == DenseRoute::CublasLt) FUZZ_CHECK(d.k > 0, "cuBLASLt with k <= 0: ", desc());
+  const bool gw = r == DenseRoute::GemvWide;
+  FUZZ_CHECK(gw == (p->gemv_wide_vecs != 0) && gw == (p->gemv_wide_k_lanes != 0) && gw == (p->gemv_wide_grid_x != 0), desc());
+  if (gw) {
+    const int v = p->gemv_wide_vecs, kl = p->gemv_wide_k_lanes, g = p->gemv_wide_grid_x;
+    FUZZ_CHECK((v == 2 || v == 4 || v == 8) && (kl == 32 || kl == 64 || kl == 128) && g >= 1 && g * v >= d.m, desc());
+  }
+  // Auto only picks a route that accepts the problem when forced.
+  if (force == DenseRoute::Auto) {
+    auto forced = attempt([&] { return plan_matmul(d, arch, r); }, &why);
+    FUZZ_CHECK(forced.has_value(), "Auto chose ", route_name(r), " but forcing it is refused: ", why.message);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// plan_tq2: refuses (InvalidArgument) sizes no weight can have and non-float inputs; otherwise
+// Auto follows the rule documented in ternary.hpp exactly and a forced route is taken or refused
+// (Unsupported) by its documented limits.
+void check_tq2_plan(FuzzedDataProvider& in) {
+  const std::int64_t m = fuzz::edgy<std::int64_t>(in), n = fuzz::edgy<std::int64_t>(in);
+  const std::int64_t k = in.ConsumeBool() ? 128 * in.ConsumeIntegralInRange<std::int64_t>(1, 1 << 20) : fuzz::edgy<std::int64_t>(in);
+  const DType dt = fuzz::pick_dtype(in);
+  const ArchInfo arch = consume_arch(in);
+  const Tq2Route force = in.PickValueInArray(kTq2Routes);
+  const bool cuda = arch.kind == DeviceKind::CUDA, sm80 = cuda && arch.cc_major >= 8;
+  const bool valid = m >= 0 && n >= 1 && k >= 128 && k % 128 == 0 && is_float(dt);
+  const auto ctx = [&] {
+    return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
+           std::string(dtype_name(dt)) + (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
+  };
+
+  fuzz::Refusal why;
+  auto r = attempt([&] { return plan_tq2(m, n, k, dt, arch, force); }, &why);
+  if (!valid) {
+    FUZZ_CHECK(!r && why.code == ErrorCode::InvalidArgument, "plan_tq2 took invalid sizes or dtype", ctx());
+    return;
+  }
+  if (force == Tq2Route::Auto) {
+    FUZZ_CHECK(r.has_value(), "plan_tq2 Auto refused: ", why.message);
+    u128 macs = 1;  // saturating at 2^27: each factor < 2^63
+    for (std::int64_t x : {m, n, k}) macs = std::min<u128>(macs * static_cast<u128>(x), u128{1} << 27);
+    const Tq2Route want = !cuda ? Tq2Route::Cpu
+                          : !sm80 ? Tq2Route::Naive
+                          : m <= 2 ? Tq2Route::StreamV3
+                          : m <= 16 ? Tq2Route::StreamV2
+                          : macs >= (u128{1} << 27) ? Tq2Route::DequantLt
+                                                    : Tq2Route::Tiled;
+    FUZZ_CHECK(*r == want, "plan_tq2 chose ", tq2_route_name(*r), ", the documented rule says ", tq2_route_name(want), ctx());
+    auto forced = attempt([&] { return plan_tq2(m, n, k, dt, arch, *r); }, &why);
+    FUZZ_CHECK(forced && *forced == *r, "Auto chose ", tq2_route_name(*r), " but forcing it is refused: ", why.message);
+    return;
+  }
+  bool accepts = cuda != (force == Tq2Route::Cpu);
+  if (force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3)
+    accepts = accepts && sm80;
+  if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
+  if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
+  FUZZ_CHECK(r.has_value() == accepts, "forced ", tq2_route_name(force), r ? " accepted" : " refused", ctx(), " ", why.message);
+  if (r) FUZZ_CHECK(*r == force, "forced ", tq2_route_name(force), " returned ", tq2_route_name(*r));
+  else FUZZ_CHECK(why.code == ErrorCode::Unsupported, why.message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// tq2_workspace_bytes: 0 for routes without scratch; staged v2 holds the activation (>= m*k
+// f16); DequantLt 256-byte sections holding at least one f16 weight row and the activation's f16
+// parts; Auto the larger of the two. Refused only with llmm::Error, never for valid sizes.
+void check_workspace(FuzzedDataProvider& in) {
+  const bool small = in.ConsumeBool();  // valid, moderate sizes: must never be refused
+  std::int64_t m, n, k, chunk;
+  if (small) {
+    m = in.ConsumeIntegralInRange<std::int64_t>(0, 1 << 20), n = in.ConsumeIntegralInRange<std::int64_t>(1, 1 << 20);
+    k = 128 * in.ConsumeIntegralInRange<std::int64_t>(1, 1 << 12), chunk = in.ConsumeIntegralInRange<std::int64_t>(0, 1 << 20);
+  } else {
+    m = fuzz::edgy<std::int64_t>(in), n = fuzz::edgy<std::int64_t>(in), k = fuzz::edgy<std::int64_t>(in);
+    chunk = fuzz::edgy<std::int64_t>(in);
+  }
+  const DType in_dt = small ? in.PickValueInArray({DType::F32, DType::F16, DType::BF16}) : fuzz::pick_dtype(in);
+  const DType out_dt = small ? (in.ConsumeBool() ? DType::F32 : in_dt) : fuzz::pick_dtype(in);
+  Tq2Options o;
+  o.precision = in.ConsumeBool() ? Precision::Exact : Precision::Fast;
+  o.dequant_chunk_rows = chunk;
+  const auto ws = [&](Tq2Route r, fuzz::Refusal* why = nullptr) {
+    Tq2Options x = o;
+    x.force_route = r;
+    return attempt([&] { return tq2_workspace_bytes(m, n, k, in_dt, out_dt, x); }, why);
+  };
+  const auto ctx = [&] {
+    return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
+           std::string(dtype_name(in_dt)) + "->" + std::string(dtype_name(out_dt)) + " chunk " + std::to_string(chunk) + ")";
+  };
+
+  for (Tq2Route r : kTq2Routes) {
+    fuzz::Refusal why;
+    auto b = ws(r, &why);
+    if (!b) {
+      FUZZ_CHECK(!small, "valid sizes refused for ", tq2_route_name(r), ": ", why.message, ctx());
+      FUZZ_CHECK(why.code == ErrorCode::InvalidArgument || why.code == ErrorCode::Unsupported, why.message);
+#ifdef LLMM_FUZZ_STRICT_PLAN
+    } else if (m < 0 || (m > 0 && (n < 1 || k < 128 || k % 128 != 0))) {
+      FUZZ_CHECK(false, "tq2_workspace_bytes gave ", *b, " for sizes gemm_tq2 refuses, route ", tq2_route_name(r), ctx());
+#endif
+    } else if (m == 0) {
+      FUZZ_CHECK(*b == 0, "m == 0 launches nothing but needs ", *b, " bytes", ctx());
+    } else if (r == Tq2Route::StreamV2) {
+      const bool staged = m >= 3 && m <= 16 && k >= 128;
+      FUZZ_CHECK((*b > 0) == staged, "staged v2 workspace ", *b, ctx());
+      const u128 k_blocks = static_cast<u128>(k / 128 * 128);  // (k % 128 != 0 is refused only when strict)
+      if (staged) FUZZ_CHECK(*b >= static_cast<u128>(m) * k_blocks * 2, "staged v2 workspace ", *b,
+                             " cannot hold the f16 activation", ctx());
+    } else if (r == Tq2Route::DequantLt) {
+      const u128 parts = in_dt == DType::F32 ? (o.precision == Precision::Exact ? 2 : 1) : in_dt == DType::BF16 ? 1 : 0;
+      FUZZ_CHECK(*b % 256 == 0 && *b >= static_cast<u128>(k) * 2 &&
+                     *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2,
+                 "dequant_lt workspace ", *b, ctx());
+    } else if (r != Tq2Route::Auto) {
+      FUZZ_CHECK(*b == 0, tq2_route_name(r), " needs no workspace but got ", *b, ctx());
+    } else {
+      auto v2 = ws(Tq2Route::StreamV2), lt = ws(Tq2Route::DequantLt);
+      FUZZ_CHECK(v2 && lt && *b == std::max(*v2, *lt), "Auto workspace ", *b, " is not the larger of v2 ",
+                 v2 ? std::to_string(*v2) : "refused", " and dequant_lt ", lt ? std::to_string(*lt) : "refused", ctx());
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider in(data, size);
+  switch (in.ConsumeIntegralInRange(0, 2)) {
+    case 0: check_dense(in); break;
+    case 1: check_tq2_plan(in); break;
+    default: check_workspace(in); break;
+  }
+  return 0;
+}
