@@ -150,7 +150,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   View b = consume_view(in);
   if (in.ConsumeBool()) {  // often: b near a on a's device, so that ranges can meet
     b.device = a.device, b.device_index = a.device_index;
-    b.data = static_cast<char*>(a.data) + in.ConsumeIntegralInRange<std::int64_t>(-64, 64);
+    const auto delta = static_cast<std::uintptr_t>(in.ConsumeIntegralInRange<std::int64_t>(-64, 64));
+    b.data = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(a.data) + delta);  // integers: may wrap
   }
   check_one(a);
   check_one(b);

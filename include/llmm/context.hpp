@@ -32,11 +32,34 @@ struct ArchInfo {
   bool is_hopper() const { return kind == DeviceKind::CUDA && cc_major == 9; }
 };
 
-// Records every kernel an op launches, in order. Tests install one to assert routes and that
-// refused calls launch nothing. `before_launch` may throw to inject a launch failure; ops
-// must call `Context::check_launchable` for every kernel of a route before launching any.
+// A byte range [begin, begin + bytes) of device memory (host memory on the CPU backend).
+struct ByteRange {
+  const void* begin = nullptr;
+  std::size_t bytes = 0;
+  friend bool operator==(const ByteRange&, const ByteRange&) = default;
+};
+// The bytes one launch reads and writes: the seed's capture ranges, for a graph or dependency
+// builder that orders work by them. Conservative hulls (a strided view's range includes its
+// padding); every byte the kernel touches lies inside them, and writes lie inside the op's
+// outputs, scratch and workspace.
+struct LaunchRanges {
+  std::vector<ByteRange> reads, writes;
+};
+struct LaunchRecord {
+  std::string kernel;
+  LaunchRanges ranges;
+};
+// The hull of a view: [data, data + byte_extent) (empty views give an empty range).
+ByteRange byte_range(const View& v);
+
+// Records every kernel an op launches, in order (capture mode): `launched` has the names,
+// `records` the same launches with their byte ranges; a refused call records nothing. Tests
+// install one to assert routes and that refused calls launch nothing. `before_launch` may throw
+// to inject a launch failure; ops must call `Context::check_launchable` for every kernel of a
+// route before launching any.
 struct LaunchRecorder {
   std::vector<std::string> launched;
+  std::vector<LaunchRecord> records;
   std::function<void(const std::string& kernel)> before_launch;
 };
 
@@ -82,12 +105,17 @@ class Context {
   // Called by ops for each kernel of a route, before the first launch: lets an installed
   // recorder refuse (inject a failure) while nothing has been enqueued yet.
   void check_launchable(const std::string& kernel) const;
-  // Called by ops right after each kernel launch.
-  void note_launch(const std::string& kernel) const;
+  // Called by ops right after each kernel launch, with a function giving its byte ranges
+  // (LaunchRanges), called only while a recorder is installed: free when capture is off.
+  template <class RangesFn>
+  void note_launch(const std::string& kernel, RangesFn&& ranges) const {
+    if (LaunchRecorder* r = launch_recorder()) record_launch(*r, kernel, ranges());
+  }
 
   struct Impl;
 
  private:
+  static void record_launch(LaunchRecorder& r, const std::string& kernel, LaunchRanges ranges);
   explicit Context(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -91,8 +91,13 @@ void Context::check_launchable(const std::string& kernel) const {
   if (impl_->recorder && impl_->recorder->before_launch) impl_->recorder->before_launch(kernel);
 }
 
-void Context::note_launch(const std::string& kernel) const {
-  if (impl_->recorder) impl_->recorder->launched.push_back(kernel);
+void Context::record_launch(LaunchRecorder& r, const std::string& kernel, LaunchRanges ranges) {
+  r.launched.push_back(kernel);
+  r.records.push_back(LaunchRecord{kernel, std::move(ranges)});
+}
+
+ByteRange byte_range(const View& v) {
+  return v.empty() ? ByteRange{v.data, 0} : ByteRange{v.data, static_cast<std::size_t>(v.byte_extent())};
 }
 
 }  // namespace llmm

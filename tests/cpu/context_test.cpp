@@ -22,13 +22,27 @@ TEST(Context, CpuContext) {
 TEST(Context, LaunchRecorderRecordsAndCanRefuse) {
   Context ctx = Context::cpu();
   LaunchRecorder rec;
-  ctx.note_launch("not recorded");  // no recorder installed: nothing happens
+  int asked = 0;
+  float buf[4] = {0, 0, 0, 0};
+  auto ranges = [&] {
+    ++asked;
+    return LaunchRanges{{ByteRange{buf, 8}}, {ByteRange{buf + 2, 8}}};
+  };
+  ctx.note_launch("not recorded", ranges);  // no recorder installed: nothing happens, no ranges made
+  EXPECT_EQ(asked, 0);
   ctx.set_launch_recorder(&rec);
   EXPECT_EQ(ctx.launch_recorder(), &rec);
   ctx.check_launchable("k1");  // no hook: accepted
-  ctx.note_launch("k1");
-  ctx.note_launch("k2");
+  ctx.note_launch("k1", ranges);
+  ctx.note_launch("k2", ranges);
+  EXPECT_EQ(asked, 2);
   EXPECT_EQ(rec.launched, (std::vector<std::string>{"k1", "k2"}));
+  ASSERT_EQ(rec.records.size(), 2u);
+  EXPECT_EQ(rec.records[1].kernel, "k2");
+  EXPECT_EQ(rec.records[1].ranges.reads, (std::vector<ByteRange>{{buf, 8}}));
+  EXPECT_EQ(rec.records[1].ranges.writes, (std::vector<ByteRange>{{buf + 2, 8}}));
+  EXPECT_EQ(byte_range(View::strided(buf, DType::F32, {2, 2}, {3, 1})), (ByteRange{buf, 20}));
+  EXPECT_EQ(byte_range(View::strided(buf, DType::F32, {0, 2}, {0, 0})).bytes, 0u);
   rec.before_launch = [](const std::string& k) {
     if (k == "map") fail(ErrorCode::Cuda, "injected: cannot launch ", k);
   };

@@ -161,7 +161,8 @@ Receipt matmul(Context& ctx, const View& a, const View& b, const View& c, const 
                        g.a_trans, g.b_trans};
   ctx.check_launchable("cpu_reference_matmul");
   cpu::matmul(p, view3(g.c, g.m, g.n, g.c_ld, g.c_batch), ctx.arch().cpu_threads);
-  ctx.note_launch("cpu_reference_matmul");
+  ctx.note_launch("cpu_reference_matmul",
+                  [&] { return LaunchRanges{{byte_range(a), byte_range(b)}, {byte_range(c)}}; });
   return Receipt{route_name(DenseRoute::Cpu), "cpu_reference_matmul", 1};
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/moe/matmul_id_checks.hpp"
 #include "core/moe/moe_dispatch.hpp"
+#include "core/ranges.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
@@ -112,12 +113,18 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
     for (std::int64_t r = 0; r < static_cast<std::int64_t>(routed); ++r)
       if (const std::uint32_t e = cuda_moe::host_expert_of(g, r); e != cuda_moe::kNoExpert)
         g.rows[next[e]++] = static_cast<std::uint32_t>(r);
-    ctx.note_launch("cpu_matmul_id_map");
+    ctx.note_launch("cpu_matmul_id_map", [&] {
+      return LaunchRanges{{byte_range(ids)},
+                          {detail::elems_range(g.counts, DType::U32, p.n_experts),
+                           detail::elems_range(g.rows, DType::U32, static_cast<std::int64_t>(routed))}};
+    });
   }
   cpu::MatmulIdF64 ref = cpu::matmul_id_f64(weights.data, weights.dtype, input.data, ids.data, p, ctx.arch().cpu_threads);
   for (std::size_t i = 0; i < ref.value.size(); ++i)
     store_from_double(out.data, p.output_dtype, static_cast<std::int64_t>(i), ref.value[i]);
-  ctx.note_launch("cpu_matmul_id_reference");
+  ctx.note_launch("cpu_matmul_id_reference", [&] {
+    return LaunchRanges{{byte_range(weights), byte_range(input), byte_range(ids)}, {byte_range(out)}};
+  });
   return Receipt{matmul_id_route_name(route), "cpu_matmul_id_reference", grouped ? 2 : 1};
 }
 

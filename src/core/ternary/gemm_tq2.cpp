@@ -3,6 +3,7 @@
 #include <climits>
 #include <memory>
 
+#include "core/ranges.hpp"
 #include "core/runtime.hpp"
 #include "core/ternary/tq2_dispatch.hpp"
 #include "core/ternary/tq2_workspace.hpp"
@@ -90,7 +91,7 @@ Receipt run_cpu(Context& ctx, const TernaryWeight& w, const cuda_ternary::Tq2Arg
   cpu::MatmulProblem p{View::strided(const_cast<void*>(g.in), g.in_dtype, {1, g.m, g.k}, {0, g.in_ld, 1}),
                        View::contiguous(wf.data(), DType::F32, {1, g.n, g.k}), false, true};
   cpu::matmul(p, View::strided(g.out, g.out_dtype, {1, g.m, g.n}, {0, g.out_ld, 1}), ctx.arch().cpu_threads);
-  ctx.note_launch("cpu_reference_tq2");
+  ctx.note_launch("cpu_reference_tq2", [&] { return detail::tq2_ranges(g); });
   return Receipt{tq2_route_name(Tq2Route::Cpu), "cpu_reference_tq2", 1};
 }
 

@@ -7,6 +7,7 @@
 #include "core/dense/dense_dispatch.hpp"
 #include "core/dense/dense_kernels.hpp"
 #include "core/dense/skinny_mma.hpp"
+#include "core/ranges.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/dense/launch.hpp"
 #include "llmm/error.hpp"
@@ -42,6 +43,19 @@ const cuda_dense::CublasLtGemm& lt_plan(Context& ctx, const DenseArgs& g) {
     it = cache.plans.emplace(key, std::move(plan)).first;
   }
   return *it->second;
+}
+
+// What a launch over g reads (a, b) and writes (c); cuBLASLt also uses its workspace.
+LaunchRanges dense_ranges(const DenseArgs& g, const void* workspace) {
+  LaunchRanges r;
+  r.reads.push_back(matrix_range(g.a, g.dtype, g.batch, g.a_batch, g.a_trans ? g.k : g.m, g.a_trans ? g.m : g.k, g.a_ld));
+  r.reads.push_back(matrix_range(g.b, g.dtype, g.batch, g.b_batch, g.b_trans ? g.n : g.k, g.b_trans ? g.k : g.n, g.b_ld));
+  r.writes.push_back(matrix_range(g.c, g.dtype, g.batch, g.c_batch, g.m, g.n, g.c_ld));
+  if (workspace) {
+    r.reads.push_back({workspace, Context::kCublasLtWorkspaceBytes});
+    r.writes.push_back({workspace, Context::kCublasLtWorkspaceBytes});
+  }
+  return r;
 }
 
 }  // namespace
@@ -91,7 +105,7 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   }
   // gemm_mma launches once per 65535 batch entries (gridDim.z); every other route launches once.
   int launches = plan.route == DenseRoute::Tiled ? static_cast<int>((g.batch + 65534) / 65535) : 1;
-  for (int i = 0; i < launches; ++i) ctx.note_launch(name);
+  for (int i = 0; i < launches; ++i) ctx.note_launch(name, [&] { return dense_ranges(g, workspace); });
   return Receipt{route_name(plan.route), name, launches};
 }
 

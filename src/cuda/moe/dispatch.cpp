@@ -2,10 +2,30 @@
 // them before the first launch (the seed's "nothing encoded when a pipeline cannot be resolved").
 #include "core/moe/moe_dispatch.hpp"
 #include "core/moe/moe_kernels.hpp"
+#include "core/ranges.hpp"
 #include "cuda/moe/launch.hpp"
 #include "llmm/error.hpp"
 
 namespace llmm::detail {
+namespace {
+
+// Byte hulls of the operands of g (capture mode).
+struct MoeRanges {
+  ByteRange w, in, ids, out, counts, rows;
+  explicit MoeRanges(const cuda_moe::MoeArgs& g) {
+    const std::int64_t routed = g.m * g.top_k;
+    w = g.n_experts > 0 && g.k > 0 ? elems_range(g.w, g.w_dtype, (g.n_experts - 1) * g.expert_stride + g.n * g.k)
+                                   : ByteRange{g.w, 0};
+    in = g.k > 0 ? elems_range(g.in, g.in_dtype, (g.m - 1) * g.in_token_stride + (g.top_k - 1) * g.in_slot_stride + g.k)
+                 : ByteRange{g.in, 0};
+    ids = elems_range(g.ids, g.ids64 ? DType::I64 : DType::U32, routed);
+    out = elems_range(g.out, g.out_dtype, routed * g.n);
+    counts = elems_range(g.counts, DType::U32, g.counts ? g.n_experts : 0);
+    rows = elems_range(g.rows, DType::U32, g.rows ? routed : 0);
+  }
+};
+
+}  // namespace
 
 Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& g) {
   StreamHandle s = ctx.stream();
@@ -16,7 +36,10 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     const std::string name = cuda_moe::moe_direct_kernel_name(g);
     ctx.check_launchable(name);
     cuda_moe::launch_moe_direct(g, s);
-    ctx.note_launch(name);
+    ctx.note_launch(name, [&] {
+      const MoeRanges r(g);
+      return LaunchRanges{{r.w, r.in, r.ids}, {r.out}};
+    });
     return Receipt{matmul_id_route_name(route), name, 1};
   }
   if (g.n_experts > cuda_moe::moe_map_max_experts())
@@ -25,10 +48,17 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   const std::string map = cuda_moe::moe_map_kernel_name(g), grouped = cuda_moe::moe_grouped_kernel_name(g);
   ctx.check_launchable(map);
   ctx.check_launchable(grouped);
+  const auto ranges = [&] { return MoeRanges(g); };
   cuda_moe::launch_moe_map(g, s);
-  ctx.note_launch(map);
+  ctx.note_launch(map, [&] {
+    const MoeRanges r = ranges();
+    return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
+  });
   cuda_moe::launch_moe_grouped(g, s);
-  ctx.note_launch(grouped);
+  ctx.note_launch(grouped, [&] {
+    const MoeRanges r = ranges();
+    return LaunchRanges{{r.w, r.in, r.counts, r.rows}, {r.out}};
+  });
   return Receipt{matmul_id_route_name(route), map + "+" + grouped, 2};
 }
 

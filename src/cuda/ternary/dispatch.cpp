@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 
+#include "core/ranges.hpp"
 #include "core/ternary/tq2_dispatch.hpp"
 #include "core/ternary/tq2_kernels.hpp"
 #include "core/ternary/tq2_workspace.hpp"
@@ -59,8 +60,16 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
     case Tq2Route::Tiled: cuda_ternary::launch_tq2_tiled(g, s); break;
     default: break;
   }
-  if (kernels == 2) ctx.note_launch(cuda_ternary::tq2_stream_v2_stage_kernel_name(g));
-  ctx.note_launch(name);
+  const ByteRange staged{gs.workspace, kernels == 2 ? gs.workspace_bytes : 0};
+  if (kernels == 2)
+    ctx.note_launch(cuda_ternary::tq2_stream_v2_stage_kernel_name(g), [&] {
+      return LaunchRanges{{tq2_ranges(g).reads[0]}, {staged}};  // the activation, converted once
+    });
+  ctx.note_launch(name, [&] {
+    LaunchRanges r = tq2_ranges(g);
+    if (kernels == 2) r.reads.push_back(staged);
+    return r;
+  });
   return Receipt{tq2_route_name(route), name, kernels};
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/ranges.hpp"
 #include "core/ternary/tq2_dequant_lt_plan.hpp"
 #include "core/ternary/tq2_workspace.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
@@ -114,8 +115,16 @@ Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<v
 
   StreamHandle s = ctx.stream();
   int launched = 0;
+  // Capture ranges, conservatively per kernel: the operands, this route's workspace and
+  // cuBLASLt's (every write lies in the output or a workspace).
   auto noted = [&](const std::string& n) {
-    ctx.note_launch(n);
+    ctx.note_launch(n, [&] {
+      LaunchRanges r = tq2_ranges(g);
+      const ByteRange route_ws{ws, p.bytes}, lt{lt_ws, Context::kCublasLtWorkspaceBytes};
+      r.reads.insert(r.reads.end(), {route_ws, lt});
+      r.writes.insert(r.writes.end(), {route_ws, lt});
+      return r;
+    });
     ++launched;
   };
   if (p.scaled) {

@@ -1,0 +1,142 @@
+// Batch invariance on the GPU: within one route, an output row must be bitwise the same whatever
+// m is and whatever the other rows hold (what vLLM/SGLang users need for reproducible serving).
+// Each route runs one fixed row among random others at several m; the routes that claim it
+// (docs/performance.md, "Batch invariance") must hold it; the others are measured and printed.
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "llmm/matmul.hpp"
+#include "llmm/moe.hpp"
+#include "llmm/ternary.hpp"
+#include "support/gpu.hpp"
+#include "support/moe_case.hpp"
+#include "support/random.hpp"
+#include "support/tensor.hpp"
+#include "support/tq2_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+
+// Runs `row_of(m)` (the fixed row's output bytes at batch size m) for every m; true when all
+// are bitwise equal. Prints the outcome.
+bool invariant(const std::string& what, const std::vector<std::int64_t>& ms,
+               const std::function<std::vector<unsigned char>(std::int64_t m)>& row_of) {
+  const std::vector<unsigned char> first = row_of(ms[0]);
+  bool same = true;
+  for (std::size_t i = 1; i < ms.size(); ++i) same = same && row_of(ms[i]) == first;
+  std::printf("batch invariance: %-44s %s\n", what.c_str(), same ? "holds" : "does NOT hold");
+  return same;
+}
+
+// The fixed row's bytes of [rows, cols] output at `row`.
+std::vector<unsigned char> row_bytes(const HostTensor& out, std::int64_t row, std::int64_t ld, std::int64_t cols) {
+  const std::size_t es = dtype_size(out.view.dtype);
+  const auto* p = out.bytes.data() + static_cast<std::size_t>(row * ld) * es;
+  return std::vector<unsigned char>(p, p + static_cast<std::size_t>(cols) * es);
+}
+
+}  // namespace
+
+TEST(BatchInvarianceGpu, Dense) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  const std::int64_t n = 264, k = 520;
+  struct R { DenseRoute route; std::vector<std::int64_t> ms; bool claimed; };
+  for (DType t : {DType::F32, DType::BF16})
+    for (const R& r : {R{DenseRoute::Naive, {1, 5, 70, 300}, true}, R{DenseRoute::Tiled, {1, 5, 70, 300}, true},
+                       R{DenseRoute::SkinnyMma, {2, 5, 9, 16}, true}, R{DenseRoute::GemvWide, {2, 5, 9, 16}, false},
+                       R{DenseRoute::CublasLt, {1, 5, 70, 300}, false}}) {
+      if (r.route == DenseRoute::SkinnyMma && t == DType::F32) continue;
+      HostTensor b = host_tensor(t, {n, k}), x0 = host_tensor(t, {1, k});
+      fill_random(b.view, 11), fill_random(x0.view, 12);
+      DeviceTensor db = to_device(b);
+      auto row_of = [&](std::int64_t m) {
+        HostTensor a = host_tensor(t, {m, k}), c = host_tensor(t, {m, n});
+        fill_random(a.view, 100 + static_cast<std::uint64_t>(m));
+        const std::int64_t at = (m - 1) / 2;
+        std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
+        DeviceTensor da = to_device(a), dc = to_device(c);
+        MatmulOptions o;
+        o.transpose_b = true, o.force_route = r.route;
+        matmul(ctx, da.view, db.view, dc.view, o);
+        ctx.synchronize();
+        to_host(dc, c);
+        return row_bytes(c, at, n, n);
+      };
+      const std::string what = std::string("matmul ") + route_name(r.route) + " " + std::string(dtype_name(t));
+      const bool holds = invariant(what, r.ms, row_of);
+      if (r.claimed) EXPECT_TRUE(holds) << what << " claims batch invariance";
+    }
+}
+
+TEST(BatchInvarianceGpu, MatmulId) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MatmulIdScratch scratch(ctx, 16, 300, 4);
+  for (DType w : {DType::F32, DType::BF16})
+    for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+      const std::vector<std::int64_t> ms = route == MatmulIdRoute::Direct ? std::vector<std::int64_t>{1, 3, 40}
+                                                                          : std::vector<std::int64_t>{1, 3, 40, 300};
+      MoeCase c0;  // token 0 of this case is the fixed token: its input row and ids
+      c0.p.m = 1, c0.p.n = 96, c0.p.k = 264, c0.p.top_k = 4, c0.p.n_experts = 16, c0.p.route = route;
+      c0.w_dtype = w, c0.seed = 5;
+      MoeBuffers fixed = make_moe_buffers(c0);
+      auto row_of = [&](std::int64_t m) {
+        MoeCase c = c0;
+        c.p.m = static_cast<std::uint32_t>(m), c.seed = 50 + static_cast<std::uint64_t>(m), c.routing = Routing::Zipf;
+        MoeBuffers b = make_moe_buffers(c);
+        std::memcpy(b.w.bytes.data(), fixed.w.bytes.data(), fixed.w.bytes.size());  // same experts
+        const std::int64_t at = (m - 1) / 2;
+        const std::size_t in_row = static_cast<std::size_t>(c.p.k) * dtype_size(c.p.input_dtype);
+        std::memcpy(b.in.bytes.data() + static_cast<std::size_t>(at) * in_row, fixed.in.bytes.data(), in_row);
+        std::memcpy(b.ids.bytes.data() + static_cast<std::size_t>(at * 4 * 4), fixed.ids.bytes.data(), 16);
+        DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+        matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p);
+        ctx.synchronize();
+        to_host(dout, b.out);
+        return row_bytes(b.out, at, 4 * 96, 4 * 96);
+      };
+      const std::string what = std::string("matmul_id ") + matmul_id_route_name(route) + " w " + std::string(dtype_name(w));
+      EXPECT_TRUE(invariant(what, ms, row_of)) << what << " claims batch invariance";
+    }
+}
+
+TEST(BatchInvarianceGpu, Ternary) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  const std::int64_t n = 520, k = 1024;
+  std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(n, k, 9);
+  WeightHandle wh = cache.get_or_upload(1, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
+  struct R { Tq2Route route; std::vector<std::int64_t> ms; bool claimed; };
+  for (DType t : {DType::F32, DType::BF16})
+    for (const R& r : {R{Tq2Route::Naive, {1, 5, 40}, true}, R{Tq2Route::Tiled, {1, 17, 100}, true},
+                       R{Tq2Route::Stream, {1, 5, 16}, true}, R{Tq2Route::StreamV3, {1, 2}, true},
+                       R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false}}) {
+      HostTensor x0 = host_tensor(t, {1, k});
+      fill_random(x0.view, 21);
+      auto row_of = [&](std::int64_t m) {
+        HostTensor a = host_tensor(t, {m, k}), c = host_tensor(DType::F32, {m, n});
+        fill_random(a.view, 200 + static_cast<std::uint64_t>(m));
+        const std::int64_t at = (m - 1) / 2;
+        std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
+        DeviceTensor da = to_device(a), dc = to_device(c);
+        Tq2Options o;
+        o.force_route = r.route;
+        gemm_tq2(ctx, wh, da.view, dc.view, o);
+        ctx.synchronize();
+        to_host(dc, c);
+        return row_bytes(c, at, n, n);
+      };
+      const std::string what = std::string("gemm_tq2 ") + tq2_route_name(r.route) + " " + std::string(dtype_name(t));
+      const bool holds = invariant(what, r.ms, row_of);
+      if (r.claimed) EXPECT_TRUE(holds) << what << " claims batch invariance";
+    }
+}
