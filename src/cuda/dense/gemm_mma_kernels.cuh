@@ -91,7 +91,7 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, std::int64_t ld, std
 
 // c(b, i, j) in plain IEEE f32 (sequential FMA over k): the value for an output the 3xTF32
 // split turned into NaN (a non-finite operand, or an overflow of a split part).
-__device__ __noinline__ float ieee_dot(const DenseArgs& p, std::int64_t b, std::int64_t i, std::int64_t j) {
+__device__ __forceinline__ float ieee_dot(const DenseArgs& p, std::int64_t b, std::int64_t i, std::int64_t j) {
   const float* a = static_cast<const float*>(p.a) + b * p.a_batch;
   const float* w = static_cast<const float*>(p.b) + b * p.b_batch;
   float s = 0.0f;

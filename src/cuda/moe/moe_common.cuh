@@ -40,7 +40,7 @@ __device__ __forceinline__ void store_out(void* out, DType t, std::int64_t idx, 
 // out(r, j) in plain IEEE f32 (sequential FMA over k) for expert e: the value of an output that
 // a split path (2xTF32 / 3xTF32) turned into NaN, since an Inf hi part leaves a NaN lo part.
 template <class TI, class TW>
-__device__ __noinline__ float ieee_dot(const MoeArgs& a, std::int64_t r, std::uint32_t e, std::int64_t j) {
+__device__ __forceinline__ float ieee_dot(const MoeArgs& a, std::int64_t r, std::uint32_t e, std::int64_t j) {
   const std::int64_t tok = r / a.top_k, slot = r - tok * a.top_k;
   const TI* x = static_cast<const TI*>(a.in) + tok * a.in_token_stride + slot * a.in_slot_stride;
   const TW* w = static_cast<const TW*>(a.w) + static_cast<std::int64_t>(e) * a.expert_stride + j * a.k;

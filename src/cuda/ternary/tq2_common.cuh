@@ -178,7 +178,7 @@ __device__ __forceinline__ std::uint32_t bf16_part(float lo, float hi, int part)
 // this path unless a split overflowed, and then this is the IEEE value too. Slow (one thread
 // reads the row), and only for such outputs.
 template <class TIn>
-__device__ __noinline__ float ieee_dot(const Tq2Args& a, std::int64_t i, std::int64_t j) {
+__device__ __forceinline__ float ieee_dot(const Tq2Args& a, std::int64_t i, std::int64_t j) {
   const TIn* x = static_cast<const TIn*>(a.in) + i * a.in_ld;
   const std::uint8_t* codes = a.codes + j * (a.k / 4);
   const std::uint16_t* scales = a.scales + j * (a.k / 128);
