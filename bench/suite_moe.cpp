@@ -33,6 +33,7 @@
 
 #ifdef LLMM_HAS_CUDA
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
+#include "cuda/moe/launch.hpp"
 #include "gpu/device_data.hpp"
 #include "gpu/timing.hpp"
 #include "llmm/buffer.hpp"
@@ -307,6 +308,17 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           });
         }
         if (runs.empty()) continue;
+        // The grouped route's map kernel alone (suite moe_map): its share of the route's time.
+        const bool grouped_ran = std::any_of(runs.begin(), runs.end(),
+                                             [](const RouteRun& rr) { return rr.route == MatmulIdRoute::GroupedPrefill; });
+        cuda_moe::MoeArgs map_args;
+        map_args.m = m, map_args.n = md.n, map_args.k = md.k, map_args.top_k = md.top_k, map_args.n_experts = md.e;
+        map_args.w_dtype = dt, map_args.w = w[0].data(), map_args.expert_stride = static_cast<std::int64_t>(md.n) * md.k;
+        map_args.in_dtype = dt, map_args.in = in.data(), map_args.in_token_stride = md.k;
+        map_args.ids = ids_d.data(), map_args.out_dtype = dt, map_args.out = out.data();
+        map_args.counts = scratch.counts(), map_args.rows = scratch.rows();
+        map_args.row_capacity = static_cast<std::int64_t>(scratch.row_capacity());
+        if (grouped_ran) fns.push_back([&](int) { cuda_moe::launch_moe_map(map_args, s); });
         std::vector<Timing> t = time_rounds(s, fns, 4, 5);
         for (std::size_t i = 0; i < runs.size(); ++i) {
           const RouteRun& rr = runs[i];
@@ -322,6 +334,17 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           row.baseline = "cublas_per_expert_loop", row.baseline_us = t[0].median_us;
           row.max_abs_err = rr.err.max_abs, row.max_rel_err = rr.err.max_rel;
           row.err_note = std::to_string(rr.err.samples) + " samples";
+          row.device = env.device_label;
+          env.out.add(row);
+        }
+        if (grouped_ran) {
+          const Timing& tm = t.back();
+          Row row;
+          row.suite = "moe_map", row.name = cname, row.route = "map_only", row.kernel = cuda_moe::moe_map_kernel_name(map_args);
+          row.dtype = std::string(dtype_name(dt)), row.precision = "-";
+          row.m = m, row.n = md.n, row.k = md.k, row.batch = active;
+          row.us = tm.median_us, row.us_min = tm.min_us, row.us_max = tm.max_us;
+          row.bytes = static_cast<double>(rows) * 4.0;  // the ids
           row.device = env.device_label;
           env.out.add(row);
         }

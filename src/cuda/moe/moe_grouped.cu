@@ -130,39 +130,40 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
   __shared__ __align__(16) TS s_b[2][BN * LD];
   __shared__ std::uint32_t s_rows[BM];
   __shared__ int s_warp_tiles[THREADS / 32];
-  __shared__ long long s_warp_rows[THREADS / 32];
+  __shared__ std::uint32_t s_warp_rows[THREADS / 32];
   __shared__ int s_expert, s_tile;
-  __shared__ long long s_count, s_first;
+  __shared__ std::uint32_t s_count, s_first;
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const std::int64_t routed = a.m * a.top_k, cap = a.row_capacity;
 
   // --- 1. Which (expert, row tile) is slot blockIdx.x, and where the expert's rows start in the
-  // lists: exclusive scans of tiles and of rows per expert (counts clamped to m * top_k, so
-  // even a corrupted scratch cannot address past the lists).
+  // lists: exclusive scans of tiles and of rows per expert (32-bit: the counts of a map sum to
+  // at most m * top_k < 2^32; a corrupted scratch can misplace rows but never read past the
+  // lists: positions are checked against row_capacity and rows against m * top_k below).
   int tiles_of[4], mine = 0;
-  long long rows_of[4], mine_rows = 0;
+  std::uint32_t rows_of[4], mine_rows = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int e = tid * 4 + j;
-    rows_of[j] = e < a.n_experts ? min(static_cast<std::int64_t>(__ldg(a.counts + e)), routed) : 0;
-    tiles_of[j] = static_cast<int>((rows_of[j] + BM - 1) / BM);
+    rows_of[j] = e < a.n_experts ? __ldg(a.counts + e) : 0u;
+    tiles_of[j] = static_cast<int>((static_cast<std::int64_t>(rows_of[j]) + BM - 1) / BM);
     mine += tiles_of[j];
     mine_rows += rows_of[j];
   }
   int incl = mine;
-  long long incl_rows = mine_rows;
+  std::uint32_t incl_rows = mine_rows;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    const long long vr = __shfl_up_sync(0xffffffffu, incl_rows, o);
+    const std::uint32_t vr = __shfl_up_sync(0xffffffffu, incl_rows, o);
     if (lane >= o) incl += v, incl_rows += vr;
   }
   if (lane == 31) s_warp_tiles[warp] = incl, s_warp_rows[warp] = incl_rows;
   if (tid == 0) s_expert = -1;
   __syncthreads();
   int start = incl - mine;
-  long long first = incl_rows - mine_rows;
+  std::uint32_t first = incl_rows - mine_rows;
   for (int w = 0; w < warp; ++w) start += s_warp_tiles[w], first += s_warp_rows[w];
   const int slot = static_cast<int>(blockIdx.x);
   if (slot >= start && slot < start + mine) {  // exactly one thread
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
   const std::int64_t count = s_count, row0 = static_cast<std::int64_t>(s_tile) * BM;
   if (tid < BM) {
     std::uint32_t r = dev::kNoRow;
-    const std::int64_t pos = s_first + row0 + tid;
+    const std::int64_t pos = static_cast<std::int64_t>(s_first) + row0 + tid;
     if (row0 + tid < count && pos < cap) {
       r = __ldg(a.rows + pos);
       if (static_cast<std::int64_t>(r) >= routed) r = dev::kNoRow;  // corrupt map: skip the row

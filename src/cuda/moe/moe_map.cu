@@ -55,20 +55,30 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
   }
   __syncthreads();
 
-  // --- 2. Counts out, exclusive scan in place (one expert per thread; n_experts <= 1024).
+  // --- 2. Counts out, exclusive scan in place (one expert per thread; n_experts <= 1024): a
+  // warp scan, then warp 0 scans the warps' totals.
+  auto warp_incl_scan = [&](std::uint32_t v) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const std::uint32_t u = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += u;
+    }
+    return v;
+  };
   const std::uint32_t count = tid < n_experts ? s_next[tid] : 0u;
   if (tid < n_experts) a.counts[tid] = count;
-  std::uint32_t incl = count;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const std::uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
+  const std::uint32_t incl = warp_incl_scan(count);
+  const int used_warps = (n_experts + 31) / 32;
+  if (used_warps > 1) {
+    if (lane == 31) s_warp_sum[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      const std::uint32_t total = lane < used_warps ? s_warp_sum[lane] : 0u;
+      s_warp_sum[lane] = warp_incl_scan(total) - total;  // exclusive: the warps before
+    }
+    __syncthreads();
   }
-  if (lane == 31) s_warp_sum[warp] = incl;
-  __syncthreads();
-  std::uint32_t before = incl - count;
-  for (int w = 0; w < warp; ++w) before += s_warp_sum[w];
-  if (tid < n_experts) s_next[tid] = before;  // each thread rewrites only its own expert
+  if (tid < n_experts) s_next[tid] = incl - count + (used_warps > 1 ? s_warp_sum[warp] : 0u);  // own expert only
 
   // --- 3. Stable scatter.
   auto stage = [&](int buf, std::int64_t c, int first, int stride) {  // chunk c -> s_ids[buf]
