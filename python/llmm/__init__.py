@@ -23,7 +23,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import _llmm
-from ._llmm import Error, MatmulIdScratch, TernaryWeight, built_with_cuda, cuda_available
+from ._llmm import Error, MatmulIdScratch, TernaryWeight
 
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
@@ -32,14 +32,26 @@ __all__ = [
 ]
 
 # llmm's dtype codes and the frameworks' names for them (NumPy and CuPy have no bfloat16).
-_DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "u8": "uint8", "u32": "uint32",
+                "i32": "int32", "i64": "int64"}
 _DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
+_U32_MAX = 0xFFFFFFFF
 # Automatic ternary-weight keys start high so that they do not meet small keys a caller picks
 # (layer numbers, say), and stay below 2^63 so that they fit a torch op's int argument.
 _keys = itertools.count(1 << 48)
 # Uploaded ternary weights by (device, key): what torch.ops.llmm.gemm_tq2 finds from its int key.
 _tq2_weights: dict = {}
 _tq2_lock = threading.Lock()
+
+
+def built_with_cuda() -> bool:
+    """True if this build of llmm has the CUDA backend."""
+    return _llmm.built_with_cuda()
+
+
+def cuda_available() -> bool:
+    """True if the CUDA backend is built and a usable CUDA device is present (never raises)."""
+    return _llmm.cuda_available()
 
 
 def _is_torch(x: Any) -> bool:
@@ -50,12 +62,48 @@ def _is_cupy(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def _type_name(x: Any) -> str:
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 def _arr(x: Any) -> Any:
     """x as the bindings take it: torch tensors lose requires_grad (DLPack refuses to export those);
     llmm computes no gradients."""
     if _is_torch(x) and x.requires_grad:
         return x.detach()
     return x
+
+
+def _array(op: str, name: str, x: Any) -> Any:
+    """An array argument (anything with __dlpack__ and a shape), or TypeError naming op and argument."""
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "shape")):
+        raise TypeError(f"llmm.{op}: {name} must be an array (NumPy, torch, CuPy, JAX: anything with __dlpack__), "
+                        f"got {_type_name(x)}")
+    return _arr(x)
+
+
+def _out(op: str, out: Any) -> Any:
+    """A caller's out= array; written in place, so never detached or copied."""
+    if not (hasattr(out, "__dlpack__") and hasattr(out, "shape")):
+        raise TypeError(f"llmm.{op}: out must be a writable array (NumPy, torch, CuPy), got {_type_name(out)}")
+    if _is_torch(out) and out.requires_grad:
+        raise Error(f"llmm.{op}: out requires grad: llmm computes no gradients, pass a tensor that does not")
+    return out
+
+
+def _bool(op: str, name: str, v: Any) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise TypeError(f"llmm.{op}: {name} must be a bool, got {_type_name(v)}")
+
+
+def _where(x: Any) -> Any:
+    """A device argument as the bindings take it: 'cpu', 'cuda', 'cuda:N' (a str; a torch.device
+    becomes its str) or an array on that device."""
+    if _is_torch(x) and type(x).__name__ == "device":
+        return str(x)
+    return x if isinstance(x, str) else _arr(x)
 
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory
@@ -72,11 +120,11 @@ def _export(a: Any, stream: int, torch_stream: bool, torch: Any) -> Any:
             return torch.utils.dlpack.to_dlpack(a)
     elif isinstance(a, np.ndarray) or not hasattr(a, "__dlpack_device__"):
         return a
-    if a.__dlpack_device__()[0] != _KDL_CUDA:
-        return a
     try:
+        if a.__dlpack_device__()[0] != _KDL_CUDA:
+            return a
         return a.__dlpack__(stream=stream if stream else 1)
-    except Exception:  # a producer without stream support: nanobind's own import says what fails
+    except Exception:  # a producer without stream support: the bindings' own import says what fails
         return a
 
 
@@ -115,54 +163,60 @@ def _numpy_dtype(like: Any, dtype) -> np.dtype:
         raise Error(f"llmm: dtype {dtype!r} has no NumPy/CuPy equivalent (NumPy and CuPy have no bfloat16): pass out=")
     try:
         return np.dtype(_DTYPE_NAMES.get(code, dtype))
-    except TypeError:
+    except (TypeError, ValueError):
         raise Error(f"llmm: unknown dtype {dtype!r}") from None
 
 
-def _empty(like: Any, shape, dtype=None):
+def _dtype_code(op: str, name: str, dtype) -> str:
+    """llmm's code ("f32", "i64", ...) for a code, a name ("float32"), a NumPy or torch dtype; other
+    strings pass through (the bindings refuse them, listing the codes)."""
+    if isinstance(dtype, str):
+        s = dtype.replace("torch.", "")
+        return _DTYPE_CODES.get(s, s)
+    s = str(dtype).replace("torch.", "")
+    if s in _DTYPE_CODES:
+        return _DTYPE_CODES[s]
+    try:
+        s = np.dtype(dtype).name if dtype is not None else "None"
+    except (TypeError, ValueError):
+        pass
+    if s in _DTYPE_CODES:
+        return _DTYPE_CODES[s]
+    raise Error(f"llmm.{op}: unknown {name} {dtype!r} (f32, f16, bf16, u32, i32, i64 or their NumPy/torch dtypes)")
+
+
+def _empty(op: str, like: Any, shape, dtype=None):
     """A new output like `like` (NumPy array, torch tensor or CuPy array) with `dtype` (None: like's;
     a name such as "float32"/"bf16", a NumPy dtype or a torch.dtype)."""
-    if isinstance(like, np.ndarray):
-        return np.empty(shape, dtype=_numpy_dtype(like, dtype))
-    if _is_torch(like):
-        import torch
-
-        if dtype is None:
-            dt = like.dtype
-        elif isinstance(dtype, torch.dtype):
-            dt = dtype
-        else:
-            name = _DTYPE_NAMES.get(str(dtype), str(dtype))
-            dt = getattr(torch, name, None)
-            if not isinstance(dt, torch.dtype):
-                raise Error(f"llmm: unknown dtype {dtype!r}")
-        return torch.empty(shape, dtype=dt, device=like.device)
-    if _is_cupy(like):
-        import cupy
-
-        dt = _numpy_dtype(like, dtype)
-        with cupy.cuda.Device(like.device.id):
-            return cupy.empty(shape, dtype=dt)
-    raise Error(f"llmm: pass out= for {type(like).__module__}.{type(like).__name__} inputs: outputs are allocated only "
-                f"like NumPy arrays, torch tensors and CuPy arrays (a JAX array is immutable: pass a torch or CuPy out)")
-
-
-def _device_like(x: Any):
-    """A one-element array on x's device (tells the bindings where a resource must live)."""
-    if isinstance(x, str):
-        if x == "cpu":
-            return np.empty(1, np.float32)
-        try:
+    try:
+        if isinstance(like, np.ndarray):
+            return np.empty(shape, dtype=_numpy_dtype(like, dtype))
+        if _is_torch(like):
             import torch
 
-            return torch.empty(1, dtype=torch.float32, device=x)
-        except ImportError:  # CuPy alone
+            if dtype is None:
+                dt = like.dtype
+            elif isinstance(dtype, torch.dtype):
+                dt = dtype
+            else:
+                name = _DTYPE_NAMES.get(str(dtype), str(dtype))
+                dt = getattr(torch, name, None)
+                if not isinstance(dt, torch.dtype):
+                    raise Error(f"llmm: unknown dtype {dtype!r}")
+            return torch.empty(shape, dtype=dt, device=like.device)
+        if _is_cupy(like):
             import cupy
 
-            with cupy.cuda.Device(int(x.partition(":")[2] or 0)):
-                return cupy.empty(1, np.float32)
-    x = _arr(x)
-    return x.reshape(-1)[:1] if hasattr(x, "reshape") else x
+            dt = _numpy_dtype(like, dtype)
+            with cupy.cuda.Device(like.device.id):
+                return cupy.empty(shape, dtype=dt)
+    except Error:
+        raise
+    except (MemoryError, ValueError, RuntimeError) as e:  # torch's and CuPy's out-of-memory are RuntimeErrors
+        raise Error(f"llmm.{op}: cannot allocate out of shape {tuple(shape)}: {type(e).__name__}: {e}") from None
+    raise Error(f"llmm.{op}: pass out= for {type(like).__module__}.{type(like).__name__} inputs: outputs are allocated "
+                f"only like NumPy arrays, torch tensors and CuPy arrays (a JAX array is immutable: pass a torch or CuPy "
+                f"out)")
 
 
 def _device_name(x: Any) -> str:
@@ -179,9 +233,10 @@ def _device_name(x: Any) -> str:
 
 
 def _inner_strides(x: Any) -> Optional[Tuple[int, int]]:
-    """Element strides of the last two dimensions of a NumPy array or torch tensor, else None."""
+    """Element strides of the last two dimensions of a NumPy/CuPy array or torch tensor, else None
+    (also for byte strides that are not whole elements: the bindings refuse those, naming them)."""
     if isinstance(x, np.ndarray) or _is_cupy(x):  # byte strides
-        if x.ndim < 2:
+        if x.ndim < 2 or x.strides[-2] % x.itemsize or x.strides[-1] % x.itemsize:
             return None
         return x.strides[-2] // x.itemsize, x.strides[-1] // x.itemsize
     if _is_torch(x) and x.dim() >= 2:
@@ -203,7 +258,7 @@ def _matmul_out_shape(a_shape, b_shape, transpose_a: bool, transpose_b: bool) ->
     """The shape llmm.matmul allocates for out (also the torch op's fake implementation)."""
     for name, s in (("a", a_shape), ("b", b_shape)):
         if len(s) not in (2, 3):
-            raise Error(f"matmul: {name} must be rank 2 or 3, got shape {tuple(s)}")
+            raise Error(f"llmm.matmul: {name} must be rank 2 or 3, got shape {tuple(s)}")
     m = a_shape[-1] if transpose_a else a_shape[-2]
     n = b_shape[-2] if transpose_b else b_shape[-1]
     if len(a_shape) == 3 and len(b_shape) == 3:
@@ -226,15 +281,20 @@ def matmul(a, b, out=None, *, transpose_a: bool = False, transpose_b: bool = Fal
     the batch. a, b and out share one dtype (f32 accumulation). A transposed view (``w.T``) is
     taken as the transpose of its row-major base (no copy); any other innermost stride other than
     1 is refused with llmm.Error, never copied. precision "exact" keeps f32 accuracy for f32,
-    "fast" allows tf32; route "auto" or a route name (see plan_matmul) forces one kernel.
+    "fast" allows tf32; route "auto" or a route name (see plan_matmul) forces one kernel. Inputs
+    may be read-only; m, n or batch 0 give an empty result, k = 0 gives zeros.
 
     out: an output array (returned), or None to allocate one like a (NumPy array or torch tensor).
     Torch CUDA tensors run on torch's current stream without host synchronisation.
     """
+    a, b = _array("matmul", "a", a), _array("matmul", "b", b)
+    transpose_a, transpose_b = _bool("matmul", "transpose_a", transpose_a), _bool("matmul", "transpose_b", transpose_b)
     if out is None:
-        out = _empty(a, _matmul_out_shape(a.shape, b.shape, transpose_a, transpose_b))
-    a, transpose_a = _canonical(_arr(a), transpose_a)
-    b, transpose_b = _canonical(_arr(b), transpose_b)
+        out = _empty("matmul", a, _matmul_out_shape(tuple(a.shape), tuple(b.shape), transpose_a, transpose_b))
+    else:
+        out = _out("matmul", out)
+    a, transpose_a = _canonical(a, transpose_a)
+    b, transpose_b = _canonical(b, transpose_b)
     _launch(_llmm.matmul, out, a, b, out, transpose_a=transpose_a, transpose_b=transpose_b, precision=precision,
             route=route)
     return out
@@ -245,7 +305,7 @@ def plan_matmul(m: int, n: int, k: int, like, *, transpose_a: bool = False, tran
     """The route llmm.matmul would take for an [m, k] x [k, n] product with like's dtype on like's
     device (like: an array, or "cpu"/"cuda:N" for float32): {"route": name, "reason": text}. Pure:
     launches nothing."""
-    return _llmm.plan_matmul(m, n, k, _device_like(like), transpose_a=transpose_a, transpose_b=transpose_b,
+    return _llmm.plan_matmul(m, n, k, _where(like), transpose_a=transpose_a, transpose_b=transpose_b,
                              precision=precision)
 
 
@@ -255,9 +315,8 @@ def plan_tq2(m: int, n: int, k: int, like, *, out_dtype=None, precision: str = "
     llmm keeps a grow-only one per device unless you pass your own at the C++ level):
     {"route": name, "workspace_bytes": int}. out_dtype: None or float32 (default) or like's dtype.
     route: "auto" or a route to check. Pure: launches nothing."""
-    name = "f32" if out_dtype is None else str(out_dtype).replace("torch.", "")
-    return _llmm.plan_tq2(m, n, k, _device_like(like), out_dtype=_DTYPE_CODES.get(name, name), precision=precision,
-                          route=route)
+    code = "f32" if out_dtype is None else _dtype_code("plan_tq2", "out_dtype", out_dtype)
+    return _llmm.plan_tq2(m, n, k, _where(like), out_dtype=code, precision=precision, route=route)
 
 
 def suggest_matmul_id_route(m: int, n: int, k: int, top_k: int, n_experts: int, like, *,
@@ -265,35 +324,46 @@ def suggest_matmul_id_route(m: int, n: int, k: int, top_k: int, n_experts: int, 
     """"direct" or "grouped": the matmul_id route measured fastest for these sizes with like's dtype
     on like's device (like: an array, or "cpu"/"cuda:N" for float32). It cannot see the routing:
     when many tokens pick the same experts, "grouped" wins earlier. Pure."""
-    return _llmm.suggest_matmul_id_route(m, n, k, top_k, n_experts, _device_like(like), may_repeat=may_repeat)
+    return _llmm.suggest_matmul_id_route(m, n, k, top_k, n_experts, _where(like), may_repeat=may_repeat)
 
 
 def quantize_tq2(w, rule: str = "absmean") -> bytes:
     """TQ2_0_g128 blocks (AoS bytes, 34 per 128 weights) of a float32 [n, k] weight, k % 128 == 0.
 
     rule "absmean" (BitNet b1.58: scale = mean |w| of the block) or "absmax" (round-trips a weight
-    that is already ternary x scale). Host-side; accepts anything np.asarray takes (a CPU torch
-    tensor included).
+    that is already ternary x scale). Host-side: w is read as float32 (a copy of the input when it
+    is another float or integer dtype, or not C-contiguous); a CPU torch tensor is accepted too.
+    Refuses a non-finite weight and a block whose scale exceeds the f16 range.
     """
     if _is_torch(w):
-        w = w.detach().cpu().numpy()
+        w = w.detach().cpu().float().numpy()
+    if not isinstance(w, np.ndarray):
+        if not (hasattr(w, "__array__") or hasattr(w, "__dlpack__") or isinstance(w, (list, tuple))):
+            raise TypeError(f"llmm.quantize_tq2: w must be a float array [n, k] (NumPy, a CPU torch tensor, or "
+                            f"anything np.asarray takes), got {_type_name(w)}")
+        try:
+            w = np.asarray(w)
+        except Exception as e:  # ragged lists, device arrays NumPy cannot read, ...
+            raise Error(f"llmm.quantize_tq2: w cannot be read as a host array: {type(e).__name__}: {e}") from None
+    if w.dtype.kind not in "fiu":
+        raise Error(f"llmm.quantize_tq2: w must hold real numbers (float or integer), got dtype {w.dtype}")
     return _llmm.tq2_quantize(np.ascontiguousarray(w, dtype=np.float32), rule)
 
 
-def dequantize_tq2(aos: bytes, n: int, k: int) -> np.ndarray:
-    """The float32 [n, k] weight that TQ2_0_g128 bytes encode (what gemm_tq2 computes with).
-    Refuses a wrong byte count or an invalid code 3, naming the row, block and byte."""
-    out = np.empty((n, k), dtype=np.float32)
-    _llmm.tq2_dequantize(aos, n, k, out)
-    return out
+def dequantize_tq2(aos, n: int, k: int) -> np.ndarray:
+    """The float32 [n, k] weight that TQ2_0_g128 bytes encode (what gemm_tq2 computes with). aos is
+    any C-contiguous bytes-like object (bytes, bytearray, memoryview, a uint8 array). Refuses a
+    wrong byte count, an invalid code 3 or a non-finite scale, naming the row, block and byte."""
+    return _llmm.tq2_dequantize(aos, n, k)
 
 
-def upload_tq2(aos: bytes, n: int, k: int, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
-    """A TernaryWeight on `device` ("cpu", "cuda:N", or an array on that device), converted to the
-    kernels' layout and uploaded once per (device, key); a key given again returns the weight
-    already there. Without a key a fresh one is drawn. The weight stays resident (and reachable
-    by torch.ops.llmm.gemm_tq2 through weight.key) until release_tq2(weight)."""
-    w = _llmm.tq2_upload(aos, n, k, next(_keys) if key is None else key, _device_like(device))
+def upload_tq2(aos, n: int, k: int, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
+    """A TernaryWeight on `device` ("cpu", "cuda", "cuda:N", or an array on that device), converted
+    to the kernels' layout and uploaded once per (device, key); a key given again returns the
+    weight already there. Without a key a fresh one is drawn. aos: any C-contiguous bytes-like
+    object. The weight stays resident (and reachable by torch.ops.llmm.gemm_tq2 through weight.key)
+    until release_tq2(weight)."""
+    w = _llmm.tq2_upload(aos, n, k, next(_keys) if key is None else key, _where(device))
     with _tq2_lock:
         _tq2_weights[(w.device, int(w.key))] = w
     return w
@@ -301,10 +371,19 @@ def upload_tq2(aos: bytes, n: int, k: int, *, device="cpu", key: Optional[int] =
 
 def release_tq2(weight: TernaryWeight) -> bool:
     """Forgets an uploaded ternary weight: torch.ops.llmm.gemm_tq2 no longer finds its key, and its
-    memory is freed once no Python reference to it is left. True if it was resident."""
+    memory is freed once no Python reference to it is left. Only that very upload is released: a
+    stale handle (its key released and uploaded again since) releases nothing. True if it was
+    resident."""
+    if not isinstance(weight, TernaryWeight):
+        raise TypeError(f"llmm.release_tq2: weight must be a llmm.TernaryWeight (from llmm.upload_tq2), got "
+                        f"{_type_name(weight)}")
+    slot = (weight.device, int(weight.key))
     with _tq2_lock:
-        known = _tq2_weights.pop((weight.device, int(weight.key)), None) is not None
-    evicted = _llmm.tq2_evict(weight.key, _device_like(weight.device))
+        held = _tq2_weights.get(slot)
+        known = held is not None and held.upload_id == weight.upload_id
+        if known:
+            del _tq2_weights[slot]
+        evicted = _llmm.tq2_release(weight)
     return known or evicted
 
 
@@ -312,7 +391,7 @@ def _tq2_lookup(device: str, key: int) -> TernaryWeight:
     with _tq2_lock:
         w = _tq2_weights.get((device, int(key)))
     if w is None:
-        raise Error(f"gemm_tq2: no ternary weight with key {key} on {device}: upload it there with "
+        raise Error(f"llmm.gemm_tq2: no ternary weight with key {key} on {device}: upload it there with "
                     f"llmm.upload_tq2(..., device=\"{device}\") (or it was released)")
     return w
 
@@ -321,63 +400,83 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
              out_dtype=None):
     """out[m, n] = x[m, k] @ W[n, k]^T with a ternary weight on x's device.
 
-    x is float32, float16 or bfloat16 (innermost stride 1); out is float32 (default, or out_dtype
-    "float32") or x's dtype. precision "exact" keeps f32 activations accurate on tensor cores;
-    route "auto" or one kernel by name: "tq2_stream_v3" (m <= 2), "tq2_stream_v2" (m <= 16),
-    "tq2_stream" (v1), "tq2_tiled", "tq2_dequant_lt", "tq2_naive" (CUDA), "cpu" (NumPy).
-    out=None allocates like x.
+    x is float32, float16 or bfloat16 (innermost stride 1; rows may be padded; read-only is fine);
+    out is float32 (default, or out_dtype "float32") or x's dtype. precision "exact" keeps f32
+    activations accurate on tensor cores; route "auto" or one kernel by name: "tq2_stream_v3"
+    (m <= 2), "tq2_stream_v2" (m <= 16), "tq2_stream" (v1), "tq2_tiled", "tq2_dequant_lt",
+    "tq2_naive" (CUDA), "cpu" (NumPy). out=None allocates like x; m = 0 gives an empty result.
     """
-    if len(x.shape) != 2:
-        raise Error(f"gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
+    if not isinstance(weight, TernaryWeight):
+        raise TypeError(f"llmm.gemm_tq2: weight must be a llmm.TernaryWeight (from llmm.upload_tq2), got "
+                        f"{_type_name(weight)}")
+    x = _array("gemm_tq2", "x", x)
+    shape = tuple(x.shape)
+    if len(shape) != 2:
+        raise Error(f"llmm.gemm_tq2: x must be [m, k], got shape {shape}")
     if out is None:
-        out = _empty(x, (x.shape[0], weight.n), out_dtype if out_dtype is not None else "float32")
-    _launch(_llmm.gemm_tq2, out, weight, _arr(x), out, precision=precision, route=route)
+        out = _empty("gemm_tq2", x, (shape[0], weight.n), out_dtype if out_dtype is not None else "float32")
+    else:
+        out = _out("gemm_tq2", out)
+    _launch(_llmm.gemm_tq2, out, weight, x, out, precision=precision, route=route)
     return out
 
 
 def matmul_id_capability(weight_dtype: str, m: int, n: int, k: int, top_k: int, n_experts: int,
-                         expert_stride_bytes: int, **kw) -> dict:
+                         expert_stride_bytes: int, *, layout: str = "shared", may_repeat: bool = False,
+                         route: str = "direct", input_dtype="f32", output_dtype="f32", ids_dtype="u32",
+                         input_token_stride: Optional[int] = None, input_slot_stride: Optional[int] = None) -> dict:
     """The exact byte extents a matmul_id call reads and writes (weights, input, ids, output, and
-    the grouped route's scratch), or llmm.Error naming what is invalid. Pure. Keywords: layout,
-    may_repeat, route, input_dtype, output_dtype (dtype names "f32", "f16", "bf16")."""
-    return _llmm.matmul_id_capability(weight_dtype, m, n, k, top_k, n_experts, expert_stride_bytes, **kw)
+    the grouped route's scratch), or llmm.Error naming what is invalid. Pure. Dtypes are llmm codes
+    ("f32", "f16", "bf16"; ids "u32", "i32", "i64"), names ("float32", "int64") or NumPy/torch
+    dtypes; input strides are in elements (None: dense rows)."""
+    op = "matmul_id_capability"
+    return _llmm.matmul_id_capability(
+        _dtype_code(op, "weight_dtype", weight_dtype), m, n, k, top_k, n_experts, expert_stride_bytes, layout=layout,
+        may_repeat=may_repeat, route=route, input_dtype=_dtype_code(op, "input_dtype", input_dtype),
+        output_dtype=_dtype_code(op, "output_dtype", output_dtype), ids_dtype=_dtype_code(op, "ids_dtype", ids_dtype),
+        input_token_stride=input_token_stride, input_slot_stride=input_slot_stride)
 
 
-def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu") -> MatmulIdScratch:
+def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu", *, max_top_k: int = 0) -> MatmulIdScratch:
     """Scratch for matmul_id's grouped route on `device` ("cpu", "cuda:N" or an array there): expert
-    counts and routed-row lists for up to max_experts experts and max_tokens tokens. Calls that
-    share one scratch must be ordered (one stream)."""
-    return _llmm.matmul_id_scratch(max_experts, max_tokens, _device_like(device))
-
-
-def _expert_stride_bytes(w) -> int:
-    """Bytes between consecutive experts of weights [E, n, k]."""
-    if _is_torch(w):
-        return w.stride(0) * w.element_size()
-    if hasattr(w, "strides"):  # NumPy, CuPy
-        return w.strides[0]
-    return int(np.prod(w.shape[1:])) * np.dtype(w.dtype).itemsize  # no strides (JAX): C-contiguous
+    counts for up to max_experts experts and routed-row lists for max_tokens x max_top_k rows
+    (max_top_k 0: max_experts, enough for distinct ids; repeated ids with top_k > n_experts need
+    more). Calls that share one scratch must be ordered (one stream)."""
+    return _llmm.matmul_id_scratch(max_experts, max_tokens, _where(device), max_top_k=max_top_k)
 
 
 def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
               may_repeat: bool = False, precision: str = "exact", out_dtype=None):
     """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids [m, top_k].
 
-    ids are uint32 or int32 (read as uint32); ids outside [0, E) give zero rows. x is [m, k]
-    (layout "shared": every slot of token t reads x[t]) or [m * top_k, k] ("slotted": slot s of
-    token t reads x[t * top_k + s]). route "direct" or "grouped" (needs a scratch from
-    matmul_id_scratch and distinct ids per token unless may_repeat). out is [m, top_k, n], float32
-    (default) or x's dtype; out=None allocates like x.
+    Every size is read off the arrays' shapes and checked. ids are uint32, int32 or int64 (what
+    torch.topk returns), read directly by the kernels; ids outside [0, E) (negative ones too) give
+    zero rows. x is [m, k] (layout "shared": every slot of token t reads x[t]), [m * top_k, k]
+    ("slotted": slot s of token t reads x[t * top_k + s]) or [m, top_k, k] (slotted). Weights may
+    have a padded expert stride (a slice of a larger stack) and x padded rows, as long as the
+    innermost stride is 1; inputs may be read-only. route "direct" or "grouped" (needs a scratch
+    from matmul_id_scratch; correct for any ids, may_repeat is a hint). out is [m, top_k, n],
+    float32 (default) or x's dtype; out=None allocates like x. m, top_k or n = 0 give an empty
+    result; k = 0 or E = 0 give zeros.
     """
-    weights, x, ids = _arr(weights), _arr(x), _arr(ids)
-    n_experts, n, k = weights.shape
-    m, top_k = ids.shape
+    op = "matmul_id"
+    weights, x, ids = _array(op, "weights", weights), _array(op, "x", x), _array(op, "ids", ids)
+    ws, xs, ids_shape = tuple(weights.shape), tuple(x.shape), tuple(ids.shape)
+    if len(ws) != 3:
+        raise Error(f"llmm.matmul_id: weights must be [n_experts, n, k], got shape {ws}")
+    if len(ids_shape) != 2:
+        raise Error(f"llmm.matmul_id: ids must be [m, top_k], got shape {ids_shape}")
+    if len(xs) not in (2, 3):
+        raise Error(f"llmm.matmul_id: x must be [m, k], [m * top_k, k] or [m, top_k, k], got shape {xs}")
     if out is None:
-        out = _empty(x, (m, top_k, n), out_dtype if out_dtype is not None else "float32")
-    stride = _expert_stride_bytes(weights)
-    _launch(_llmm.matmul_id, out, weights, x, ids, out, top_k=top_k, n_experts=n_experts,
-            expert_stride_bytes=int(stride), layout=layout, may_repeat=may_repeat, route=route, scratch=scratch,
-            precision=precision)
+        for name, v in (("m (tokens)", ids_shape[0]), ("top_k", ids_shape[1]), ("n", ws[1])):
+            if v > _U32_MAX:  # refused before a huge output is allocated
+                raise Error(f"llmm.matmul_id: {name} {v} is outside 0..{_U32_MAX}")
+        out = _empty(op, x, (ids_shape[0], ids_shape[1], ws[1]), out_dtype if out_dtype is not None else "float32")
+    else:
+        out = _out(op, out)
+    _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
+            scratch=scratch, precision=precision)
     return out
 
 

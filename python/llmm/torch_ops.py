@@ -23,6 +23,9 @@ implementation finds the weight by (x's device, key) and refuses an unknown key 
 In a compiled graph the key is a constant, like a module's int attribute; the weight stays
 resident until llmm.release_tq2(weight). TernaryLinear wraps this as an nn.Module.
 
+Expert ids may be int32, int64 (what torch.topk returns: no conversion needed) or uint32; the
+kernels read them as they are, and an id outside [0, E) gives a zero row.
+
 The grouped matmul_id route needs scratch memory; the op keeps one grow-only scratch per
 (device, stream), so calls on one stream reuse it in stream order and calls on different
 streams never share one. A call that creates or grows it allocates, which CUDA-graph capture
@@ -82,22 +85,25 @@ _retired: list = []  # grown-out scratches: kernels enqueued before may still re
 _scratch_lock = threading.Lock()
 
 
-def _grouped_scratch(x: Tensor, n_experts: int, m: int):
+def _grouped_scratch(x: Tensor, n_experts: int, m: int, top_k: int):
+    """The (device, stream)'s scratch, grown to n_experts experts and m x top_k routed rows."""
     dev = llmm._device_name(x)
     stream = int(torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else 0
     with _scratch_lock:
         s = _scratch.get((dev, stream))
-        if s is None or s.max_experts < n_experts or s.max_tokens < m:
+        if s is None or s.max_experts < n_experts or s.max_tokens < m or s.max_top_k < top_k:
             if x.is_cuda and torch.cuda.is_current_stream_capturing():
                 raise llmm.Error(
-                    f"matmul_id: the grouped route needs scratch for {n_experts} experts x {m} tokens on {dev}, stream "
-                    f"{stream:#x}, and allocating it is not allowed during CUDA-graph capture: run the call once on "
-                    f"the capture stream before capturing (torch.cuda.graph(g, stream=s)), or use route='direct'")
+                    f"llmm.matmul_id: the grouped route needs scratch for {n_experts} experts x {m} tokens x {top_k} "
+                    f"slots on {dev}, stream {stream:#x}, and allocating it is not allowed during CUDA-graph capture: "
+                    f"run the call once on the capture stream before capturing (torch.cuda.graph(g, stream=s)), or "
+                    f"use route='direct'")
             experts = max(n_experts, s.max_experts if s is not None else 1)
             tokens = max(1 << max(m - 1, 0).bit_length(), s.max_tokens if s is not None else 1)
+            top = max(top_k, s.max_top_k if s is not None else 1, 1)
             if s is not None:
                 _retired.append(s)
-            s = _scratch[(dev, stream)] = llmm.matmul_id_scratch(experts, tokens, dev)
+            s = _scratch[(dev, stream)] = llmm.matmul_id_scratch(experts, tokens, dev, max_top_k=top)
     return s
 
 
@@ -105,20 +111,23 @@ def _matmul_id_out_dtype(out_dtype: Optional[torch.dtype]) -> torch.dtype:
     return torch.float32 if out_dtype is None else out_dtype
 
 
-def _matmul_id_check(weights: Tensor, ids: Tensor) -> None:
+_ID_DTYPES = tuple(d for d in (torch.int32, torch.int64, getattr(torch, "uint32", None)) if d is not None)
+
+
+def _matmul_id_check(weights: Tensor, x: Tensor, ids: Tensor) -> None:
     """What the output shape depends on: checked alike by the real and the fake implementation."""
-    if ids.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
-        raise llmm.Error(f"matmul_id: ids must be int32 or uint32, got {ids.dtype} (use ids.to(torch.int32))")
-    if ids.dim() != 2 or weights.dim() != 3:
-        raise llmm.Error(f"matmul_id: weights must be [E, n, k] and ids [m, top_k], got {tuple(weights.shape)} "
-                         f"and {tuple(ids.shape)}")
+    if ids.dtype not in _ID_DTYPES:
+        raise llmm.Error(f"llmm.matmul_id: ids must be int32, int64 or uint32, got {ids.dtype}")
+    if ids.dim() != 2 or weights.dim() != 3 or x.dim() not in (2, 3):
+        raise llmm.Error(f"llmm.matmul_id: weights must be [E, n, k], ids [m, top_k] and x [m, k], [m * top_k, k] or "
+                         f"[m, top_k, k], got {tuple(weights.shape)}, {tuple(ids.shape)} and {tuple(x.shape)}")
 
 
 @_custom_op("llmm::matmul_id")
 def _matmul_id(weights: Tensor, x: Tensor, ids: Tensor, layout: str = "shared", route: str = "direct",
                may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[torch.dtype] = None) -> Tensor:
-    _matmul_id_check(weights, ids)
-    scratch = _grouped_scratch(x, weights.shape[0], ids.shape[0]) if route == "grouped" else None
+    _matmul_id_check(weights, x, ids)
+    scratch = _grouped_scratch(x, weights.shape[0], ids.shape[0], ids.shape[1]) if route == "grouped" else None
     return llmm.matmul_id(weights, x, ids, layout=layout, route=route, scratch=scratch, may_repeat=may_repeat,
                           precision=precision, out_dtype=_matmul_id_out_dtype(out_dtype))
 
@@ -126,7 +135,7 @@ def _matmul_id(weights: Tensor, x: Tensor, ids: Tensor, layout: str = "shared", 
 @_matmul_id.register_fake
 def _matmul_id_fake(weights, x, ids, layout="shared", route="direct", may_repeat=False, precision="exact",
                     out_dtype=None):
-    _matmul_id_check(weights, ids)
+    _matmul_id_check(weights, x, ids)
     return x.new_empty((ids.shape[0], ids.shape[1], weights.shape[1]), dtype=_matmul_id_out_dtype(out_dtype))
 
 
@@ -140,7 +149,7 @@ def _gemm_tq2(x: Tensor, weight_key: int, n: int, precision: str = "exact", rout
               out_dtype: Optional[torch.dtype] = None) -> Tensor:
     w = llmm._tq2_lookup(llmm._device_name(x), weight_key)
     if w.n != n:
-        raise llmm.Error(f"gemm_tq2: weight key {weight_key} is [{w.n}, {w.k}], the call says n = {n}")
+        raise llmm.Error(f"llmm.gemm_tq2: weight key {weight_key} is [{w.n}, {w.k}], the call says n = {n}")
     return llmm.gemm_tq2(w, x, precision=precision, route=route,
                          out_dtype=torch.float32 if out_dtype is None else out_dtype)
 
@@ -148,7 +157,7 @@ def _gemm_tq2(x: Tensor, weight_key: int, n: int, precision: str = "exact", rout
 @_gemm_tq2.register_fake
 def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=None):
     if x.dim() != 2:
-        raise llmm.Error(f"gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
+        raise llmm.Error(f"llmm.gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
     return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_dtype is None else out_dtype)
 
 
@@ -163,8 +172,9 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
 
 def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared", route: str = "direct",
               may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[torch.dtype] = None) -> Tensor:
-    """torch.ops.llmm.matmul_id: out [m, top_k, n] (float32 unless out_dtype = x.dtype); ids int32 or
-    uint32 (see llmm.matmul_id). The grouped route's scratch is managed per (device, stream)."""
+    """torch.ops.llmm.matmul_id: out [m, top_k, n] (float32 unless out_dtype = x.dtype); ids int32,
+    int64 (torch.topk's indices, taken as they are) or uint32 (see llmm.matmul_id). The grouped
+    route's scratch is managed per (device, stream)."""
     return torch.ops.llmm.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype)
 
 

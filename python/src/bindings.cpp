@@ -1,6 +1,16 @@
 // llmm._llmm: thin nanobind bindings. Tensors arrive as DLPack-capable arrays (NumPy on the CPU,
 // torch/CuPy/JAX on CUDA); each becomes an llmm::View without a copy. Output allocation and
 // framework conveniences live in python/llmm/__init__.py.
+//
+// Every argument is taken as a plain Python object and converted here, with llmm's own messages:
+// nanobind's "incompatible function arguments" never reaches a caller that passes the right
+// number of arguments. The rules:
+//   - arrays are imported without any conversion (no copy, ever): inputs as read-only views,
+//     outputs as writable ones (a read-only output is refused, never written through a copy);
+//   - a non-array where an array is expected, a non-int size, a non-str option: TypeError whose
+//     message starts with "llmm.<op>: <argument>";
+//   - a bad value (negative or too large size, unknown option, byte strides DLPack cannot
+//     describe, read-only output, unsupported dtype or device): llmm.Error naming op and argument.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -8,10 +18,15 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "llmm/llmm.hpp"
 
@@ -20,78 +35,362 @@ using namespace llmm;
 
 namespace {
 
-DType dtype_of(const nb::dlpack::dtype& t) {
-  using C = nb::dlpack::dtype_code;
-  if (t.lanes != 1) fail(ErrorCode::Unsupported, "llmm: vector dtypes are not supported");
-  if (t.code == static_cast<std::uint8_t>(C::Float) && t.bits == 32) return DType::F32;
-  if (t.code == static_cast<std::uint8_t>(C::Float) && t.bits == 16) return DType::F16;
-  if (t.code == static_cast<std::uint8_t>(C::Bfloat) && t.bits == 16) return DType::BF16;
-  if (t.code == static_cast<std::uint8_t>(C::UInt) && t.bits == 8) return DType::U8;
-  if (t.code == static_cast<std::uint8_t>(C::UInt) && t.bits == 32) return DType::U32;
-  fail(ErrorCode::Unsupported, "llmm: unsupported array dtype (code ", int(t.code), ", ", int(t.bits),
-       " bits): use float32, float16, bfloat16, uint8 or uint32");
+using detail::concat;
+
+constexpr std::uint64_t kU32Max = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint64_t kI64Max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
+
+// ---------------------------------------------------------------------------------------------
+// Argument conversion
+
+std::string tp_name(nb::handle h) { return Py_TYPE(h.ptr())->tp_name; }
+
+[[noreturn]] void type_error(const std::string& msg) { throw nb::type_error(msg.c_str()); }
+
+std::string py_str(nb::handle h) {
+  PyObject* s = PyObject_Str(h.ptr());
+  if (!s) {
+    PyErr_Clear();
+    return "<" + tp_name(h) + ">";
+  }
+  nb::object o = nb::steal(s);
+  const char* c = PyUnicode_AsUTF8(s);
+  if (!c) {
+    PyErr_Clear();
+    return "<" + tp_name(h) + ">";
+  }
+  return c;
 }
 
-// ids_ok: int32 arrays are read as u32 expert ids (frameworks' usual index type; a negative id
-// becomes a huge u32, i.e. out of range: a zero row, as for any out-of-range id).
-View view_of(const nb::ndarray<>& a, const char* name, bool ids_ok = false) {
-  if (a.ndim() > static_cast<std::size_t>(View::kMaxRank))
-    fail(ErrorCode::InvalidArgument, "llmm: ", name, " has ", a.ndim(), " dimensions (at most 4)");
+// A non-negative Python int (or an object with __index__: NumPy integers) up to `hi`, as u64.
+// `ctype` names the C++ type the value must fit, for the message.
+std::uint64_t uint_arg(nb::handle h, const char* op, const char* name, std::uint64_t hi, const char* ctype) {
+  if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))
+    type_error(concat(op, ": ", name, " must be an int, got ", tp_name(h)));
+  nb::object v = nb::steal(PyNumber_Index(h.ptr()));
+  if (!v.is_valid()) {
+    PyErr_Clear();
+    type_error(concat(op, ": ", name, " must be an int, got ", tp_name(h)));
+  }
+  nb::object zero = nb::int_(0);
+  const int negative = PyObject_RichCompareBool(v.ptr(), zero.ptr(), Py_LT);
+  if (negative < 0) {
+    PyErr_Clear();
+    type_error(concat(op, ": ", name, " must be an int, got ", tp_name(h)));
+  }
+  if (negative) fail(ErrorCode::InvalidArgument, op, ": ", name, " ", py_str(v), " is negative");
+  const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+  if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " ", py_str(v), " is too large (at most ", hi, ", ", ctype, ")");
+  }
+  if (u > hi) fail(ErrorCode::InvalidArgument, op, ": ", name, " ", u, " is too large (at most ", hi, ", ", ctype, ")");
+  return u;
+}
+
+std::int64_t size_arg(nb::handle h, const char* op, const char* name) {
+  return static_cast<std::int64_t>(uint_arg(h, op, name, kI64Max, "int64"));
+}
+std::uint32_t u32_arg(nb::handle h, const char* op, const char* name) {
+  return static_cast<std::uint32_t>(uint_arg(h, op, name, kU32Max, "uint32"));
+}
+
+bool bool_arg(nb::handle h, const char* op, const char* name) {
+  if (h.ptr() == Py_True) return true;
+  if (h.ptr() == Py_False) return false;
+  const std::string t = tp_name(h);
+  if (t == "numpy.bool" || t == "numpy.bool_") {
+    const int r = PyObject_IsTrue(h.ptr());
+    if (r >= 0) return r == 1;
+    PyErr_Clear();
+  }
+  type_error(concat(op, ": ", name, " must be a bool, got ", t));
+}
+
+std::string str_arg(nb::handle h, const char* op, const char* name) {
+  if (!PyUnicode_Check(h.ptr())) type_error(concat(op, ": ", name, " must be a str, got ", tp_name(h)));
+  Py_ssize_t len = 0;
+  const char* c = PyUnicode_AsUTF8AndSize(h.ptr(), &len);
+  if (!c) {
+    PyErr_Clear();
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " is not a valid UTF-8 string");
+  }
+  return std::string(c, static_cast<std::size_t>(len));
+}
+
+const char* dlpack_kind(std::uint8_t code) {
+  using C = nb::dlpack::dtype_code;
+  switch (static_cast<C>(code)) {
+    case C::Int: return "int";
+    case C::UInt: return "uint";
+    case C::Float: return "float";
+    case C::Bfloat: return "bfloat";
+    case C::Complex: return "complex";
+    case C::Bool: return "bool";
+    default: return "code";
+  }
+}
+
+std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
+  const bool plain_bool = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool) && t.bits == 8;
+  std::string s = plain_bool ? std::string("bool") : concat(dlpack_kind(t.code), int(t.bits));
+  if (t.lanes != 1) s += concat("x", int(t.lanes));
+  return s;
+}
+
+DType dtype_of(const nb::dlpack::dtype& t, const char* op, const char* name) {
+  using C = nb::dlpack::dtype_code;
+  if (t.lanes == 1) {
+    if (t.code == static_cast<std::uint8_t>(C::Float) && t.bits == 32) return DType::F32;
+    if (t.code == static_cast<std::uint8_t>(C::Float) && t.bits == 16) return DType::F16;
+    if (t.code == static_cast<std::uint8_t>(C::Bfloat) && t.bits == 16) return DType::BF16;
+    if (t.code == static_cast<std::uint8_t>(C::UInt) && t.bits == 8) return DType::U8;
+    if (t.code == static_cast<std::uint8_t>(C::UInt) && t.bits == 32) return DType::U32;
+    if (t.code == static_cast<std::uint8_t>(C::Int) && t.bits == 32) return DType::I32;
+    if (t.code == static_cast<std::uint8_t>(C::Int) && t.bits == 64) return DType::I64;
+  }
+  fail(ErrorCode::Unsupported, op, ": ", name, " has dtype ", dlpack_dtype_name(t),
+       ", which llmm does not take (float32, float16 and bfloat16 data; uint32, int32 and int64 expert ids)");
+}
+
+// Why an object could not be imported as an array: TypeError for a non-array, llmm.Error naming
+// what DLPack cannot describe for an array.
+[[noreturn]] void not_importable(nb::handle h, const char* op, const char* name) {
+  PyObject* o = h.ptr();
+  const bool capsule = PyCapsule_CheckExact(o);
+  const bool arrayish = capsule || PyObject_HasAttrString(o, "__dlpack__") || PyObject_CheckBuffer(o);
+  if (!arrayish)
+    type_error(concat(op, ": ", name, " must be an array (NumPy, torch, CuPy, JAX: anything with __dlpack__), got ",
+                      tp_name(h)));
+  if (capsule)
+    fail(ErrorCode::InvalidArgument, op, ": ", name,
+         " is a DLPack capsule that cannot be imported (already consumed, or not a DLPack tensor)");
+  // NumPy and CuPy report byte strides; DLPack counts elements.
+  try {
+    nb::object strides = nb::getattr(h, "strides", nb::none());
+    nb::object itemsize = nb::getattr(h, "itemsize", nb::none());
+    if (nb::isinstance<nb::tuple>(strides) && nb::isinstance<nb::int_>(itemsize)) {
+      const long long size = nb::cast<long long>(itemsize);
+      bool odd = false;
+      for (nb::handle s : nb::borrow<nb::tuple>(strides))
+        if (size > 0 && nb::isinstance<nb::int_>(s) && nb::cast<long long>(s) % size != 0) odd = true;
+      if (odd)
+        fail(ErrorCode::InvalidArgument, op, ": ", name, " has byte strides ", py_str(strides),
+             " that are not a multiple of its ", size, "-byte items: no DLPack view describes it (pass a copy)");
+    }
+  } catch (const nb::python_error&) {
+  } catch (const nb::cast_error&) {
+  }
+  std::string dtype;
+  try {
+    nb::object d = nb::getattr(h, "dtype", nb::none());
+    if (!d.is_none()) dtype = ", dtype " + py_str(d);
+  } catch (const nb::python_error&) {
+  }
+  fail(ErrorCode::Unsupported, op, ": ", name, " (", tp_name(h), dtype,
+       ") cannot be exported through DLPack: its producer refused (an unsupported dtype or layout)");
+}
+
+// An imported array and its View; the ndarray keeps the producer's memory alive for the call.
+struct Arr {
   View v;
-  v.data = a.data();
-  const auto t = a.dtype();
-  const bool i32 = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && t.bits == 32 && t.lanes == 1;
-  const bool u32 = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && t.bits == 32 && t.lanes == 1;
-  if (ids_ok && !i32 && !u32)
-    fail(ErrorCode::InvalidArgument, "llmm: ", name, " must be uint32 or int32, got DLPack dtype code ", int(t.code), ", ",
-         int(t.bits), " bits (convert the ids, e.g. ids.to(torch.int32) or ids.astype(np.uint32))");
-  v.dtype = ids_ok ? DType::U32 : dtype_of(t);
-  int dev = a.device_type();
+  nb::ndarray<nb::ro> ro;
+  nb::ndarray<> rw;
+};
+
+template <class A>
+View make_view(const A& a, const char* op, const char* name, bool need_dtype) {
+  if (a.ndim() > static_cast<std::size_t>(View::kMaxRank))
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " has ", a.ndim(), " dimensions (at most ", View::kMaxRank, ")");
+  View v;
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  v.dtype = need_dtype ? dtype_of(a.dtype(), op, name) : DType::U8;
+  const int dev = a.device_type();
   if (dev == nb::device::cpu::value) v.device = DeviceKind::CPU;
   else if (dev == nb::device::cuda::value) v.device = DeviceKind::CUDA;
-  else fail(ErrorCode::Unsupported, "llmm: ", name, " lives on an unsupported device (DLPack type ", dev, ")");
+  else
+    fail(ErrorCode::Unsupported, op, ": ", name, " lives on an unsupported device (DLPack device type ", dev,
+         "): llmm takes CPU and CUDA memory");
   v.device_index = a.device_id();
   v.rank = static_cast<int>(a.ndim());
   for (int i = 0; i < v.rank; ++i) {
-    v.shape[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(i)));
-    std::int64_t s = a.stride(static_cast<std::size_t>(i));
-    if (s < 0) fail(ErrorCode::InvalidArgument, "llmm: ", name, " has a negative stride (", s, "): pass a copy");
+    const auto d = a.shape_ptr()[i];
+    if (d < 0) fail(ErrorCode::InvalidArgument, op, ": ", name, " dimension ", i, " is negative (", d, ")");
+    v.shape[static_cast<std::size_t>(i)] = d;
+    const std::int64_t s = a.stride(static_cast<std::size_t>(i));
+    if (s < 0)
+      fail(ErrorCode::InvalidArgument, op, ": ", name, " has a negative stride (", s, " in dimension ", i,
+           "): pass a copy");
     v.strides[static_cast<std::size_t>(i)] = s;
   }
   return v;
 }
 
+// An input: a read-only view, never a converted copy.
+Arr input_arg(nb::handle h, const char* op, const char* name, bool need_dtype = true) {
+  Arr r;
+  if (!nb::try_cast(h, r.ro, /*convert=*/false)) not_importable(h, op, name);
+  r.v = make_view(r.ro, op, name, need_dtype);
+  return r;
+}
+
+// An output: writable, never a converted copy (a read-only array is refused, not copied).
+Arr output_arg(nb::handle h, const char* op, const char* name) {
+  Arr r;
+  if (!nb::try_cast(h, r.rw, /*convert=*/false)) {
+    if (!PyCapsule_CheckExact(h.ptr())) {
+      nb::ndarray<nb::ro> probe;
+      if (nb::try_cast(h, probe, /*convert=*/false))
+        fail(ErrorCode::InvalidArgument, op, ": ", name, " is read-only (", tp_name(h),
+             "): an output must be writable");
+    }
+    not_importable(h, op, name);
+  }
+  r.v = make_view(r.rw, op, name, true);
+  return r;
+}
+
+// Where a resource lives (and, for plans, the dtype): "cpu", "cuda", "cuda:N" or an array there.
+struct Where {
+  DeviceKind kind = DeviceKind::CPU;
+  int index = 0;
+  DType dtype = DType::F32;
+  Arr keep;
+};
+
+Where where_arg(nb::handle h, const char* op, const char* name, bool need_dtype) {
+  Where w;
+  if (PyUnicode_Check(h.ptr())) {
+    const std::string s = str_arg(h, op, name);
+    if (s == "cpu") return w;
+    w.kind = DeviceKind::CUDA;
+    if (s == "cuda") return w;
+    bool ok = s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 14;
+    long long idx = 0;
+    for (std::size_t i = 5; ok && i < s.size(); ++i) {
+      ok = s[i] >= '0' && s[i] <= '9';
+      idx = idx * 10 + (s[i] - '0');
+    }
+    if (!ok || idx > std::numeric_limits<int>::max())
+      fail(ErrorCode::InvalidArgument, op, ": ", name, " must be 'cpu', 'cuda', 'cuda:N' or an array on that device, got '",
+           s, "'");
+    w.index = static_cast<int>(idx);
+    return w;
+  }
+  if (!PyCapsule_CheckExact(h.ptr()) && !PyObject_HasAttrString(h.ptr(), "__dlpack__"))
+    type_error(concat(op, ": ", name, " must be 'cpu', 'cuda:N' or an array on that device, got ", tp_name(h)));
+  w.keep = input_arg(h, op, name, need_dtype);
+  w.kind = w.keep.v.device, w.index = w.keep.v.device_index, w.dtype = w.keep.v.dtype;
+  return w;
+}
+
 // One context per device: CPU, or a CUDA device bound per call to the caller's stream.
-Context& context_for(const View& v, std::uintptr_t stream) {
+Context& context_for(DeviceKind kind, int index, std::uintptr_t stream, const char* op, const char* name) {
   static std::mutex mu;
   static std::map<int, std::unique_ptr<Context>> cuda;
   static Context cpu = Context::cpu();
-  if (v.device == DeviceKind::CPU) return cpu;
+  if (kind == DeviceKind::CPU) return cpu;
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cuda[v.device_index];
-  if (!slot) slot = std::make_unique<Context>(Context::cuda(v.device_index, nullptr));
+  auto& slot = cuda[index];
+  if (!slot) {
+    if (!built_with_cuda())
+      fail(ErrorCode::Unsupported, op, ": ", name, " is on cuda:", index,
+           " but this llmm was built without CUDA (LLMM_CUDA=OFF): use NumPy arrays / device='cpu'");
+    if (!cuda_available())
+      fail(ErrorCode::Unsupported, op, ": ", name, " is on cuda:", index,
+           " but no CUDA device is available to llmm (llmm.cuda_available() is False)");
+    slot = std::make_unique<Context>(Context::cuda(index, nullptr));
+  }
   slot->set_stream(reinterpret_cast<StreamHandle>(stream));
   return *slot;
 }
-
-Precision precision_of(const std::string& p) {
-  if (p == "exact") return Precision::Exact;
-  if (p == "fast") return Precision::Fast;
-  fail(ErrorCode::InvalidArgument, "llmm: precision must be 'exact' or 'fast', got '", p, "'");
+Context& context_for(const View& v, std::uintptr_t stream, const char* op, const char* name) {
+  return context_for(v.device, v.device_index, stream, op, name);
 }
 
-DenseRoute dense_route_of(const std::string& r) {
+std::uintptr_t stream_arg(nb::handle h, const char* op) {
+  return static_cast<std::uintptr_t>(uint_arg(h, op, "stream", std::numeric_limits<std::uintptr_t>::max(), "a pointer"));
+}
+
+Precision precision_of(nb::handle h, const char* op) {
+  const std::string p = str_arg(h, op, "precision");
+  if (p == "exact") return Precision::Exact;
+  if (p == "fast") return Precision::Fast;
+  fail(ErrorCode::InvalidArgument, op, ": precision must be 'exact' or 'fast', got '", p, "'");
+}
+
+DenseRoute dense_route_of(nb::handle h, const char* op) {
+  const std::string r = str_arg(h, op, "route");
   for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide,
                        DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
-  fail(ErrorCode::InvalidArgument, "llmm: unknown dense route '", r, "'");
+  fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
+       "' (auto, cpu, naive, gemv, gemv_wide, skinny_mma, tiled, cublaslt)");
 }
 
-Tq2Route tq2_route_of(const std::string& r) {
+Tq2Route tq2_route_of(nb::handle h, const char* op) {
+  const std::string r = str_arg(h, op, "route");
   for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2,
                      Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::DequantLt})
     if (r == tq2_route_name(x)) return x;
-  fail(ErrorCode::InvalidArgument, "llmm: unknown ternary route '", r, "'");
+  fail(ErrorCode::InvalidArgument, op, ": unknown ternary route '", r,
+       "' (auto, cpu, tq2_naive, tq2_stream, tq2_stream_v2, tq2_stream_v3, tq2_tiled, tq2_dequant_lt)");
+}
+
+MatmulIdInputLayout layout_of(nb::handle h, const char* op) {
+  const std::string s = str_arg(h, op, "layout");
+  if (s == "shared") return MatmulIdInputLayout::SharedPerToken;
+  if (s == "slotted") return MatmulIdInputLayout::Slotted;
+  fail(ErrorCode::InvalidArgument, op, ": layout must be 'shared' or 'slotted', got '", s, "'");
+}
+
+MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
+  const std::string s = str_arg(h, op, "route");
+  if (s == "direct") return MatmulIdRoute::Direct;
+  if (s == "grouped") return MatmulIdRoute::GroupedPrefill;
+  fail(ErrorCode::InvalidArgument, op, ": route must be 'direct' or 'grouped', got '", s, "'");
+}
+
+DType dtype_code_of(nb::handle h, const char* op, const char* name) {
+  const std::string s = str_arg(h, op, name);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I32, DType::I64})
+    if (s == dtype_name(t)) return t;
+  fail(ErrorCode::InvalidArgument, op, ": unknown ", name, " '", s, "' (f32, f16, bf16, u8, u32, i32, i64)");
+}
+
+// Bytes of a blob argument (TQ2 AoS): any C-contiguous CPU buffer of 1-byte items (bytes,
+// bytearray, memoryview, a uint8 NumPy array or CPU tensor), read in place.
+struct Blob {
+  const void* data = nullptr;
+  std::size_t size = 0;
+  nb::ndarray<nb::ro> keep;
+};
+
+Blob blob_arg(nb::handle h, const char* op, const char* name) {
+  Blob b;
+  if (!nb::try_cast(h, b.keep, /*convert=*/false)) {
+    if (PyObject_CheckBuffer(h.ptr()) || PyObject_HasAttrString(h.ptr(), "__dlpack__"))
+      fail(ErrorCode::InvalidArgument, op, ": ", name, " (", tp_name(h), ") could not be read as bytes");
+    type_error(concat(op, ": ", name,
+                      " must be bytes-like (bytes, bytearray, memoryview or a contiguous uint8 array), got ", tp_name(h)));
+  }
+  const auto& a = b.keep;
+  if (a.device_type() != nb::device::cpu::value)
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " must be in host memory (bytes or a CPU array)");
+  if (a.dtype().bits != 8 || a.dtype().lanes != 1)
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " must hold bytes (1-byte items), got ", dlpack_dtype_name(a.dtype()),
+         " items");
+  std::int64_t expect = 1;
+  std::size_t n = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect)
+      fail(ErrorCode::InvalidArgument, op, ": ", name, " must be C-contiguous bytes");
+    expect *= static_cast<std::int64_t>(a.shape(i));
+    n *= a.shape(i);
+  }
+  b.data = a.data(), b.size = n;
+  return b;
 }
 
 nb::dict receipt_dict(const Receipt& r) {
@@ -108,11 +407,26 @@ struct PyTernaryWeight {
   std::int64_t n() const { return handle->n(); }
   std::int64_t k() const { return handle->k(); }
   std::uint64_t key() const { return handle->key(); }
+  std::uint64_t upload_id() const { return handle->upload_id(); }
   std::size_t nbytes() const { return handle->bytes(); }
   std::string device() const {
     return handle->device() == DeviceKind::CPU ? "cpu" : "cuda:" + std::to_string(handle->device_index());
   }
 };
+
+const PyTernaryWeight& weight_arg(nb::handle h, const char* op) {
+  if (!nb::isinstance<PyTernaryWeight>(h))
+    type_error(concat(op, ": weight must be a llmm.TernaryWeight (from llmm.upload_tq2), got ", tp_name(h)));
+  return *nb::inst_ptr<PyTernaryWeight>(h);
+}
+
+MatmulIdScratch* scratch_arg(nb::handle h, const char* op) {
+  if (h.is_none()) return nullptr;
+  if (!nb::isinstance<MatmulIdScratch>(h))
+    type_error(concat(op, ": scratch must be None or a llmm.MatmulIdScratch (from llmm.matmul_id_scratch), got ",
+                      tp_name(h)));
+  return nb::inst_ptr<MatmulIdScratch>(h);
+}
 
 TernaryWeightCache& cache_for(const Context& ctx) {
   static std::mutex mu;
@@ -124,6 +438,17 @@ TernaryWeightCache& cache_for(const Context& ctx) {
   return *slot;
 }
 
+MatmulIdParams sizes_params(const char* op, nb::handle m_, nb::handle n, nb::handle k, nb::handle top_k,
+                            nb::handle n_experts) {
+  MatmulIdParams p;
+  p.m = u32_arg(m_, op, "m");
+  p.n = u32_arg(n, op, "n");
+  p.k = u32_arg(k, op, "k");
+  p.top_k = u32_arg(top_k, op, "top_k");
+  p.n_experts = u32_arg(n_experts, op, "n_experts");
+  return p;
+}
+
 }  // namespace
 
 NB_MODULE(_llmm, m) {
@@ -132,74 +457,122 @@ NB_MODULE(_llmm, m) {
   error.attr("__doc__") =
       "llmm::Error: an invalid or unsupported call, refused before anything was enqueued; the message names the op "
       "and the offending values. A RuntimeError.";
+  // Registered after llmm.Error, so tried first: memory exhaustion anywhere is an llmm.Error too
+  // (OutOfMemory), not a bare MemoryError.
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const std::bad_alloc&) {
+          PyErr_SetString(error.ptr(), "llmm: out of host memory (std::bad_alloc)");
+        } catch (const std::length_error& e) {
+          PyErr_SetString(error.ptr(), concat("llmm: allocation too large (", e.what(), ")").c_str());
+        }
+      },
+      nullptr);
   m.def("built_with_cuda", &built_with_cuda, "True if this build of llmm has the CUDA backend.");
   m.def("cuda_available", &cuda_available,
         "True if the CUDA backend is built and a usable CUDA device is present (never raises).");
 
   m.def(
       "matmul",
-      [](nb::ndarray<> a, nb::ndarray<> b, nb::ndarray<> out, bool transpose_a, bool transpose_b,
-         const std::string& precision, const std::string& route, std::uintptr_t stream) {
-        View va = view_of(a, "a"), vb = view_of(b, "b"), vc = view_of(out, "out");
+      [](nb::handle a, nb::handle b, nb::handle out, nb::handle transpose_a, nb::handle transpose_b, nb::handle precision,
+         nb::handle route, nb::handle stream) {
+        constexpr const char* op = "llmm.matmul";
+        Arr va = input_arg(a, op, "a"), vb = input_arg(b, op, "b"), vc = output_arg(out, op, "out");
         MatmulOptions o;
-        o.transpose_a = transpose_a, o.transpose_b = transpose_b, o.precision = precision_of(precision);
-        o.force_route = dense_route_of(route);
-        Context& ctx = context_for(vc, stream);
-        return receipt_dict(llmm::matmul(ctx, va, vb, vc, o));
+        o.transpose_a = bool_arg(transpose_a, op, "transpose_a"), o.transpose_b = bool_arg(transpose_b, op, "transpose_b");
+        o.precision = precision_of(precision, op), o.force_route = dense_route_of(route, op);
+        Context& ctx = context_for(vc.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(llmm::matmul(ctx, va.v, vb.v, vc.v, o));
       },
-      nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("transpose_a") = false, nb::arg("transpose_b") = false,
-      nb::arg("precision") = "exact", nb::arg("route") = "auto", nb::arg("stream") = 0,
+      nb::arg("a").none(), nb::arg("b").none(), nb::arg("out").none(), nb::arg("transpose_a").none() = false, nb::arg("transpose_b").none() = false,
+      nb::arg("precision").none() = "exact", nb::arg("route").none() = "auto", nb::arg("stream").none() = 0,
       "out = op(a) @ op(b) into out; returns the receipt {route, kernel, kernels_launched}. Low level: use "
       "llmm.matmul.");
 
   m.def(
       "plan_matmul",
-      [](std::int64_t m_, std::int64_t n, std::int64_t k, nb::ndarray<> like, bool transpose_a, bool transpose_b,
-         const std::string& precision) {
-        View v = view_of(like, "like");
-        Context& ctx = context_for(v, 0);
+      [](nb::handle m_, nb::handle n, nb::handle k, nb::handle like, nb::handle transpose_a, nb::handle transpose_b,
+         nb::handle precision) {
+        constexpr const char* op = "llmm.plan_matmul";
         MatmulDesc d;
-        d.m = m_, d.n = n, d.k = k, d.dtype = v.dtype, d.transpose_a = transpose_a, d.transpose_b = transpose_b;
-        d.precision = precision_of(precision), d.a_vec16 = d.b_vec16 = true;
-        DensePlan p = plan_matmul(d, ctx.arch());
+        d.m = size_arg(m_, op, "m"), d.n = size_arg(n, op, "n"), d.k = size_arg(k, op, "k");
+        Where w = where_arg(like, op, "like", true);
+        d.dtype = w.dtype;
+        d.transpose_a = bool_arg(transpose_a, op, "transpose_a"), d.transpose_b = bool_arg(transpose_b, op, "transpose_b");
+        d.precision = precision_of(precision, op), d.a_vec16 = d.b_vec16 = true;
+        DensePlan p = plan_matmul(d, context_for(w.kind, w.index, 0, op, "like").arch());
         nb::dict r;
         r["route"] = std::string(route_name(p.route));
         r["reason"] = p.reason;
         return r;
       },
-      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("like"), nb::arg("transpose_a") = false,
-      nb::arg("transpose_b") = true, nb::arg("precision") = "exact",
-      "The dense route for an [m, k] x [k, n] product with like's dtype on like's device: {route, reason}. Pure.");
+      nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("like").none(), nb::arg("transpose_a").none() = false,
+      nb::arg("transpose_b").none() = true, nb::arg("precision").none() = "exact",
+      "The dense route for an [m, k] x [k, n] product with like's dtype on like's device (like: an array, or 'cpu' / "
+      "'cuda:N' for float32): {route, reason}. Pure.");
 
   // Ternary.
   m.def(
       "tq2_quantize",
-      [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> w, const std::string& rule) {
-        Tq2ScaleRule r = rule == "absmean" ? Tq2ScaleRule::AbsMean
-                         : rule == "absmax" ? Tq2ScaleRule::AbsMax
-                                            : (fail(ErrorCode::InvalidArgument, "tq2_quantize: rule must be 'absmean' or 'absmax'"),
-                                               Tq2ScaleRule::AbsMean);
-        auto blocks = tq2_quantize(w.data(), static_cast<std::int64_t>(w.shape(0)), static_cast<std::int64_t>(w.shape(1)), r);
+      [](nb::handle w, nb::handle rule) {
+        constexpr const char* op = "llmm.quantize_tq2";
+        Arr a = input_arg(w, op, "w");
+        const View& v = a.v;
+        if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || v.rank != 2 || !v.is_contiguous())
+          fail(ErrorCode::InvalidArgument, op, ": w must be a C-contiguous float32 [n, k] host array, got ", v.describe());
+        const std::string r = str_arg(rule, op, "rule");
+        Tq2ScaleRule sr;
+        if (r == "absmean") sr = Tq2ScaleRule::AbsMean;
+        else if (r == "absmax") sr = Tq2ScaleRule::AbsMax;
+        else fail(ErrorCode::InvalidArgument, op, ": rule must be 'absmean' or 'absmax', got '", r, "'");
+        auto blocks = tq2_quantize(static_cast<const float*>(v.data), v.dim(0), v.dim(1), sr);
         return nb::bytes(reinterpret_cast<const char*>(blocks.data()), blocks.size() * sizeof(BlockTQ2_128));
       },
-      nb::arg("w"), nb::arg("rule") = "absmean",
+      nb::arg("w").none(), nb::arg("rule").none() = "absmean",
       "TQ2_0_g128 AoS bytes of a C-contiguous float32 [n, k] host array (rule 'absmean' or 'absmax').");
   m.def(
       "tq2_dequantize",
-      [](nb::bytes aos, std::int64_t n, std::int64_t k, nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> out) {
-        std::vector<float> w = tq2_dequantize(aos.c_str(), aos.size(), n, k);
-        if (out.shape(0) != static_cast<std::size_t>(n) || out.shape(1) != static_cast<std::size_t>(k))
-          fail(ErrorCode::InvalidArgument, "tq2_dequantize: out must be [", n, ", ", k, "]");
-        std::copy(w.begin(), w.end(), out.data());
+      [](nb::handle aos, nb::handle n_, nb::handle k_, nb::handle out) -> nb::object {
+        constexpr const char* op = "llmm.dequantize_tq2";
+        Blob b = blob_arg(aos, op, "aos");
+        const std::int64_t n = size_arg(n_, op, "n"), k = size_arg(k_, op, "k");
+        Arr o;
+        if (!out.is_none()) {  // checked before anything is decoded or written
+          o = output_arg(out, op, "out");
+          const View& v = o.v;
+          if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || v.rank != 2 || v.dim(0) != n || v.dim(1) != k ||
+              !v.is_contiguous())
+            fail(ErrorCode::InvalidArgument, op, ": out must be a C-contiguous float32 [", n, ", ", k,
+                 "] host array, got ", v.describe());
+        }
+        std::vector<float> w = tq2_dequantize(b.data, b.size, n, k);
+        if (!out.is_none()) {
+          std::copy(w.begin(), w.end(), static_cast<float*>(o.v.data));
+          return nb::borrow(out);
+        }
+        auto* owned = new std::vector<float>(std::move(w));
+        nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        return nb::ndarray<nb::numpy, float, nb::ndim<2>>(owned->data(), {static_cast<std::size_t>(n), static_cast<std::size_t>(k)},
+                                                          owner)
+            .cast();
       },
-      nb::arg("aos"), nb::arg("n"), nb::arg("k"), nb::arg("out"),
-      "Decodes TQ2_0_g128 AoS bytes into a C-contiguous float32 [n, k] host array out.");
+      nb::arg("aos").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("out").none() = nb::none(),
+      "Decodes TQ2_0_g128 AoS bytes (any C-contiguous bytes-like object) into a float32 [n, k] array: out (a "
+      "writable C-contiguous float32 host array, returned) or, for None, a new NumPy array.");
 
   nb::class_<PyTernaryWeight>(m, "TernaryWeight",
                               "A TQ2_0_g128 ternary weight [n, k] resident on one device (from llmm.upload_tq2).")
+      .def("__init__", [](PyTernaryWeight*, nb::args, nb::kwargs) {
+        type_error("llmm.TernaryWeight cannot be created directly: use llmm.upload_tq2");
+      })
       .def_prop_ro("n", &PyTernaryWeight::n, "Output features (rows of W).")
       .def_prop_ro("k", &PyTernaryWeight::k, "Input features (columns of W, a multiple of 128).")
       .def_prop_ro("key", &PyTernaryWeight::key, "The cache key it was uploaded under.")
+      .def_prop_ro("upload_id", &PyTernaryWeight::upload_id,
+                   "Process-unique number of this upload: a key released and uploaded again names a new weight with a "
+                   "new upload_id.")
       .def_prop_ro("nbytes", &PyTernaryWeight::nbytes, "Packed bytes held (codes and scales, 2.125 bits a weight).")
       .def_prop_ro("device", &PyTernaryWeight::device, "'cpu' or 'cuda:N'.")
       .def("__repr__", [](const PyTernaryWeight& w) {
@@ -208,95 +581,106 @@ NB_MODULE(_llmm, m) {
       });
   m.def(
       "tq2_upload",
-      [](nb::bytes aos, std::int64_t n, std::int64_t k, std::uint64_t key, nb::ndarray<> device_like) {
-        View v = view_of(device_like, "device_like");
-        Context& ctx = context_for(v, 0);
-        return PyTernaryWeight{cache_for(ctx).get_or_upload(key, aos.c_str(), aos.size(), n, k)};
+      [](nb::handle aos, nb::handle n_, nb::handle k_, nb::handle key_, nb::handle device) {
+        constexpr const char* op = "llmm.upload_tq2";
+        Blob b = blob_arg(aos, op, "aos");
+        const std::int64_t n = size_arg(n_, op, "n"), k = size_arg(k_, op, "k");
+        const std::uint64_t key = uint_arg(key_, op, "key", kU64Max, "uint64");
+        Where w = where_arg(device, op, "device", false);
+        Context& ctx = context_for(w.kind, w.index, 0, op, "device");
+        return PyTernaryWeight{cache_for(ctx).get_or_upload(key, b.data, b.size, n, k)};
       },
-      nb::arg("aos"), nb::arg("n"), nb::arg("k"), nb::arg("key"), nb::arg("device_like"),
-      "Converts and uploads AoS bytes once per key to device_like's device (the per-device cache). Low level: use "
-      "llmm.upload_tq2.");
+      nb::arg("aos").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("key").none(), nb::arg("device").none(),
+      "Converts and uploads AoS bytes once per key to device ('cpu', 'cuda:N' or an array there): the per-device "
+      "cache. Low level: use llmm.upload_tq2.");
   m.def(
       "tq2_evict",
-      [](std::uint64_t key, nb::ndarray<> device_like) {
-        View v = view_of(device_like, "device_like");
-        return cache_for(context_for(v, 0)).evict(key);
+      [](nb::handle key_, nb::handle device) {
+        constexpr const char* op = "llmm.tq2_evict";
+        const std::uint64_t key = uint_arg(key_, op, "key", kU64Max, "uint64");
+        Where w = where_arg(device, op, "device", false);
+        return cache_for(context_for(w.kind, w.index, 0, op, "device")).evict(key);
       },
-      nb::arg("key"), nb::arg("device_like"),
-      "Drops key from device_like's ternary-weight cache (live TernaryWeight objects keep their memory). True if it "
-      "was cached.");
+      nb::arg("key").none(), nb::arg("device").none(),
+      "Drops key from the device's ternary-weight cache, whatever upload it holds (live TernaryWeight objects keep "
+      "their memory). True if it was cached. Prefer tq2_release(weight).");
+  m.def(
+      "tq2_release",
+      [](nb::handle weight) {
+        constexpr const char* op = "llmm.release_tq2";
+        const PyTernaryWeight& w = weight_arg(weight, op);
+        Context& ctx = context_for(w.handle->device(), w.handle->device_index(), 0, op, "weight");
+        return cache_for(ctx).evict(w.handle);
+      },
+      nb::arg("weight").none(),
+      "Drops weight from its device's cache only while the cache still holds that very upload (a stale handle never "
+      "evicts a later upload under the same key). True if it evicted.");
   m.def(
       "gemm_tq2",
-      [](const PyTernaryWeight& w, nb::ndarray<> x, nb::ndarray<> out, const std::string& precision,
-         const std::string& route, std::uintptr_t stream) {
-        View vx = view_of(x, "x"), vo = view_of(out, "out");
+      [](nb::handle weight, nb::handle x, nb::handle out, nb::handle precision, nb::handle route, nb::handle stream) {
+        constexpr const char* op = "llmm.gemm_tq2";
+        const PyTernaryWeight& w = weight_arg(weight, op);
+        Arr vx = input_arg(x, op, "x"), vo = output_arg(out, op, "out");
         Tq2Options o;
-        o.precision = precision_of(precision), o.force_route = tq2_route_of(route);
-        Context& ctx = context_for(vo, stream);
-        return receipt_dict(gemm_tq2(ctx, w.handle, vx, vo, o));
+        o.precision = precision_of(precision, op), o.force_route = tq2_route_of(route, op);
+        Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(gemm_tq2(ctx, w.handle, vx.v, vo.v, o));
       },
-      nb::arg("weight"), nb::arg("x"), nb::arg("out"), nb::arg("precision") = "exact", nb::arg("route") = "auto",
-      nb::arg("stream") = 0,
+      nb::arg("weight").none(), nb::arg("x").none(), nb::arg("out").none(), nb::arg("precision").none() = "exact", nb::arg("route").none() = "auto",
+      nb::arg("stream").none() = 0,
       "out[m, n] = x[m, k] @ W[n, k]^T on out's device and the given stream; returns the receipt. Low level: use "
       "llmm.gemm_tq2.");
 
   m.def(
       "plan_tq2",
-      [](std::int64_t m_, std::int64_t n, std::int64_t k, nb::ndarray<> like, const std::string& out_dtype,
-         const std::string& precision, const std::string& route) {
-        View v = view_of(like, "like");
-        Context& ctx = context_for(v, 0);
-        if (m_ < 0 || n < 1 || k < 128 || k % 128 != 0)
-          fail(ErrorCode::InvalidArgument, "plan_tq2: needs m >= 0, n >= 1 and k a positive multiple of 128, got m ", m_,
-               ", n ", n, ", k ", k);
-        if (v.dtype != DType::F32 && v.dtype != DType::F16 && v.dtype != DType::BF16)
-          fail(ErrorCode::InvalidArgument, "plan_tq2: the input dtype must be f32, f16 or bf16, got ", dtype_name(v.dtype));
-        const DType out = out_dtype == "f32" ? DType::F32 : v.dtype;
-        if (out_dtype != "f32" && out_dtype != dtype_name(v.dtype))
-          fail(ErrorCode::InvalidArgument, "plan_tq2: out_dtype must be f32 or the input's ", dtype_name(v.dtype), ", got ",
-               out_dtype);
+      [](nb::handle m_, nb::handle n_, nb::handle k_, nb::handle like, nb::handle out_dtype_, nb::handle precision,
+         nb::handle route) {
+        constexpr const char* op = "llmm.plan_tq2";
+        const std::int64_t mm = size_arg(m_, op, "m"), n = size_arg(n_, op, "n"), k = size_arg(k_, op, "k");
+        Where w = where_arg(like, op, "like", true);
+        Context& ctx = context_for(w.kind, w.index, 0, op, "like");
+        const std::string out_dtype = str_arg(out_dtype_, op, "out_dtype");
         Tq2Options o;
-        o.precision = precision_of(precision);
-        o.force_route = plan_tq2(m_, n, k, v.dtype, ctx.arch(), tq2_route_of(route));
+        o.precision = precision_of(precision, op);
+        const Tq2Route forced = tq2_route_of(route, op);
+        o.force_route = plan_tq2(mm, n, k, w.dtype, ctx.arch(), forced);  // refuses bad sizes and dtypes
+        if (out_dtype != "f32" && out_dtype != dtype_name(w.dtype))
+          fail(ErrorCode::InvalidArgument, "plan_tq2: out_dtype must be f32 or the input's ", dtype_name(w.dtype), ", got ",
+               out_dtype);
+        const DType out = out_dtype == "f32" ? DType::F32 : w.dtype;
         nb::dict d;
         d["route"] = std::string(tq2_route_name(o.force_route));
-        d["workspace_bytes"] = tq2_workspace_bytes(m_, n, k, v.dtype, out, o);
+        d["workspace_bytes"] = tq2_workspace_bytes(mm, n, k, w.dtype, out, o);
         return d;
       },
-      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("like"), nb::arg("out_dtype") = "f32",
-      nb::arg("precision") = "exact", nb::arg("route") = "auto",
-      "The ternary route gemm_tq2 takes for x [m, k] with like's dtype on like's device, and the device workspace "
-      "it needs: {route, workspace_bytes}. Pure.");
+      nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("like").none(), nb::arg("out_dtype").none() = "f32",
+      nb::arg("precision").none() = "exact", nb::arg("route").none() = "auto",
+      "The ternary route gemm_tq2 takes for x [m, k] with like's dtype on like's device (like: an array, or 'cpu' / "
+      "'cuda:N' for float32), and the device workspace it needs: {route, workspace_bytes}. Pure.");
 
   // Expert-ID matmul.
-  auto params_of = [](std::uint32_t m_, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t n_experts,
-                      std::uint64_t expert_stride_bytes, const std::string& layout, bool may_repeat,
-                      const std::string& route, DType in_dtype, DType out_dtype) {
-    MatmulIdParams p;
-    p.m = m_, p.n = n, p.k = k, p.top_k = top_k, p.n_experts = n_experts, p.expert_stride_bytes = expert_stride_bytes;
-    if (layout == "shared") p.input_layout = MatmulIdInputLayout::SharedPerToken;
-    else if (layout == "slotted") p.input_layout = MatmulIdInputLayout::Slotted;
-    else fail(ErrorCode::InvalidArgument, "matmul_id: layout must be 'shared' or 'slotted', got '", layout, "'");
-    p.id_multiplicity = may_repeat ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
-    if (route == "direct") p.route = MatmulIdRoute::Direct;
-    else if (route == "grouped") p.route = MatmulIdRoute::GroupedPrefill;
-    else fail(ErrorCode::InvalidArgument, "matmul_id: route must be 'direct' or 'grouped', got '", route, "'");
-    p.input_dtype = in_dtype, p.output_dtype = out_dtype;
-    return p;
-  };
   m.def(
       "matmul_id_capability",
-      [params_of](const std::string& weight_dtype, std::uint32_t m_, std::uint32_t n, std::uint32_t k, std::uint32_t top_k,
-                  std::uint32_t n_experts, std::uint64_t expert_stride_bytes, const std::string& layout, bool may_repeat,
-                  const std::string& route, const std::string& input_dtype, const std::string& output_dtype) {
-        auto dt = [](const std::string& s) {
-          for (DType t : {DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32})
-            if (s == dtype_name(t)) return t;
-          fail(ErrorCode::InvalidArgument, "llmm: unknown dtype '", s, "'");
-        };
-        MatmulIdCapability c = matmul_id_capability(
-            dt(weight_dtype), params_of(m_, n, k, top_k, n_experts, expert_stride_bytes, layout, may_repeat, route,
-                                        dt(input_dtype), dt(output_dtype)));
+      [](nb::handle weight_dtype, nb::handle m_, nb::handle n, nb::handle k, nb::handle top_k, nb::handle n_experts,
+         nb::handle expert_stride_bytes, nb::handle layout, nb::handle may_repeat, nb::handle route,
+         nb::handle input_dtype, nb::handle output_dtype, nb::handle ids_dtype, nb::handle input_token_stride,
+         nb::handle input_slot_stride) {
+        constexpr const char* op = "llmm.matmul_id_capability";
+        const DType wd = dtype_code_of(weight_dtype, op, "weight_dtype");
+        MatmulIdParams p = sizes_params(op, m_, n, k, top_k, n_experts);
+        p.expert_stride_bytes = uint_arg(expert_stride_bytes, op, "expert_stride_bytes", kU64Max, "uint64");
+        p.input_layout = layout_of(layout, op);
+        p.id_multiplicity =
+            bool_arg(may_repeat, op, "may_repeat") ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
+        p.route = matmul_id_route_of(route, op);
+        p.input_dtype = dtype_code_of(input_dtype, op, "input_dtype");
+        p.output_dtype = dtype_code_of(output_dtype, op, "output_dtype");
+        p.ids_dtype = dtype_code_of(ids_dtype, op, "ids_dtype");
+        if (!input_token_stride.is_none())
+          p.input_token_stride = uint_arg(input_token_stride, op, "input_token_stride", kU64Max, "uint64");
+        if (!input_slot_stride.is_none())
+          p.input_slot_stride = uint_arg(input_slot_stride, op, "input_slot_stride", kU64Max, "uint64");
+        MatmulIdCapability c = matmul_id_capability(wd, p);
         nb::dict d;
         d["schema_version"] = c.schema_version;
         d["route"] = std::string(matmul_id_route_name(c.route));
@@ -310,56 +694,74 @@ NB_MODULE(_llmm, m) {
         }
         return d;
       },
-      nb::arg("weight_dtype"), nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("top_k"), nb::arg("n_experts"),
-      nb::arg("expert_stride_bytes"), nb::arg("layout") = "shared", nb::arg("may_repeat") = false,
-      nb::arg("route") = "direct", nb::arg("input_dtype") = "f32", nb::arg("output_dtype") = "f32",
-      "Exact byte extents of a matmul_id call (weights, input, ids, output, grouped scratch), or llmm.Error. Pure.");
+      nb::arg("weight_dtype").none(), nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("top_k").none(), nb::arg("n_experts").none(),
+      nb::arg("expert_stride_bytes").none(), nb::arg("layout").none() = "shared", nb::arg("may_repeat").none() = false,
+      nb::arg("route").none() = "direct", nb::arg("input_dtype").none() = "f32", nb::arg("output_dtype").none() = "f32",
+      nb::arg("ids_dtype").none() = "u32", nb::arg("input_token_stride").none() = nb::none(), nb::arg("input_slot_stride").none() = nb::none(),
+      "Exact byte extents of a matmul_id call (weights, input, ids, output, grouped scratch), or llmm.Error. Pure. "
+      "Dtypes are llmm codes: f32, f16, bf16 (data), u32, i32, i64 (ids); input strides in elements (None: dense).");
 
   m.def(
       "suggest_matmul_id_route",
-      [params_of](std::uint32_t m_, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t n_experts,
-                  nb::ndarray<> like, bool may_repeat) {
-        View v = view_of(like, "like");
-        MatmulIdParams p = params_of(m_, n, k, top_k, n_experts, 0, "shared", may_repeat, "direct", v.dtype, DType::F32);
-        return suggest_matmul_id_route(p, context_for(v, 0).arch()) == MatmulIdRoute::Direct ? "direct" : "grouped";
+      [](nb::handle m_, nb::handle n, nb::handle k, nb::handle top_k, nb::handle n_experts, nb::handle like,
+         nb::handle may_repeat) {
+        constexpr const char* op = "llmm.suggest_matmul_id_route";
+        MatmulIdParams p = sizes_params(op, m_, n, k, top_k, n_experts);
+        Where w = where_arg(like, op, "like", true);
+        p.id_multiplicity =
+            bool_arg(may_repeat, op, "may_repeat") ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
+        p.input_dtype = w.dtype;
+        return suggest_matmul_id_route(p, context_for(w.kind, w.index, 0, op, "like").arch()) == MatmulIdRoute::Direct
+                   ? "direct"
+                   : "grouped";
       },
-      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("top_k"), nb::arg("n_experts"), nb::arg("like"),
-      nb::arg("may_repeat") = false,
+      nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("top_k").none(), nb::arg("n_experts").none(), nb::arg("like").none(),
+      nb::arg("may_repeat").none() = false,
       "The matmul_id route ('direct' or 'grouped') calibrated as fastest for these sizes on like's device. Pure; "
       "it cannot see the routing (hot experts favour 'grouped' earlier).");
 
   nb::class_<MatmulIdScratch>(m, "MatmulIdScratch",
                               "Scratch of matmul_id's grouped route on one device (from llmm.matmul_id_scratch).")
+      .def("__init__", [](MatmulIdScratch*, nb::args, nb::kwargs) {
+        type_error("llmm.MatmulIdScratch cannot be created directly: use llmm.matmul_id_scratch");
+      })
       .def_prop_ro("max_experts", &MatmulIdScratch::max_experts, "Experts it has room for.")
-      .def_prop_ro("max_tokens", &MatmulIdScratch::max_tokens, "Tokens it has room for.");
+      .def_prop_ro("max_tokens", &MatmulIdScratch::max_tokens, "Tokens it has room for.")
+      .def_prop_ro("max_top_k", &MatmulIdScratch::max_top_k,
+                   "Slots per token it has room for: a call needs m * top_k <= max_tokens * max_top_k.");
   m.def(
       "matmul_id_scratch",
-      [](std::uint32_t max_experts, std::uint32_t max_tokens, nb::ndarray<> device_like) {
-        View v = view_of(device_like, "device_like");
-        return std::make_unique<MatmulIdScratch>(context_for(v, 0), max_experts, max_tokens);
+      [](nb::handle max_experts, nb::handle max_tokens, nb::handle device, nb::handle max_top_k) {
+        constexpr const char* op = "llmm.matmul_id_scratch";
+        const std::uint32_t e = u32_arg(max_experts, op, "max_experts"), t = u32_arg(max_tokens, op, "max_tokens");
+        const std::uint32_t s = u32_arg(max_top_k, op, "max_top_k");
+        Where w = where_arg(device, op, "device", false);
+        return std::make_unique<MatmulIdScratch>(context_for(w.kind, w.index, 0, op, "device"), e, t, s);
       },
-      nb::arg("max_experts"), nb::arg("max_tokens"), nb::arg("device_like"),
-      "Allocates grouped-route scratch on device_like's device. Low level: use llmm.matmul_id_scratch.");
+      nb::arg("max_experts").none(), nb::arg("max_tokens").none(), nb::arg("device").none(), nb::arg("max_top_k").none() = 0,
+      "Allocates grouped-route scratch on device ('cpu', 'cuda:N' or an array there) for max_tokens x max_top_k "
+      "routed rows (max_top_k 0: max_experts). Low level: use llmm.matmul_id_scratch.");
   m.def(
       "matmul_id",
-      [params_of](nb::ndarray<> weights, nb::ndarray<> x, nb::ndarray<> ids, nb::ndarray<> out, std::uint32_t top_k,
-                  std::uint32_t n_experts, std::uint64_t expert_stride_bytes, const std::string& layout, bool may_repeat,
-                  const std::string& route, MatmulIdScratch* scratch, const std::string& precision, std::uintptr_t stream) {
-        View w = view_of(weights, "weights"), vx = view_of(x, "x"), vid = view_of(ids, "ids", true), vo = view_of(out, "out");
-        if (vo.rank != 3) fail(ErrorCode::InvalidArgument, "matmul_id: out must be [m, top_k, n], got ", vo.describe());
-        if (vx.rank != 2) fail(ErrorCode::InvalidArgument, "matmul_id: x must be rank 2, got ", vx.describe());
-        MatmulIdParams p = params_of(static_cast<std::uint32_t>(vo.dim(0)), static_cast<std::uint32_t>(vo.dim(2)),
-                                     static_cast<std::uint32_t>(vx.dim(1)), top_k, n_experts, expert_stride_bytes, layout,
-                                     may_repeat, route, vx.dtype, vo.dtype);
+      [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
+         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle stream) {
+        constexpr const char* op = "llmm.matmul_id";
+        Arr w = input_arg(weights, op, "weights"), vx = input_arg(x, op, "x"), vid = input_arg(ids, op, "ids");
+        Arr vo = output_arg(out, op, "out");
+        const MatmulIdInputLayout l = layout_of(layout, op);
+        const MatmulIdMultiplicity mult =
+            bool_arg(may_repeat, op, "may_repeat") ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
+        const MatmulIdRoute r = matmul_id_route_of(route, op);
+        MatmulIdScratch* s = scratch_arg(scratch, op);
         MatmulIdOptions o;
-        o.precision = precision_of(precision);
-        Context& ctx = context_for(vo, stream);
-        return receipt_dict(llmm::matmul_id(ctx, w, vx, vid, vo, scratch, p, o));
+        o.precision = precision_of(precision, op);
+        Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(llmm::matmul_id(ctx, w.v, vx.v, vid.v, vo.v, s, l, mult, r, o));
       },
-      nb::arg("weights"), nb::arg("x"), nb::arg("ids"), nb::arg("out"), nb::arg("top_k"), nb::arg("n_experts"),
-      nb::arg("expert_stride_bytes"), nb::arg("layout") = "shared", nb::arg("may_repeat") = false,
-      nb::arg("route") = "direct", nb::arg("scratch") = nb::none(), nb::arg("precision") = "exact",
-      nb::arg("stream") = 0,
-      "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream; returns the receipt. Low "
-      "level: use llmm.matmul_id.");
+      nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
+      nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
+      nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
+      "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream, every size read off the "
+      "views (weights [E, n, k], x [m, k] / [m * top_k, k] / [m, top_k, k], ids [m, top_k] u32/i32/i64, out "
+      "[m, top_k, n]); returns the receipt. Low level: use llmm.matmul_id.");
 }

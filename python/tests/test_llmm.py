@@ -105,7 +105,8 @@ def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
         llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_fast")
     assert llmm.suggest_matmul_id_route(1, 768, 2048, 8, 128, "cpu") == "direct"
     assert llmm.suggest_matmul_id_route(4096, 768, 2048, 8, 128, "cpu") == "grouped"
-    assert llmm.suggest_matmul_id_route(4096, 768, 2048, 8, 128, "cpu", may_repeat=True) == "direct"
+    # the grouped route is correct for repeated ids too: may_repeat no longer forces "direct"
+    assert llmm.suggest_matmul_id_route(4096, 768, 2048, 8, 128, "cpu", may_repeat=True) == "grouped"
 
 
 def test_ternary_roundtrip_and_gemm():
@@ -156,7 +157,7 @@ def test_matmul_id_numpy(route, layout):
 def test_matmul_id_capability_and_refusals():
     c = llmm.matmul_id_capability("f32", 9, 7, 35, 2, 4, 7 * 35 * 4, route="grouped")
     assert (c["weight_bytes"], c["input_bytes"], c["ids_bytes"], c["output_bytes"]) == (3920, 1260, 72, 504)
-    assert (c["scratch_counts_bytes"], c["scratch_rows_bytes"]) == (16, 144)
+    assert (c["scratch_counts_bytes"], c["scratch_rows_bytes"]) == (16, 72)  # compact: m * top_k u32 rows
     with pytest.raises(llmm.Error, match="expert stride 12 is smaller than one 28-byte matrix"):
         llmm.matmul_id_capability("f32", 1, 1, 7, 1, 2, 12)
     with pytest.raises(llmm.Error, match="grouped prefill requires caller-owned scratch"):

@@ -202,6 +202,10 @@ def test_matmul_id(device, route, layout):
     if hasattr(torch, "uint32"):  # uint32 ids give the same result
         y32 = T.matmul_id(w, x, ids.to(torch.uint32), layout=layout, route=route)
         assert torch.equal(y32, y)
+    y64 = T.matmul_id(w, x, ids.long(), layout=layout, route=route)  # int64 (torch.topk's): read as they are
+    assert torch.equal(y64, y)
+    assert torch.equal(llmm.matmul_id(w, x, ids.long(), layout=layout, route=route,
+                                      scratch=llmm.matmul_id_scratch(6, 9, dev) if route == "grouped" else None), y)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -212,16 +216,22 @@ def test_matmul_id_out_dtype_and_ids_dtype(device):
     assert y.dtype == torch.bfloat16
     want, scale = moe_ref(w, x, ids, "shared")
     check(y, want, 1.6e-2, scale)
-    with pytest.raises(llmm.Error, match=r"ids must be int32 or uint32, got torch.int64 \(use ids.to\(torch.int32\)\)"):
-        T.matmul_id(w, x, ids.long())
-    with pytest.raises(llmm.Error, match="ids must be uint32 or int32"):  # the plain API says it too
-        llmm.matmul_id(w, x, ids.long())
-    with pytest.raises(llmm.Error, match=r"weights must be \[E, n, k\] and ids \[m, top_k\]"):
+    # int64 ids (torch.topk's) are taken as they are; negative and >= 2^32 ids give zero rows
+    ids64 = ids.long()
+    ids64[0, 0], ids64[1, 1] = -1, (1 << 32) + 1
+    y64 = T.matmul_id(w, x, ids64, out_dtype=torch.bfloat16)
+    assert (y64[0, 0] == 0).all() and (y64[1, 1] == 0).all()
+    assert torch.equal(y64[2:], y[2:])
+    with pytest.raises(llmm.Error, match=r"ids must be int32, int64 or uint32, got torch.int16"):
+        T.matmul_id(w, x, ids.short())
+    with pytest.raises(llmm.Error, match="ids has dtype int16, which llmm does not take"):  # the plain API too
+        llmm.matmul_id(w, x, ids.short())
+    with pytest.raises(llmm.Error, match=r"weights must be \[E, n, k\], ids \[m, top_k\]"):
         T.matmul_id(w, x, ids.reshape(-1))
-    # at trace time too: torch.compile refuses int64 ids before anything runs
+    # at trace time too: torch.compile refuses int16 ids before anything runs
     f = torch.compile(lambda w, x, i: T.matmul_id(w, x, i), fullgraph=True, backend="eager")
-    with pytest.raises(Exception, match="ids must be int32 or uint32, got torch.int64"):
-        f(w, x, ids.long())
+    with pytest.raises(Exception, match="ids must be int32, int64 or uint32, got torch.int16"):
+        f(w, x, ids.short())
 
 
 def test_matmul_id_grouped_scratch_grows_per_stream_key():
@@ -233,7 +243,7 @@ def test_matmul_id_grouped_scratch_grows_per_stream_key():
     w2, x2, ids2 = moe_case("cpu", m=40, e=10)
     y = T.matmul_id(w2, x2, ids2, route="grouped")
     s_big = T._scratch[("cpu", 0)]
-    assert (s_small.max_experts, s_small.max_tokens) == (6, 4)
+    assert (s_small.max_experts, s_small.max_tokens, s_small.max_top_k) == (6, 4, 2)
     assert s_big is not s_small and (s_big.max_experts, s_big.max_tokens) == (10, 64)  # tokens: next power of 2
     assert s_small in T._retired  # kept alive: kernels enqueued before the growth may still use it
     T.matmul_id(w, x, ids, route="grouped")  # smaller again: reused, not shrunk
@@ -326,6 +336,13 @@ def test_gemm_tq2_key_and_shape_refusals():
     assert not llmm.release_tq2(weight)
     # the released handle itself still works (the Python object keeps the memory alive)
     check(llmm.gemm_tq2(weight, x), mm64(x, w.T), 1e-5, mm_scale(x, w.T))
+    # a stale handle never releases a later upload under its key: the op still finds the new one
+    w2 = ternary_weight(48, 256, "cpu", seed=4)[0]
+    again = llmm.upload_tq2(llmm.quantize_tq2(w2, "absmax"), 48, 256, key=weight.key)
+    assert again.upload_id != weight.upload_id
+    assert not llmm.release_tq2(weight)
+    check(torch.ops.llmm.gemm_tq2(x, weight.key, 48), mm64(x, w2.T), 1e-5, mm_scale(x, w2.T))
+    assert llmm.release_tq2(again)
 
 
 def test_ternary_linear_module():
@@ -356,6 +373,7 @@ def opcheck_cases(dev):
         (torch.ops.llmm.matmul_id.default, (w, x, ids), {}),
         (torch.ops.llmm.matmul_id.default, (ws, xs, idss), {"layout": "slotted", "route": "grouped"}),
         (torch.ops.llmm.matmul_id.default, (w.half(), x.half(), ids), {"out_dtype": torch.float16}),
+        (torch.ops.llmm.matmul_id.default, (w, x, ids.long()), {"route": "grouped"}),
         (torch.ops.llmm.gemm_tq2.default, (rand(3, 128, device=dev), weight.key, 32), {}),
         (torch.ops.llmm.gemm_tq2.default, (rand(17, 128, dtype=torch.float16, device=dev), weight.key, 32),
          {"out_dtype": torch.float16}),
@@ -377,7 +395,7 @@ class MoeBlock(torch.nn.Module):
     """x -> ternary projection (gemm_tq2) -> router (matmul) -> top-k -> experts (matmul_id) -> combine."""
 
     def __init__(self, device, hidden=128, inter=48, experts=8, top_k=2, route="direct", dtype=torch.float32,
-                 requires_grad=False):
+                 requires_grad=False, ids_dtype=torch.int32):
         super().__init__()
         g = torch.Generator().manual_seed(11)
         self.proj_source = torch.randn(hidden, hidden, generator=g) * 0.05
@@ -386,13 +404,13 @@ class MoeBlock(torch.nn.Module):
                                          requires_grad=requires_grad)
         self.experts = torch.nn.Parameter((torch.randn(experts, inter, hidden, generator=g) * 0.05).to(device, dtype),
                                           requires_grad=requires_grad)
-        self.top_k, self.route = top_k, route
+        self.top_k, self.route, self.ids_dtype = top_k, route, ids_dtype
 
     def forward(self, x):
         h = self.proj(x)                                          # llmm::gemm_tq2
         logits = T.matmul(h.float(), self.router.t())             # llmm::matmul on a transposed view
         top = torch.topk(logits, self.top_k, dim=-1)
-        ids = top.indices.to(torch.int32)
+        ids = top.indices if self.ids_dtype == torch.int64 else top.indices.to(self.ids_dtype)
         gate = torch.softmax(top.values, dim=-1)
         y = T.matmul_id(self.experts, h, ids, route=self.route)   # llmm::matmul_id, [m, top_k, inter] f32
         return (y * gate[..., None]).sum(dim=1)
@@ -433,6 +451,13 @@ def test_compile_fullgraph_traces_all_three_ops():
 def test_compile_fullgraph_cpu(backend, route):
     block = MoeBlock("cpu", route=route)
     compiled_matches_eager(block, [rand(16, 128), rand(16, 128, seed=4)], backend=backend)
+
+
+@pytest.mark.parametrize("route", ["direct", "grouped"])
+def test_compile_fullgraph_int64_topk_ids(route):
+    # torch.topk's int64 indices go to llmm::matmul_id as they are (no conversion in the graph)
+    block = MoeBlock("cpu", route=route, ids_dtype=torch.int64)
+    compiled_matches_eager(block, [rand(16, 128), rand(7, 128, seed=5)], backend="aot_eager")
 
 
 def test_compile_fullgraph_inductor_cpu():
