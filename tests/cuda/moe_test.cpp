@@ -268,3 +268,34 @@ TEST(MoeGpu, NonFiniteInputsPropagateOnEveryRouteAndMath) {
           EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
         }
 }
+
+// The grouped route's map is a stable counting sort for any ids: counts per expert and each
+// expert's rows in increasing routed-row order, the experts one after another; checked against
+// the host on sizes that cross warp segments, up to the 1024-expert limit (128 KiB of shared
+// memory), with repeats and out-of-range i64 ids.
+TEST(MoeGpu, MapIsAStableCountingSort) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  struct S { std::uint32_t m, top_k, e; };
+  std::uint64_t seed = 900;
+  for (S s : {S{1, 1, 1}, S{31, 1, 8}, S{33, 2, 1000}, S{4097, 8, 1024}, S{9000, 8, 64}})
+    for (Routing routing : {Routing::Zipf, Routing::Repeats}) {
+      MoeCase c;
+      c.p.m = s.m, c.p.n = 8, c.p.k = 8, c.p.top_k = s.top_k, c.p.n_experts = s.e, c.p.route = MatmulIdRoute::GroupedPrefill;
+      c.w_dtype = DType::F32, c.ids_dtype = DType::I64, c.routing = routing, c.out_of_range_every = 7, c.seed = ++seed;
+      MatmulIdScratch scratch(ctx, s.e, s.m, s.top_k);
+      MoeOutcome o = run_moe_case(ctx, c, &scratch);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+      const std::vector<std::int64_t> ids = make_ids(c);
+      std::vector<std::uint32_t> counts(s.e), rows(ids.size());
+      copy_to_host(counts.data(), scratch.counts(), counts.size() * 4);
+      copy_to_host(rows.data(), scratch.rows(), rows.size() * 4);
+      std::vector<std::uint32_t> want_counts(s.e, 0), want_rows;
+      for (std::uint32_t e = 0; e < s.e; ++e)
+        for (std::size_t r = 0; r < ids.size(); ++r)
+          if (ids[r] == e) ++want_counts[e], want_rows.push_back(static_cast<std::uint32_t>(r));
+      EXPECT_EQ(counts, want_counts) << c.describe();
+      rows.resize(want_rows.size());
+      EXPECT_EQ(rows, want_rows) << c.describe();
+    }
+}

@@ -42,14 +42,13 @@ std::int64_t moe_direct_tiles(const MoeArgs& args) noexcept;
 std::string moe_direct_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------
-// map: one block of kMoeMapThreads threads sorts the routed rows by expert (histogram, scan,
-// then a scan of the ids in order, one warp ranking 32 ids per step with __match_any_sync), so
-// each expert's rows come out in increasing routed-row order without order-dependent atomics,
-// for any ids; extra blocks write the zero rows of out-of-range ids.
+// map: one block of kMoeMapThreads threads sorts the routed rows by expert (a stable counting
+// sort: per-warp counters over contiguous segments, a scan, a scatter ranked with
+// __match_any_sync), so each expert's rows come out in increasing routed-row order without
+// order-dependent atomics, for any ids; extra blocks write the zero rows of out-of-range ids.
 
 inline constexpr int kMoeMapThreads = 1024;
-inline constexpr int kMoeMapChunk = 4096;      // ids staged in shared memory per step
-inline constexpr int kMoeMapMaxExperts = 1024;  // per-expert counters held in shared memory
+inline constexpr int kMoeMapMaxExperts = 1024;  // 32 warps x 1024 counters: 128 KiB of shared memory
 inline constexpr int kMoeMapMaxZeroBlocks = 256;
 
 // The most experts the map (and grouped) kernels support: 1024.

@@ -1,19 +1,23 @@
 // moe_map: the row map of the grouped route (a stable counting sort of the routed rows by
 // expert), plus the zero rows of out-of-range ids.
 //
-// Block 0 (1024 threads):
-//   1. histogram: every warp reads 32 ids at a time (coalesced); lanes with the same expert
-//      find each other with __match_any_sync and the lowest one adds their number to the
-//      expert's count in shared memory (integer adds: the same counts on every run);
-//   2. exclusive scan of the counts -> each expert's first position in `rows`;
-//   3. scatter in increasing routed-row order: ids are staged into shared memory a chunk of
-//      4096 at a time (double-buffered: the other 31 warps stage chunk c+1 while warp 0 ranks
-//      chunk c), and warp 0 ranks 32 ids per step: a lane's position is its expert's next free
-//      slot plus the number of lower lanes with the same id, and the lowest such lane advances
-//      the slot. No atomics in the positions, so `rows` is the same on every run.
-// Every in-range routed row lands exactly once whatever the ids repeat, so the lists need
-// m * top_k words in all (row_capacity). Blocks 1.. zero the output rows of out-of-range ids
-// (one warp per routed row, grid-stride).
+// Block 0 (1024 threads, 32 warps) sorts with per-warp counters, all warps at once: warp w owns
+// the contiguous segment w of the routed rows and a row of counters cnt[w][e] in shared memory.
+//   1. histogram: each warp reads its segment 32 ids a step (coalesced); lanes with the same
+//      expert find each other with __match_any_sync and the lowest adds their number to the
+//      warp's own counter (no other warp touches it: no atomics);
+//   2. thread e walks expert e's column over the warps (exclusive prefix: where warp w's rows of
+//      e go among e's rows) and the block scans the experts' totals: cnt[w][e] becomes the
+//      first position of warp w's rows of expert e in `rows`; counts[e] is written;
+//   3. scatter: each warp walks its segment again, a lane's position being its warp's next
+//      slot for its expert plus the number of lower lanes with the same id.
+// Every in-range routed row lands exactly once, in increasing routed-row order per expert
+// (segments in order, rows in order inside a segment), whatever the ids repeat; the same on
+// every run. The lists need m * top_k words in all (row_capacity). Shared memory: 32 x n_experts
+// u32 (dynamic; 128 KiB at the 1024-expert limit). Blocks 1.. zero the output rows of
+// out-of-range ids (one warp per routed row, grid-stride).
+// (Until 2026-11-30 one warp ranked every id serially: 300 us for the 32768 routed rows of
+// Qwen3 at m = 4096, 15-23% of the grouped route; docs/performance.md.)
 #include <algorithm>
 
 #include "cuda/moe/launch.hpp"
@@ -23,6 +27,9 @@ namespace llmm::cuda_moe {
 namespace {
 
 constexpr int kWarps = kMoeMapThreads / 32;
+
+// Dynamic shared memory of the sorting block: the per-warp counters.
+std::size_t map_smem_bytes(std::int64_t n_experts) { return static_cast<std::size_t>(kWarps) * n_experts * 4; }
 
 __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
   const int tid = static_cast<int>(threadIdx.x);
@@ -38,25 +45,38 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
     return;
   }
 
-  __shared__ std::uint32_t s_next[kMoeMapMaxExperts];  // counts, then each expert's next position
+  extern __shared__ std::uint32_t s_cnt[];  // [kWarps][n_experts]
   __shared__ std::uint32_t s_warp_sum[kWarps];
-  __shared__ std::uint32_t s_ids[2][kMoeMapChunk];
   const int n_experts = static_cast<int>(a.n_experts);
-  for (int e = tid; e < n_experts; e += kMoeMapThreads) s_next[e] = 0;
+  for (int i = tid; i < kWarps * n_experts; i += kMoeMapThreads) s_cnt[i] = 0;
   __syncthreads();
 
-  // --- 1. Histogram (warp-uniform loop bounds: __match_any_sync needs the whole warp).
+  const std::int64_t seg = (routed + kWarps - 1) / kWarps;
+  const std::int64_t lo = min(routed, warp * seg), hi = min(routed, lo + seg);
+  std::uint32_t* const mine = s_cnt + warp * n_experts;
   const std::uint32_t lower_lanes = (1u << lane) - 1u;
-  for (std::int64_t base = static_cast<std::int64_t>(warp) * 32; base < routed; base += kMoeMapThreads) {
-    const std::int64_t r = base + lane;
-    const std::uint32_t x = r < routed ? dev::expert_of(a, r) : kNoExpert;
+  // The warp's next id, loaded a step ahead so the global load overlaps the ranking.
+  auto id_at = [&](std::int64_t r) { return r < hi ? dev::expert_of(a, r) : kNoExpert; };
+
+  // --- 1. Per-warp histogram (warp-uniform loop bounds: __match_any_sync needs the whole warp).
+  std::uint32_t x = id_at(lo + lane);
+  for (std::int64_t base = lo; base < hi; base += 32) {
+    const std::uint32_t next = id_at(base + 32 + lane);
     const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
-    if (x != kNoExpert && (peers & lower_lanes) == 0) atomicAdd(&s_next[x], static_cast<std::uint32_t>(__popc(peers)));
+    if (x != kNoExpert && (peers & lower_lanes) == 0) mine[x] += static_cast<std::uint32_t>(__popc(peers));
+    x = next;
   }
   __syncthreads();
 
-  // --- 2. Counts out, exclusive scan in place (one expert per thread; n_experts <= 1024): a
-  // warp scan, then warp 0 scans the warps' totals.
+  // --- 2. Positions: thread e walks expert e's column, then the block scans the experts' totals.
+  std::uint32_t count = 0;
+  if (tid < n_experts)
+    for (int w = 0; w < kWarps; ++w) {
+      const std::uint32_t c = s_cnt[w * n_experts + tid];
+      s_cnt[w * n_experts + tid] = count;  // rows of expert tid in the segments before w
+      count += c;
+    }
+  if (tid < n_experts) a.counts[tid] = count;
   auto warp_incl_scan = [&](std::uint32_t v) {
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -65,53 +85,36 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
     }
     return v;
   };
-  const std::uint32_t count = tid < n_experts ? s_next[tid] : 0u;
-  if (tid < n_experts) a.counts[tid] = count;
   const std::uint32_t incl = warp_incl_scan(count);
-  const int used_warps = (n_experts + 31) / 32;
-  if (used_warps > 1) {
-    if (lane == 31) s_warp_sum[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-      const std::uint32_t total = lane < used_warps ? s_warp_sum[lane] : 0u;
-      s_warp_sum[lane] = warp_incl_scan(total) - total;  // exclusive: the warps before
-    }
-    __syncthreads();
-  }
-  if (tid < n_experts) s_next[tid] = incl - count + (used_warps > 1 ? s_warp_sum[warp] : 0u);  // own expert only
-
-  // --- 3. Stable scatter.
-  auto stage = [&](int buf, std::int64_t c, int first, int stride) {  // chunk c -> s_ids[buf]
-    const std::int64_t c0 = c * kMoeMapChunk;
-    for (int i = first; i < kMoeMapChunk; i += stride) s_ids[buf][i] = c0 + i < routed ? dev::expert_of(a, c0 + i) : kNoExpert;
-  };
-  stage(0, 0, tid, kMoeMapThreads);
+  if (lane == 31) s_warp_sum[warp] = incl;
   __syncthreads();
-  const std::int64_t chunks = (routed + kMoeMapChunk - 1) / kMoeMapChunk;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    const int buf = static_cast<int>(c & 1);
-    if (warp == 0) {
-      const std::int64_t c0 = c * kMoeMapChunk;
-      const int len = static_cast<int>(min(static_cast<std::int64_t>(kMoeMapChunk), routed - c0));
-      for (int j = 0; j < len; j += 32) {  // warp-uniform
-        const int i = j + lane;
-        const std::uint32_t x = i < len ? s_ids[buf][i] : kNoExpert;
-        const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
-        const bool in_range = x != kNoExpert;
-        const std::uint32_t rank = __popc(peers & lower_lanes);
-        const std::uint32_t base = in_range ? s_next[x] : 0u;
-        __syncwarp();  // every lane has read its position before the leaders advance them
-        if (in_range) {
-          const std::int64_t pos = static_cast<std::int64_t>(base) + rank;  // < routed <= row_capacity
-          if (pos < a.row_capacity) a.rows[pos] = static_cast<std::uint32_t>(c0 + i);
-          if (rank == 0) s_next[x] = base + static_cast<std::uint32_t>(__popc(peers));
-        }
-        __syncwarp();
-      }
-    } else if (c + 1 < chunks) {
-      stage(buf ^ 1, c + 1, tid - 32, kMoeMapThreads - 32);
+  if (warp == 0) {
+    const std::uint32_t total = s_warp_sum[lane];
+    s_warp_sum[lane] = warp_incl_scan(total) - total;  // the experts of the warps before
+  }
+  __syncthreads();
+  if (tid < n_experts) {
+    const std::uint32_t before = incl - count + s_warp_sum[warp];  // rows of the experts before tid
+    for (int w = 0; w < kWarps; ++w) s_cnt[w * n_experts + tid] += before;
+  }
+  __syncthreads();
+
+  // --- 3. Stable scatter, every warp on its own segment and counters.
+  x = id_at(lo + lane);
+  for (std::int64_t base = lo; base < hi; base += 32) {
+    const std::uint32_t next = id_at(base + 32 + lane);
+    const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
+    const bool in_range = x != kNoExpert;
+    const std::uint32_t rank = __popc(peers & lower_lanes);
+    const std::uint32_t pos0 = in_range ? mine[x] : 0u;
+    __syncwarp();  // every lane has read its position before the leaders advance them
+    if (in_range) {
+      const std::int64_t pos = static_cast<std::int64_t>(pos0) + rank;  // < routed <= row_capacity
+      if (pos < a.row_capacity) a.rows[pos] = static_cast<std::uint32_t>(base + lane);
+      if (rank == 0) mine[x] = pos0 + static_cast<std::uint32_t>(__popc(peers));
     }
-    __syncthreads();  // chunk c+1 staged; chunk c's buffer free for chunk c+2
+    __syncwarp();
+    x = next;
   }
 }
 
@@ -125,8 +128,11 @@ void launch_moe_map(const MoeArgs& a, StreamHandle s) {
   host::require(a.counts != nullptr && a.rows != nullptr, name, "null grouped scratch");
   host::require(a.row_capacity >= a.m * a.top_k, name, "row_capacity < m * top_k");
   if (a.m == 0 || a.top_k == 0) return;
+  const std::size_t smem = map_smem_bytes(a.n_experts);
+  if (smem > 48 * 1024)  // a failure here fails the launch, which check_launch reports
+    cudaFuncSetAttribute(moe_map_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const std::int64_t blocks = 1 + moe_map_zero_blocks(a);
-  moe_map_kernel<<<static_cast<unsigned>(blocks), kMoeMapThreads, 0, s>>>(a);
+  moe_map_kernel<<<static_cast<unsigned>(blocks), kMoeMapThreads, smem, s>>>(a);
   host::check_launch(name);
 }
 
