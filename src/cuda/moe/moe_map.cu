@@ -1,8 +1,9 @@
 // moe_map: the row map of the grouped route (a stable counting sort of the routed rows by
 // expert), plus the zero rows of out-of-range ids.
 //
-// Block 0 (1024 threads, 32 warps) sorts with per-warp counters, all warps at once: warp w owns
-// the contiguous segment w of the routed rows and a row of counters cnt[w][e] in shared memory.
+// Block 0 (1024 threads, 32 warps) sorts with per-warp counters, the warps at once: warp w owns
+// the contiguous segment w of the routed rows and a row of counters cnt[w][e] in shared memory
+// (min(32, ceil(m * top_k / 32)) warps: segments of at least 32 ids).
 //   1. histogram: each warp reads its segment 32 ids a step (coalesced); lanes with the same
 //      expert find each other with __match_any_sync and the lowest adds their number to the
 //      warp's own counter (no other warp touches it: no atomics);
@@ -48,11 +49,13 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
   extern __shared__ std::uint32_t s_cnt[];  // [kWarps][n_experts]
   __shared__ std::uint32_t s_warp_sum[kWarps];
   const int n_experts = static_cast<int>(a.n_experts);
-  for (int i = tid; i < kWarps * n_experts; i += kMoeMapThreads) s_cnt[i] = 0;
+  // Segments of at least 32 ids: few routed rows use few warps (and counters to clear and walk).
+  const int sorters = static_cast<int>(min(static_cast<std::int64_t>(kWarps), (routed + 31) / 32));
+  for (int i = tid; i < sorters * n_experts; i += kMoeMapThreads) s_cnt[i] = 0;
   __syncthreads();
 
-  const std::int64_t seg = (routed + kWarps - 1) / kWarps;
-  const std::int64_t lo = min(routed, warp * seg), hi = min(routed, lo + seg);
+  const std::int64_t seg = (routed + sorters - 1) / sorters;
+  const std::int64_t lo = warp < sorters ? min(routed, warp * seg) : routed, hi = min(routed, lo + seg);
   std::uint32_t* const mine = s_cnt + warp * n_experts;
   const std::uint32_t lower_lanes = (1u << lane) - 1u;
   // The warp's next id, loaded a step ahead so the global load overlaps the ranking.
@@ -64,6 +67,7 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
     const std::uint32_t next = id_at(base + 32 + lane);
     const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
     if (x != kNoExpert && (peers & lower_lanes) == 0) mine[x] += static_cast<std::uint32_t>(__popc(peers));
+    __syncwarp();  // the counters written this step are seen by the lanes of the next
     x = next;
   }
   __syncthreads();
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
   // --- 2. Positions: thread e walks expert e's column, then the block scans the experts' totals.
   std::uint32_t count = 0;
   if (tid < n_experts)
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < sorters; ++w) {
       const std::uint32_t c = s_cnt[w * n_experts + tid];
       s_cnt[w * n_experts + tid] = count;  // rows of expert tid in the segments before w
       count += c;
@@ -95,7 +99,7 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_kernel(MoeArgs a) {
   __syncthreads();
   if (tid < n_experts) {
     const std::uint32_t before = incl - count + s_warp_sum[warp];  // rows of the experts before tid
-    for (int w = 0; w < kWarps; ++w) s_cnt[w * n_experts + tid] += before;
+    for (int w = 0; w < sorters; ++w) s_cnt[w * n_experts + tid] += before;
   }
   __syncthreads();
 
