@@ -150,8 +150,8 @@ DType dtype_of(const nb::dlpack::dtype& t, const char* op, const char* name) {
     if (t.code == static_cast<std::uint8_t>(C::Int) && t.bits == 32) return DType::I32;
     if (t.code == static_cast<std::uint8_t>(C::Int) && t.bits == 64) return DType::I64;
   }
-  fail(ErrorCode::Unsupported, op, ": ", name, " has dtype ", dlpack_dtype_name(t),
-       ", which llmm does not take (float32, float16 and bfloat16 data; uint32, int32 and int64 expert ids)");
+  fail(ErrorCode::Unsupported, op, ": ", name, " has unsupported dtype ", dlpack_dtype_name(t),
+       " (llmm takes float32, float16 and bfloat16 data; uint32, int32 and int64 expert ids)");
 }
 
 // Why an object could not be imported as an array: TypeError for a non-array, llmm.Error naming
