@@ -32,7 +32,7 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
         import torch
 
         T = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()  # noqa: E731
-        xd, gu, dn, idd = T(x), T(w_gate_up), T(w_down), T(ids.astype(np.int32))  # int32 ids read as u32
+        xd, gu, dn, idd = T(x), T(w_gate_up), T(w_down), T(ids.astype(np.int64))  # int64 ids, as torch.topk gives them
         sync = torch.cuda.synchronize
         scratch = llmm.matmul_id_scratch(experts, tokens, "cuda:0") if route == "grouped" else None
     else:

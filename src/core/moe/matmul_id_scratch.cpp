@@ -1,6 +1,6 @@
 // MatmulIdScratch: one allocation, counts then the routed-row lists (u32 words).
-#include <exception>
 
+#include "core/host_alloc.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
@@ -24,12 +24,7 @@ MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, 
     device_mem_ = DeviceBuffer(bytes, device_index_);
     counts_ = static_cast<std::uint32_t*>(device_mem_.data());
   } else {
-    try {
-      host_mem_.assign(to_usize(words, "MatmulIdScratch"), 0);
-    } catch (const std::exception&) {  // bad_alloc, or length_error past vector::max_size
-      fail(ErrorCode::OutOfMemory, "MatmulIdScratch: cannot allocate ", bytes, " bytes of host memory (experts ",
-           max_experts, ", tokens ", max_tokens, ", top_k ", max_top_k_, ")");
-    }
+    host_mem_ = detail::host_vector<std::uint32_t>(to_usize(words, "MatmulIdScratch"), "MatmulIdScratch");
     counts_ = host_mem_.data();
   }
   rows_ = counts_ + max_experts;  // one allocation: counts then lists (4-byte words)

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/host_alloc.hpp"
 #include "core/ternary/tq2_block.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
@@ -42,7 +43,9 @@ std::vector<float> tq2_dequantize(const void* aos, std::size_t bytes, std::int64
     fail(ErrorCode::InvalidArgument, "tq2_dequantize: ", bytes, " bytes given, an [", n, ", ", k, "] weight is ", want);
   if (aos == nullptr) fail(ErrorCode::InvalidArgument, "tq2_dequantize: null data");
   const std::int64_t bpr = k / kTq2BlockWeights;
-  std::vector<float> w(static_cast<std::size_t>(n * k));
+  std::vector<float> w = detail::host_vector<float>(
+      to_usize(checked_mul(to_u64(n, "tq2 n"), to_u64(k, "tq2 k"), "tq2_dequantize weights"), "tq2_dequantize"),
+      "tq2_dequantize");
   const auto* p = static_cast<const unsigned char*>(aos);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
@@ -64,7 +67,7 @@ std::vector<BlockTQ2_128> tq2_quantize(const float* w, std::int64_t n, std::int6
   (void)tq2_aos_bytes(n, k);
   if (w == nullptr) fail(ErrorCode::InvalidArgument, "tq2_quantize: null data");
   const std::int64_t bpr = k / kTq2BlockWeights;
-  std::vector<BlockTQ2_128> out(static_cast<std::size_t>(n * bpr));
+  std::vector<BlockTQ2_128> out = detail::host_vector<BlockTQ2_128>(tq2_aos_bytes(n, k) / kTq2BlockBytes, "tq2_quantize");
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
       const float* x = w + r * k + b * kTq2BlockWeights;
