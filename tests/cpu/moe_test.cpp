@@ -198,6 +198,11 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &s, seed_params(MatmulIdRoute::GroupedPrefill));
   }, ErrorCode::Cuda, "injected failure resolving cpu_matmul_id_reference");
   expect_error([] { MatmulIdScratch(Context::cpu(), 0, 4); }, ErrorCode::InvalidArgument, "capacities must be nonzero");
+}
+
+// A host scratch that cannot be had is an llmm::Error, not std::bad_alloc (excluded from the
+// ASan build, which aborts on allocations above 2^40 bytes instead of failing them).
+TEST(MatmulIdScratchHost, HugeRequestIsOutOfMemory) {
   expect_error([] { MatmulIdScratch(Context::cpu(), 4, 1u << 31, 1u << 15); }, ErrorCode::OutOfMemory,  // 2^48 bytes
                "MatmulIdScratch: cannot allocate");
 }
