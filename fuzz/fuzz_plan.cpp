@@ -3,9 +3,8 @@
 // any SM count). Properties come from the documented contracts in include/llmm/matmul.hpp and
 // ternary.hpp and from src/core/dense/plan_matmul.cpp and src/core/ternary/gemm_tq2.cpp.
 //
-// LLMM_FUZZ_STRICT_PLAN (cmake -DLLMM_FUZZ_STRICT_PLAN=ON): also require what ternary.hpp
-// promises but the code does not do yet: tq2_workspace_bytes "throws InvalidArgument for sizes
-// gemm_tq2 would refuse" (negative m, n < 1, k not a positive multiple of 128) for every route.
+// tq2_workspace_bytes must also refuse what ternary.hpp says gemm_tq2 refuses (negative m,
+// n < 1, k not a positive multiple of 128) for every route.
 #include <algorithm>
 
 #include "fuzz_util.hpp"
@@ -183,16 +182,14 @@ void check_workspace(FuzzedDataProvider& in) {
     if (!b) {
       FUZZ_CHECK(!small, "valid sizes refused for ", tq2_route_name(r), ": ", why.message, ctx());
       FUZZ_CHECK(why.code == ErrorCode::InvalidArgument || why.code == ErrorCode::Unsupported, why.message);
-#ifdef LLMM_FUZZ_STRICT_PLAN
-    } else if (m < 0 || (m > 0 && (n < 1 || k < 128 || k % 128 != 0))) {
+    } else if (m < 0 || n < 1 || k < 128 || k % 128 != 0) {
       FUZZ_CHECK(false, "tq2_workspace_bytes gave ", *b, " for sizes gemm_tq2 refuses, route ", tq2_route_name(r), ctx());
-#endif
     } else if (m == 0) {
       FUZZ_CHECK(*b == 0, "m == 0 launches nothing but needs ", *b, " bytes", ctx());
     } else if (r == Tq2Route::StreamV2) {
       const bool staged = m >= 3 && m <= 16 && k >= 128;
       FUZZ_CHECK((*b > 0) == staged, "staged v2 workspace ", *b, ctx());
-      const u128 k_blocks = static_cast<u128>(k / 128 * 128);  // (k % 128 != 0 is refused only when strict)
+      const u128 k_blocks = static_cast<u128>(k);
       if (staged) FUZZ_CHECK(*b >= static_cast<u128>(m) * k_blocks * 2, "staged v2 workspace ", *b,
                              " cannot hold the f16 activation", ctx());
     } else if (r == Tq2Route::DequantLt) {

@@ -36,7 +36,7 @@ struct ArchInfo {
 struct ByteRange {
   const void* begin = nullptr;
   std::size_t bytes = 0;
-  friend bool operator==(const ByteRange&, const ByteRange&) = default;
+  friend bool operator==(const ByteRange& a, const ByteRange& b) { return a.begin == b.begin && a.bytes == b.bytes; }
 };
 // The bytes one launch reads and writes: the seed's capture ranges, for a graph or dependency
 // builder that orders work by them. Conservative hulls (a strided view's range includes its

@@ -65,6 +65,7 @@ bool View::empty() const {
 }
 
 std::uint64_t View::numel() const {
+  if (empty()) return 0;  // before multiplying: {2^62, 2^62, 0} has no element
   std::uint64_t n = 1;
   for (int i = 0; i < rank; ++i) n = checked_mul(n, to_u64(dim(i), "View::numel dim"), "View::numel");
   return n;
@@ -72,7 +73,7 @@ std::uint64_t View::numel() const {
 
 bool View::is_contiguous() const {
   if (empty()) return true;  // no element: any strides (NumPy gives empty arrays all sorts)
-  std::int64_t expect = 1;
+  __int128 expect = 1;         // the product of the inner dims can pass 2^63 on a valid view
   for (int i = rank - 1; i >= 0; --i) {
     if (dim(i) != 1 && stride(i) != expect) return false;
     expect *= dim(i);
@@ -84,8 +85,8 @@ std::uint64_t View::byte_extent() const {
   if (empty()) return 0;
   std::uint64_t last = 0;  // element offset of the last element
   for (int i = 0; i < rank; ++i) {
-    std::uint64_t span = checked_mul(to_u64(dim(i) - 1, "View dim"), to_u64(stride(i), "View stride"),
-                                     "View::byte_extent");
+    std::uint64_t span = checked_mul(to_u64(dim(i), "View dim") - 1, to_u64(stride(i), "View stride"),
+                                     "View::byte_extent");  // dim >= 1 here: the view is not empty
     last = checked_add(last, span, "View::byte_extent");
   }
   return checked_mul(checked_add(last, 1, "View::byte_extent"), dtype_size(dtype), "View::byte_extent");

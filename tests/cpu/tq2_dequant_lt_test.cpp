@@ -143,7 +143,7 @@ TEST(Tq2LtPlan, WorkspaceQueryAndRefusals) {
   test::expect_error([] { tq2_workspace_bytes(4, 8, 100, DType::F32, DType::F32); }, ErrorCode::InvalidArgument,
                      "k a positive multiple of 128");
   test::expect_error([] { tq2_workspace_bytes(4, 8, 128, DType::F32, DType::F16); }, ErrorCode::Unsupported,
-                     "tq2_dequant_lt: f32 -> f16");
+                     "tq2_workspace_bytes: f32 -> f16");
   test::expect_error([] { tq2_workspace_bytes(std::int64_t{1} << 62, 8, 128, DType::F32, DType::F32); },
                      ErrorCode::InvalidArgument, "overflows");
   test::expect_error([] { tq2_lt_plan(4, 8, 128, DType::F32, DType::F32, true, -1); }, ErrorCode::InvalidArgument,

@@ -89,3 +89,23 @@ TEST(View, Overlap) {
   EXPECT_FALSE(overlaps(a, View::contiguous(buf.data(), DType::F32, {0})));
   EXPECT_FALSE(overlaps(b, other_device));
 }
+
+// Found by fuzz_view (fuzz/regressions/fuzz_view): arithmetic on extreme but representable
+// views must neither overflow (UB) nor refuse a valid view.
+TEST(View, ExtremeSizesNeitherOverflowNorRefuseValidViews) {
+  View v;
+  v.rank = 3, v.dtype = DType::U8, v.data = reinterpret_cast<void*>(std::uintptr_t{1} << 40);
+  v.shape = {std::int64_t{1} << 62, std::int64_t{1} << 62, 0};
+  EXPECT_EQ(v.numel(), 0u);  // empty: no product of the other dims
+  EXPECT_EQ(v.byte_extent(), 0u);
+  View w;
+  w.rank = 2, w.dtype = DType::U8, w.data = v.data;
+  w.shape = {std::int64_t{1} << 32, std::int64_t{1} << 31};
+  w.strides = {std::int64_t{1} << 31, 1};
+  EXPECT_TRUE(w.is_contiguous());  // the running product passes 2^63 after the last check
+  View neg;
+  neg.rank = 1, neg.dtype = DType::F32, neg.data = v.data;
+  neg.shape = {INT64_MIN};
+  expect_error([&] { (void)neg.byte_extent(); }, ErrorCode::InvalidArgument, "is negative");
+  EXPECT_THROW((void)overlaps(neg, neg), Error);  // overlaps reaches byte_extent on unvalidated views
+}

@@ -61,7 +61,7 @@ std::optional<GemvWideConfig> gemv_wide_config(std::int64_t m, std::int64_t n, s
   // warps in flight, as long as every thread still streams at least two 16-byte vectors.
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
   const std::int64_t target_warps = sms * kTargetWarpsPerSm;
-  const std::int64_t row_groups = (n + kGemvWideRowsPerWarp - 1) / kGemvWideRowsPerWarp;
+  const std::int64_t row_groups = n / kGemvWideRowsPerWarp + (n % kGemvWideRowsPerWarp != 0);  // n near 2^63: no overflow
   const std::int64_t k_vecs = k / ve;
   c.k_lanes = 32;
   while (c.k_lanes < 128 && row_groups * c.grid_x * (c.k_lanes / 32) < target_warps &&

@@ -2,6 +2,7 @@
 #include "core/ternary/tq2_kernels.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
@@ -12,7 +13,7 @@ namespace {
 
 constexpr const char* kWhat = "tq2_dequant_lt workspace";
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }  // a >= 0: no overflow
 
 std::uint64_t align_up(std::uint64_t v) {
   return checked_add(v, kTq2LtAlign - 1, kWhat) / kTq2LtAlign * kTq2LtAlign;
@@ -53,7 +54,7 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
   p.gemm_out = in == DType::F16 ? out : DType::F32;
   p.gemms = p.parts == 2 ? 2 : 1;
   p.first_scaled = p.parts == 1 && !p.via_temp;
-  p.chunk_rows = chunk_rows > 0 ? std::min(n, ceil_div(chunk_rows, kTq2LtOverrideUnit) * kTq2LtOverrideUnit)
+  p.chunk_rows = chunk_rows > 0 ? std::min(n, ceil_div(std::min(chunk_rows, n), kTq2LtOverrideUnit) * kTq2LtOverrideUnit)
                                 : tq2_lt_auto_chunk_rows(m, n, k);
   p.chunks = ceil_div(n, p.chunk_rows);
   p.last_rows = n - (p.chunks - 1) * p.chunk_rows;
@@ -74,7 +75,11 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
   p.temp_off = to_usize(at, kWhat);
   if (p.via_temp) at = checked_add(at, align_up(product({m, p.temp_ld, 4})), kWhat);
   p.bytes = to_usize(at, kWhat);
-  p.kernels = (p.scaled ? 2 : 0) + static_cast<int>(p.chunks) * (1 + p.gemms + (p.via_temp ? 1 : 0));
+  const std::int64_t kernels = (p.scaled ? 2 : 0) + p.chunks * (1 + p.gemms + (p.via_temp ? 1 : 0));  // chunks < 2^62
+  if (kernels > 1 << 20)
+    fail(ErrorCode::InvalidArgument, "tq2_dequant_lt: ", p.chunks, " chunks of ", p.chunk_rows, " weight rows (n ", n,
+         ") would launch ", kernels, " kernels: give more rows per chunk");
+  p.kernels = static_cast<int>(kernels);
 
   const std::string in_name(dtype_name(in));
   if (p.scaled) {
@@ -92,6 +97,14 @@ namespace llmm {
 
 std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, DType out_dtype,
                                 const Tq2Options& opts) {
+  // The sizes and dtypes gemm_tq2 takes (plan_tq2's rule), before any arithmetic on them.
+  (void)plan_tq2(m, n, k, in_dtype, ArchInfo{}, Tq2Route::Auto);
+  if (out_dtype != DType::F32 && out_dtype != in_dtype)
+    fail(ErrorCode::Unsupported, "tq2_workspace_bytes: ", dtype_name(in_dtype), " -> ", dtype_name(out_dtype),
+         " (output f32 or the input's dtype)");
+  // tq2_stream_v2's staging takes at most 16 tokens x 3 parts x 256 bytes + 512 bytes per 128 of k.
+  if (static_cast<std::uint64_t>(k / kTq2BlockWeights) > std::numeric_limits<std::size_t>::max() / (48 * 256 + 512))
+    fail(ErrorCode::InvalidArgument, "tq2_workspace_bytes: k ", k, " is too large for any workspace");
   if (m == 0) return 0;  // gemm_tq2 launches nothing for m == 0
   const bool exact = opts.precision == Precision::Exact;
   // tq2_stream_v2 stages the activation for m >= 3 (tq2_kernels.hpp).
