@@ -145,6 +145,8 @@ TEST(Tq2LtPlan, WorkspaceQueryAndRefusals) {
   test::expect_error([] { tq2_workspace_bytes(4, 8, 128, DType::F32, DType::F16); }, ErrorCode::Unsupported,
                      "tq2_workspace_bytes: f32 -> f16");
   test::expect_error([] { tq2_workspace_bytes(std::int64_t{1} << 62, 8, 128, DType::F32, DType::F32); },
+                     ErrorCode::InvalidArgument, "each at most 2^40");
+  test::expect_error([] { tq2_workspace_bytes(std::int64_t{1} << 39, 8, std::int64_t{1} << 39, DType::F32, DType::F32); },
                      ErrorCode::InvalidArgument, "overflows");
   test::expect_error([] { tq2_lt_plan(4, 8, 128, DType::F32, DType::F32, true, -1); }, ErrorCode::InvalidArgument,
                      "chunk rows -1 is negative");

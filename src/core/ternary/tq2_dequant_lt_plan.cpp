@@ -40,9 +40,11 @@ std::int64_t tq2_lt_auto_chunk_rows(std::int64_t m, std::int64_t n, std::int64_t
 
 Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
                       std::int64_t chunk_rows) {
-  if (m < 1 || n < 1 || k < 128 || k % 128 != 0)
+  // Bounds far above any weight a device holds keep every product below in 64 bits.
+  constexpr std::int64_t kMax = std::int64_t{1} << 40;
+  if (m < 1 || n < 1 || k < 128 || k % 128 != 0 || m > kMax || n > kMax || k > kMax)
     fail(ErrorCode::InvalidArgument, "tq2_dequant_lt: sizes m ", m, ", n ", n, ", k ", k,
-         " (m, n >= 1; k a positive multiple of 128)");
+         " (m, n >= 1; k a positive multiple of 128; each at most 2^40)");
   if (!is_float(in) || (out != DType::F32 && out != in))
     fail(ErrorCode::Unsupported, "tq2_dequant_lt: ", dtype_name(in), " -> ", dtype_name(out),
          " (input f32, f16 or bf16; output f32 or the input's dtype)");
@@ -54,8 +56,12 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
   p.gemm_out = in == DType::F16 ? out : DType::F32;
   p.gemms = p.parts == 2 ? 2 : 1;
   p.first_scaled = p.parts == 1 && !p.via_temp;
-  p.chunk_rows = chunk_rows > 0 ? std::min(n, ceil_div(std::min(chunk_rows, n), kTq2LtOverrideUnit) * kTq2LtOverrideUnit)
-                                : tq2_lt_auto_chunk_rows(m, n, k);
+  if (chunk_rows > 0) {  // rounded up to the unit, at most n (no overflow for n near 2^63)
+    const std::int64_t c = std::min(chunk_rows, n), unit = kTq2LtOverrideUnit;
+    p.chunk_rows = c > INT64_MAX - unit ? n : std::min(n, c + (unit - c % unit) % unit);
+  } else {
+    p.chunk_rows = tq2_lt_auto_chunk_rows(m, n, k);
+  }
   p.chunks = ceil_div(n, p.chunk_rows);
   p.last_rows = n - (p.chunks - 1) * p.chunk_rows;
   p.absmax_blocks = p.scaled ? static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks)) : 0;
