@@ -20,29 +20,14 @@ constexpr const char* kOp = "matmul_id";
 // A dimension of extent 0 or 1 may have any stride (it is never stepped).
 bool stride_is(const View& v, int i, std::int64_t want) { return v.dim(i) <= 1 || v.stride(i) == want; }
 
-void check_view(const Context& ctx, const View& v, const char* name) {
-  validate_view(v, kOp, name);
-  if (v.device != ctx.kind() || (ctx.is_cuda() && v.device_index != ctx.arch().device_index))
-    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v.describe(), " but the context is ",
-         ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
-}
-
-// The input's token and slot strides in elements, with the layout's dense values where unset.
-std::int64_t token_stride(const MatmulIdParams& p) {
-  if (p.input_token_stride) return static_cast<std::int64_t>(*p.input_token_stride);
-  return p.input_layout == MatmulIdInputLayout::Slotted ? static_cast<std::int64_t>(p.top_k) * p.k : p.k;
-}
-std::int64_t slot_stride(const MatmulIdParams& p) {
-  if (p.input_layout != MatmulIdInputLayout::Slotted) return 0;
-  return p.input_slot_stride ? static_cast<std::int64_t>(*p.input_slot_stride) : p.k;
-}
-
-// params.<field> must equal what the views give.
-template <class T>
-void expect_same(const char* field, T given, T from_views, const std::string& views) {
-  if (given != from_views)
-    fail(ErrorCode::InvalidArgument, kOp, ": params.", field, " is ", given, " but the views give ", from_views, " (",
-         views, ")");
+void check_views(const Context& ctx, const View& w, const View& in, const View& ids, const View& out) {
+  for (const auto& [v, name] : {std::pair{&w, "weights"}, std::pair{&in, "input"}, std::pair{&ids, "expert ids"},
+                                std::pair{&out, "output"}}) {
+    validate_view(*v, kOp, name);
+    if (v->device != ctx.kind() || (ctx.is_cuda() && v->device_index != ctx.arch().device_index))
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v->describe(), " but the context is ",
+           ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
+  }
 }
 
 std::string describe_all(const View& w, const View& in, const View& ids, const View& out) {
@@ -59,13 +44,13 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   const bool zeros = p.k == 0 || p.n_experts == 0;
   const MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
   if (!zeros) (void)matmul_id_capability(weights.dtype, p);  // strides, alignment, extents, route limits
-  if (static_cast<std::uint64_t>(p.m) * p.top_k > UINT32_MAX)
+  const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
+  if (routed > UINT32_MAX)  // the capability checks it too, but is not asked when the output is zeros
     fail(ErrorCode::InvalidArgument, kOp, ": ", p.m, " x ", p.top_k, " routed rows exceed the u32 range");
   for (const auto& [v, name] : {std::pair{&weights, "weights"}, std::pair{&input, "input"}, std::pair{&ids, "expert ids"}})
     if (overlaps(out, *v))
       fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap ", name, " (output ", out.describe(), ", ", name,
            " ", v->describe(), ")");
-  const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
   if (route == MatmulIdRoute::GroupedPrefill) {
     if (!scratch)
       fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires caller-owned scratch (MatmulIdScratch, or "
@@ -92,7 +77,8 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   g.w_dtype = weights.dtype, g.w = weights.data;
   g.expert_stride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(weights.dtype));
   g.in_dtype = p.input_dtype, g.in = input.data;
-  g.in_token_stride = token_stride(p), g.in_slot_stride = slot_stride(p);
+  const detail::MatmulIdInputStrides strides = detail::matmul_id_input_strides(p);
+  g.in_token_stride = static_cast<std::int64_t>(strides.token), g.in_slot_stride = static_cast<std::int64_t>(strides.slot);
   g.ids = ids.data, g.ids64 = p.ids_dtype == DType::I64;
   g.out_dtype = p.output_dtype, g.out = out.data;
   g.exact = opts.precision == Precision::Exact;
@@ -198,36 +184,36 @@ MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, 
 
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
-  check_view(ctx, weights, "weights");
-  check_view(ctx, input, "input");
-  check_view(ctx, ids, "expert ids");
-  check_view(ctx, out, "output");
+  check_views(ctx, weights, input, ids, out);
   const MatmulIdParams v = matmul_id_params(weights, input, ids, out, p.input_layout, p.id_multiplicity, p.route);
-  const std::string views = describe_all(weights, input, ids, out);
-  expect_same("m", p.m, v.m, views);
-  expect_same("top_k", p.top_k, v.top_k, views);
-  expect_same("n", p.n, v.n, views);
-  expect_same("k", p.k, v.k, views);
-  expect_same("n_experts", p.n_experts, v.n_experts, views);
-  if (v.n_experts > 1) expect_same("expert_stride_bytes", p.expert_stride_bytes, v.expert_stride_bytes, views);
+  // params.<field> must equal what the views give (the views are described only on a mismatch).
+  auto expect_same = [&](const char* field, const auto& given, const auto& from_views) {
+    if (!(given == from_views))
+      fail(ErrorCode::InvalidArgument, kOp, ": params.", field, " is ", given, " but the views give ", from_views, " (",
+           describe_all(weights, input, ids, out), ")");
+  };
+  expect_same("m", p.m, v.m);
+  expect_same("top_k", p.top_k, v.top_k);
+  expect_same("n", p.n, v.n);
+  expect_same("k", p.k, v.k);
+  expect_same("n_experts", p.n_experts, v.n_experts);
+  if (v.n_experts > 1) expect_same("expert_stride_bytes", p.expert_stride_bytes, v.expert_stride_bytes);
   if (p.input_layout != v.input_layout)
     fail(ErrorCode::InvalidArgument, kOp, ": params.input_layout is SharedPerToken but the input is [m, top_k, k] (",
-         views, ")");
-  expect_same("input_dtype", dtype_name(p.input_dtype), dtype_name(v.input_dtype), views);
-  expect_same("output_dtype", dtype_name(p.output_dtype), dtype_name(v.output_dtype), views);
-  expect_same("ids_dtype", dtype_name(p.ids_dtype), dtype_name(v.ids_dtype), views);
-  if (v.m > 1) expect_same("input_token_stride", token_stride(p), token_stride(v), views);
-  if (v.top_k > 1) expect_same("input_slot_stride", slot_stride(p), slot_stride(v), views);
+         describe_all(weights, input, ids, out), ")");
+  expect_same("input_dtype", dtype_name(p.input_dtype), dtype_name(v.input_dtype));
+  expect_same("output_dtype", dtype_name(p.output_dtype), dtype_name(v.output_dtype));
+  expect_same("ids_dtype", dtype_name(p.ids_dtype), dtype_name(v.ids_dtype));
+  const detail::MatmulIdInputStrides given = detail::matmul_id_input_strides(p), viewed = detail::matmul_id_input_strides(v);
+  if (v.m > 1) expect_same("input_token_stride", given.token, viewed.token);
+  if (v.top_k > 1) expect_same("input_slot_stride", given.slot, viewed.slot);
   return run(ctx, weights, input, ids, out, scratch, p, opts);
 }
 
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity,
                   MatmulIdRoute route, const MatmulIdOptions& opts) {
-  check_view(ctx, weights, "weights");
-  check_view(ctx, input, "input");
-  check_view(ctx, ids, "expert ids");
-  check_view(ctx, out, "output");
+  check_views(ctx, weights, input, ids, out);
   return run(ctx, weights, input, ids, out, scratch, matmul_id_params(weights, input, ids, out, layout, multiplicity, route),
              opts);
 }

@@ -19,15 +19,9 @@ std::size_t product(const char* what, std::initializer_list<std::uint64_t> f) {
 
 // Bytes from the input's first element to one past its last (m, top_k, k nonzero).
 std::size_t input_extent(const MatmulIdParams& p) {
-  const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
-  if (!slotted && p.input_slot_stride.value_or(0) != 0)
-    fail(ErrorCode::InvalidArgument, kOp, ": a SharedPerToken input has no slot stride (", *p.input_slot_stride,
-         " given)");
-  const std::uint64_t ss = slotted ? p.input_slot_stride.value_or(p.k) : 0;
-  const std::uint64_t ts =
-      p.input_token_stride ? *p.input_token_stride : (slotted ? checked_mul(p.top_k, p.k, "matmul_id input token stride") : p.k);
-  std::uint64_t last = checked_mul(p.m - 1u, ts, "matmul_id input byte extent");
-  last = checked_add(last, checked_mul(p.top_k - 1u, ss, "matmul_id input byte extent"), "matmul_id input byte extent");
+  const detail::MatmulIdInputStrides s = detail::matmul_id_input_strides(p);
+  std::uint64_t last = checked_mul(p.m - 1u, s.token, "matmul_id input byte extent");
+  last = checked_add(last, checked_mul(p.top_k - 1u, s.slot, "matmul_id input byte extent"), "matmul_id input byte extent");
   return product("matmul_id input byte extent",
                  {checked_add(last, p.k, "matmul_id input byte extent"), dtype_size(p.input_dtype)});
 }
@@ -43,6 +37,18 @@ void check_matmul_id_dtypes(DType w, DType in, DType out, DType ids) {
          dtype_name(out));
   if (!is_expert_id(ids))
     fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be u32, i32 or i64, got ", dtype_name(ids));
+}
+
+MatmulIdInputStrides matmul_id_input_strides(const MatmulIdParams& p) {
+  const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
+  if (!slotted && p.input_slot_stride.value_or(0) != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": a SharedPerToken input has no slot stride (", *p.input_slot_stride,
+         " given)");
+  MatmulIdInputStrides s;
+  s.slot = slotted ? p.input_slot_stride.value_or(p.k) : 0;
+  s.token = p.input_token_stride ? *p.input_token_stride
+                                 : (slotted ? checked_mul(p.top_k, p.k, "matmul_id input token stride") : p.k);
+  return s;
 }
 }  // namespace detail
 

@@ -1,12 +1,23 @@
-// Checks shared by matmul_id_capability (pure, params only) and matmul_id (views): one place for
-// the dtype rules, so both refuse the same calls with the same words.
+// Rules shared by matmul_id_capability (pure, params only) and matmul_id (views): one place for
+// the dtype rules and the input strides, so both read a call the same way.
 #pragma once
+#include <cstdint>
+
 #include "llmm/dtype.hpp"
+#include "llmm/moe.hpp"
 
 namespace llmm::detail {
 
 // Weights f32/f16/bf16, input f32/f16/bf16, output f32 or the input's dtype, ids u32/i32/i64;
 // InvalidArgument naming the argument otherwise.
 void check_matmul_id_dtypes(DType weights, DType input, DType output, DType ids);
+
+// The input's token and slot strides in elements, the layout's dense values where params leaves
+// them unset (SharedPerToken: token k, slot 0; Slotted: token top_k * k, slot k). Refuses a slot
+// stride given for SharedPerToken.
+struct MatmulIdInputStrides {
+  std::uint64_t token = 0, slot = 0;
+};
+MatmulIdInputStrides matmul_id_input_strides(const MatmulIdParams& p);
 
 }  // namespace llmm::detail
