@@ -79,6 +79,11 @@ void run_gpu(BenchEnv& env) {
   struct Shape { const char* name; std::int64_t n, k; };
   std::vector<Shape> shapes = {{"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}, {"llama8b_up", 14336, 4096},
                                {"llama8b_down", 4096, 14336}};
+  // Held-out decode shapes (issue #13): BitNet-b1.58-2B-like (hidden 2560, FFN 6912, gate and up
+  // fused; q, k, v fused) and Llama-3-70B-like (hidden 8192, FFN 28672).
+  for (Shape x : {Shape{"bitnet2b_gate_up", 13824, 2560}, Shape{"bitnet2b_down", 2560, 6912}, Shape{"bitnet2b_qkv", 3840, 2560},
+                  Shape{"llama70b_up", 28672, 8192}, Shape{"llama70b_down", 8192, 28672}})
+    shapes.push_back(x);
   if (env.quick) shapes = {{"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
   for (const Shape& sh : shapes) {
     const bool prefill_shape = sh.k == 3072;  // the seed's DiT shapes
@@ -105,6 +110,7 @@ void run_gpu(BenchEnv& env) {
       ms.push_back(1536);
     }
     for (std::int64_t m : ms) {
+      if (env.decode_only && m > 16) continue;
       std::vector<Precision> precs = {Precision::Exact};
       if (m > 16) precs.push_back(Precision::Fast);
       DeviceBuffer in(static_cast<std::size_t>(m * sh.k) * 4), out(static_cast<std::size_t>(m * sh.n) * 4),
@@ -168,9 +174,18 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
-        // A/B against the other decode versions: v1 at m = 1 and 16, v2 where Auto takes v3 (m <= 2).
-        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2}) {
+        // A/B against the other decode versions: v1 at m = 1 and 16; v2, v3 and v4 at m <= 2
+        // (whichever Auto did not take; v4 on sm_90 only).
+        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4}) {
           if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > 2) continue;
+          if (receipt.route == tq2_route_name(other)) continue;
+          if (other == Tq2Route::StreamV4) {  // sm_90 only, and where the activation fits
+            try {
+              plan_tq2(m, sh.n, sh.k, DType::F32, env.ctx.arch(), Tq2Route::StreamV4);
+            } catch (const Error&) {
+              continue;
+            }
+          }
           Tq2Options o1 = o;
           o1.force_route = other;
           Receipt r1;
@@ -181,7 +196,9 @@ void run_gpu(BenchEnv& env) {
           });
           Row row;
           row.suite = "ternary", row.route = receipt.route;
-          row.name = std::string(sh.name) + "_m" + std::to_string(m) + (other == Tq2Route::Stream ? "_vs_v1" : "_vs_v2");
+          const char* vs = other == Tq2Route::Stream ? "_vs_v1" : other == Tq2Route::StreamV2 ? "_vs_v2"
+                           : other == Tq2Route::StreamV3 ? "_vs_v3" : "_vs_v4";
+          row.name = std::string(sh.name) + "_m" + std::to_string(m) + vs;
           row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
           row.m = m, row.n = sh.n, row.k = sh.k;
           row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;

@@ -12,6 +12,8 @@ struct BenchEnv {
   Reporter& out;
   bool quick = false;
   std::string device_label;  // "cuda:0 NVIDIA H200" or "cpu"
+  // --decode: the ternary suite runs only its decode rows (m <= 16), for short GPU sessions.
+  bool decode_only = false;
 };
 
 void run_smoke(BenchEnv& env);

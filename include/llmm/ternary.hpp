@@ -133,6 +133,7 @@ enum class Tq2Route {
   Stream,     // decode v1: weight streamed once, codes decoded in registers (m <= 16)
   StreamV2,   // decode v2: f16 tensor cores, activation split once into shared memory (m <= 16)
   StreamV3,   // decode v3: int8 tensor cores on integer digits of the activation (m <= 2)
+  StreamV4,   // decode v4: v3's decoder on the sm_90 streaming engine (bulk-copy ring; m <= 2, sm_90)
   Tiled,      // prefill: tensor cores on decoded tiles
   DequantLt,  // prefill: weight dequantized to f16 chunk by chunk, cuBLASLt GEMMs (any m)
 };
@@ -141,7 +142,7 @@ const char* tq2_route_name(Tq2Route r) noexcept;
 struct Tq2Options {
   Precision precision = Precision::Exact;  // f32 input: Exact keeps f32 accuracy
   Tq2Route force_route = Tq2Route::Auto;
-  // Device workspace of DequantLt and of StreamV2 at m >= 3 (tq2_workspace_bytes; 256-byte
+  // Device workspace of DequantLt, of StreamV2 at m >= 3 and of StreamV4 (tq2_workspace_bytes; 256-byte
   // aligned, on the context's device, not used by any other work in flight). nullptr: the context's grow-only buffer, allocated by
   // the first call that needs more: a CUDA-graph capture must follow a warm-up call at the
   // largest shape (which also creates the context's cuBLASLt handle and workspace).
@@ -153,13 +154,14 @@ struct Tq2Options {
 };
 
 // Device workspace bytes gemm_tq2 needs for these sizes and options: DequantLt's, StreamV2's
-// staged activation (m >= 3), 0 for routes that need none. force_route Auto gives the larger of
-// the two (a bound for whichever route Auto takes).
+// staged activation (m >= 3), StreamV4's (m <= 2), 0 for routes that need none. force_route Auto
+// gives the largest of the three (a bound for whichever route Auto takes).
 // Pure; throws InvalidArgument for sizes gemm_tq2 would refuse.
 std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, DType out_dtype,
                                 const Tq2Options& opts = {});
 
-// Pure router: CPU -> Cpu; before sm_80 Naive; m <= 2 -> StreamV3; m <= 16 -> StreamV2;
+// Pure router: CPU -> Cpu; before sm_80 Naive; m <= 2 -> StreamV4 on sm_90 where the whole K's
+// activation fits in shared memory (k <= ~100k at m = 1), else StreamV3; m <= 16 -> StreamV2;
 // m * n * k >= 2^27 -> DequantLt; else Tiled (see gemm_tq2.cpp for why; calibrated against the
 // GPU in docs/performance.md).
 Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,

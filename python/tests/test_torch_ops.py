@@ -281,11 +281,13 @@ def test_gemm_tq2_op(device, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("route", ["tq2_stream_v3", "tq2_stream_v2", "tq2_stream", "tq2_tiled", "tq2_dequant_lt",
+@pytest.mark.parametrize("route", ["tq2_stream_v4", "tq2_stream_v3", "tq2_stream_v2", "tq2_stream", "tq2_tiled", "tq2_dequant_lt",
                                    "tq2_naive"])
 def test_gemm_tq2_each_cuda_route_by_name(route):
     """Every route name the docstring lists runs, reports itself, and agrees with float64."""
     dev = dev_or_skip("cuda")
+    if route == "tq2_stream_v4" and torch.cuda.get_device_capability(dev) != (9, 0):
+        pytest.skip("tq2_stream_v4 is built for sm_90a only")
     w, weight = ternary_weight(72, 384, dev)
     x = rand(2, 384, device=dev)
     out = torch.full((2, 72), float("nan"), device=dev)
@@ -302,7 +304,8 @@ def test_plan_tq2_on_cuda_names_the_route_that_runs():
     dev = dev_or_skip("cuda")
     like = torch.empty(1, device=dev)
     plans = {m: llmm.plan_tq2(m, 640, 512, like) for m in (1, 2, 8, 16)}
-    assert [plans[m]["route"] for m in (1, 2, 8, 16)] == ["tq2_stream_v3"] * 2 + ["tq2_stream_v2"] * 2
+    decode = "tq2_stream_v4" if torch.cuda.get_device_capability(dev) == (9, 0) else "tq2_stream_v3"
+    assert [plans[m]["route"] for m in (1, 2, 8, 16)] == [decode] * 2 + ["tq2_stream_v2"] * 2
     assert plans[1]["workspace_bytes"] == 0 and plans[8]["workspace_bytes"] > 0  # v2 stages from m = 3
     big = llmm.plan_tq2(1536, 27648, 3072, like)
     assert big["route"] == "tq2_dequant_lt" and big["workspace_bytes"] > 0

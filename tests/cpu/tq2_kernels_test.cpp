@@ -201,5 +201,49 @@ TEST(Tq2Kernels, StreamV3Config) {
   }
 }
 
+TEST(Tq2Kernels, StreamV4Config) {
+  EXPECT_TRUE(tq2_stream_v4_supports(args(2, 8, 128)));
+  EXPECT_FALSE(tq2_stream_v4_supports(args(3, 8, 128)));
+  Tq2Args a = args(1, 8, 128);
+  a.scales = at<const std::uint16_t>(0x200008);
+  EXPECT_FALSE(tq2_stream_v4_supports(a));  // bulk copies need 16-byte aligned scales
+  // dit_proj m = 1: the 3072-wide activation fits twice per SM: 2 blocks x 6 stages (1728 bands
+  // over 264 blocks).
+  auto c = tq2_stream_v4_config(args(1, 27648, 3072), 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->blocks_per_sm, 2);
+  EXPECT_EQ(c->stages, kTq2V4MaxStages);
+  EXPECT_EQ(c->grid, 264);
+  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x3_s6_b2");
+  EXPECT_EQ(tq2_stream_v4_config(args(1, 40, 3072), 132)->grid, 3);  // never more blocks than bands
+  // Long K: one block per SM, the ring shrinks to what fits; past that the kernel is refused.
+  auto cl = tq2_stream_v4_config(args(1, 8192, 28672), 132);
+  ASSERT_TRUE(cl.has_value());
+  EXPECT_EQ(cl->blocks_per_sm, 1);
+  EXPECT_GE(cl->stages, kTq2V4MinStages);
+  EXPECT_LE(cl->smem_bytes, kTq2V4SmemOptin);
+  EXPECT_FALSE(tq2_stream_v4_supports(args(2, 8192, 28672)));
+  EXPECT_FALSE(tq2_stream_v4_supports(args(1, 64, std::int64_t{128} << 40)));
+  EXPECT_FALSE(tq2_stream_v4_supports(args(1, std::int64_t{1} << 31, 128)));  // tensor-map rows are int32
+  for (std::int64_t m : {1, 2})
+    for (std::int64_t k : {128, 384, 2560, 6912, 14336}) {
+      auto ck = tq2_stream_v4_config(args(m, 4096, k), 132);
+      ASSERT_TRUE(ck.has_value()) << m << " " << k;
+      const Tq2StreamV4Smem l = tq2_stream_v4_smem(m, k, ck->stages);
+      EXPECT_EQ(l.total, ck->smem_bytes);
+      EXPECT_LE(ck->smem_bytes * ck->blocks_per_sm, kTq2V4SmemOptin);
+      // Regions in order, 16-byte aligned (bulk-copy targets, uint4 stores).
+      EXPECT_EQ(l.ring % 128, 0);  // tensor-copy targets
+      EXPECT_EQ(kTq2V4StageBytes % 128, 0);
+      EXPECT_EQ(l.scales % 16, 0);
+      EXPECT_EQ(l.xs % 16, 0);
+      EXPECT_EQ(l.col_stride % 16, 0);
+      EXPECT_LT(l.ring, l.scales);
+      EXPECT_LT(l.scales, l.red);
+      EXPECT_LT(l.red, l.coef);
+      EXPECT_LT(l.coef, l.xs);
+    }
+}
+
 }  // namespace
 }  // namespace llmm::cuda_ternary

@@ -20,21 +20,30 @@ using namespace llmm::test;
 
 namespace {
 std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
-bool streaming(Tq2Route r) { return r == Tq2Route::Stream || r == Tq2Route::StreamV2 || r == Tq2Route::StreamV3; }
+bool streaming(Tq2Route r) {
+  return r == Tq2Route::Stream || r == Tq2Route::StreamV2 || r == Tq2Route::StreamV3 || r == Tq2Route::StreamV4;
+}
 // Largest m a route takes.
-std::int64_t max_m(Tq2Route r) { return r == Tq2Route::StreamV3 ? 2 : streaming(r) ? 16 : 1 << 30; }
+std::int64_t max_m(Tq2Route r) {
+  return r == Tq2Route::StreamV3 || r == Tq2Route::StreamV4 ? 2 : streaming(r) ? 16 : 1 << 30;
+}
+// tq2_stream_v4 is built for sm_90a alone: on other GPUs its forced route is refused (tested in
+// StreamV4RefusedOffHopper) and the sweeps leave it out.
+bool runs_here(const Context& ctx, Tq2Route r) {
+  return r != Tq2Route::StreamV4 || (ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0);
+}
 }  // namespace
 
 TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled,
-                     Tq2Route::DequantLt, Tq2Route::Auto})
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+                     Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::Auto})
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
         for (std::int64_t m : {1, 7, 8, 9, 32, 33, 100, 1536}) {
-          if (m > max_m(r)) continue;  // the streaming kernels take m <= 16 (v3: m <= 2)
+          if (m > max_m(r) || !runs_here(ctx, r)) continue;  // the streaming kernels take m <= 16 (v3, v4: m <= 2)
           Tq2Case c;
           c.m = m, c.n = n, c.k = k, c.route = r;
           Tq2Outcome o = run_tq2_case(ctx, cache, c);
@@ -55,8 +64,8 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 1;
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::Naive,
-                     Tq2Route::DequantLt})
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled,
+                     Tq2Route::Naive, Tq2Route::DequantLt})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
         for (Precision p : {Precision::Exact, Precision::Fast}) {
@@ -65,7 +74,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
             for (std::int64_t n : {8, 333})
               for (std::int64_t k : {128, 384})
                 for (std::int64_t pad : {0, 3}) {
-                  if (m > max_m(r)) continue;
+                  if (m > max_m(r) || !runs_here(ctx, r)) continue;
                   Tq2Case c;
                   c.m = m, c.n = n, c.k = k, c.route = r, c.precision = p, c.in_dtype = in, c.out_dtype = out;
                   c.pad = pad, c.seed_input = false, c.seed = ++seed;
@@ -110,9 +119,11 @@ TEST(Tq2Gpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled, Tq2Route::DequantLt}) {
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled,
+                     Tq2Route::DequantLt}) {
+    if (!runs_here(ctx, r)) continue;
     Tq2Case c;
-    c.m = r == Tq2Route::StreamV3 ? 2 : streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
+    c.m = max_m(r) == 2 ? 2 : streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
     Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
     EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
     EXPECT_EQ(a.out_bytes, b.out_bytes) << tq2_route_name(r) << " is not bitwise deterministic";
@@ -143,8 +154,9 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   wrong_k.strides = {512, 1};
   EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::Tiled,
-                     Tq2Route::DequantLt}) {
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+                     Tq2Route::Tiled, Tq2Route::DequantLt}) {
+    if (!runs_here(ctx, r)) continue;
     Tq2Options o;
     o.force_route = r;
     EXPECT_THROW(gemm_tq2(ctx, w, din.view, dout.view, o), Error) << tq2_route_name(r);
@@ -333,11 +345,13 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 500;
   struct R { Tq2Route route; std::int64_t m; };
-  for (R r : {R{Tq2Route::StreamV3, 1}, R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
+  for (R r : {R{Tq2Route::StreamV3, 1}, R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 1}, R{Tq2Route::StreamV4, 2},
+              R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
               R{Tq2Route::Stream, 5}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40}, R{Tq2Route::Naive, 7},
               R{Tq2Route::Auto, 16}})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
+        if (!runs_here(ctx, r.route)) continue;
         Tq2Case c;
         c.m = r.m, c.n = 72, c.k = 384, c.route = r.route, c.precision = p, c.in_dtype = in, c.out_dtype = DType::F32;
         c.seed_input = false, c.nonfinite_every = r.m == 1 ? 1 : 3, c.seed = ++seed;
@@ -345,4 +359,47 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
         EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
       }
+}
+
+// tq2_stream_v4's own edges: bands past the persistent grid (several bands per block, so the
+// ring wraps across bands and the reduction buffers alternate), K not a multiple of a stage's
+// 8 groups (a short last stage), scale rows that start anywhere in a 16-byte unit (k / 128 not a
+// multiple of 8), n not a multiple of 16, wide input ranges and an all-zero group, 16-bit
+// inputs and outputs. Every output checked against float64 with poisoned padding.
+TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV4)) GTEST_SKIP() << "tq2_stream_v4 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct NK { std::int64_t n, k; };
+  std::uint64_t seed = 900;
+  for (NK nk : {NK{8453, 384}, NK{9001, 1152}, NK{40, 2560}, NK{2600, 6912}, NK{17, 128}, NK{4229, 1024}})
+    for (std::int64_t m : {1, 2})
+      for (DType in : {DType::F32, DType::F16, DType::BF16}) {
+        Tq2Case c;
+        c.m = m, c.n = nk.n, c.k = nk.k, c.route = Tq2Route::StreamV4, c.in_dtype = in;
+        c.out_dtype = m == 1 ? DType::F32 : in;
+        c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
+        c.zero_group = nk.k >= 256;
+        Tq2Outcome o = run_tq2_case(ctx, cache, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_TRUE(o.padding_untouched) << c.describe();
+        EXPECT_EQ(o.receipt.kernels_launched, 2);  // tq2_stage_v4, then the engine
+      }
+}
+
+TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  const ArchInfo& arch = ctx.arch();
+  if (arch.cc_major == 9 && arch.cc_minor == 0) {
+    EXPECT_EQ(plan_tq2(2, 64, 256, DType::F32, arch, Tq2Route::StreamV4), Tq2Route::StreamV4);
+    expect_error([&] { plan_tq2(3, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
+                 "tq2_stream_v4 cannot run (m: 3, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 2");
+    expect_error([&] { plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
+                 "does not fit in shared memory");
+  } else {
+    expect_error([&] { plan_tq2(1, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
+                 "the sm_90 streaming engine is built for sm_90a only");
+  }
 }

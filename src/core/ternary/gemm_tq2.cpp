@@ -6,6 +6,7 @@
 #include "core/ranges.hpp"
 #include "core/runtime.hpp"
 #include "core/ternary/tq2_dispatch.hpp"
+#include "core/ternary/tq2_kernels.hpp"
 #include "core/ternary/tq2_workspace.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
@@ -105,6 +106,7 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::Stream: return "tq2_stream";
     case Tq2Route::StreamV2: return "tq2_stream_v2";
     case Tq2Route::StreamV3: return "tq2_stream_v3";
+    case Tq2Route::StreamV4: return "tq2_stream_v4";
     case Tq2Route::Tiled: return "tq2_tiled";
     case Tq2Route::DequantLt: return "tq2_dequant_lt";
   }
@@ -129,6 +131,13 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if ((force == Tq2Route::Stream || force == Tq2Route::StreamV2) && cuda && m > 16)
       why = "the streaming kernels take m <= 16";
     if (force == Tq2Route::StreamV3 && cuda && m > 2) why = "the int8 streaming kernel takes m <= 2";
+    if (force == Tq2Route::StreamV4 && cuda) {
+      if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
+      else if (m > 2) why = "the sm_90 streaming engine's int8 decoder takes m <= 2";
+      else if (n >= (std::int64_t{1} << 31)) why = "the sm_90 streaming engine's tensor maps take n < 2^31";
+      else if (cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0)
+        why = "the whole K's activation does not fit in shared memory beside the ring";
+    }
     if (why)
       fail(ErrorCode::Unsupported, "gemm_tq2: route ", tq2_route_name(force), " cannot run (m: ", m, ", n: ", n, ", k: ",
            k, ", ", dtype_name(in_dtype), "): ", why);
@@ -137,7 +146,11 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   if (!cuda) return Tq2Route::Cpu;
   if (arch.cc_major < 8) return Tq2Route::Naive;  // every tensor-core kernel needs sm_80
   // Decode: the int8 kernel at m <= 2 (measured 1.0-1.2x v2 there), v2 (staged from m = 3) to 16.
-  if (m <= 2) return Tq2Route::StreamV3;
+  if (m <= 2) {  // the sm_90 streaming engine where it runs and its activation fits, else v3
+    const bool sm90 = arch.cc_major == 9 && arch.cc_minor == 0;
+    const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total > 0;
+    return sm90 && fits ? Tq2Route::StreamV4 : Tq2Route::StreamV3;
+  }
   if (m <= 16) return Tq2Route::StreamV2;
   // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so
   // each wave of tiles costs ~45 ns per unit of k (140 us at k = 3072) however small m is.

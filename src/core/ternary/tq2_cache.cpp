@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/host_alloc.hpp"
+#include "core/ternary/tq2_kernels.hpp"
 #include "core/runtime.hpp"
 #include "core/ternary/tq2_block.hpp"
 #include "llmm/checked.hpp"
@@ -45,7 +46,9 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
   const std::size_t codes_bytes = static_cast<std::size_t>(n * (k / 4));
   const std::size_t scales_bytes = static_cast<std::size_t>(n * bpr) * 2;
   const std::size_t scales_off = round_up(codes_bytes, 256);
-  std::vector<unsigned char> soa = detail::host_vector<unsigned char>(scales_off + scales_bytes, who.c_str());
+  // Zero tail after the scales: tq2_stream_v4 copies scales in whole 16-byte units.
+  std::vector<unsigned char> soa =
+      detail::host_vector<unsigned char>(scales_off + scales_bytes + cuda_ternary::kTq2ScalesTailBytes, who.c_str());
   const auto* p = static_cast<const unsigned char*>(aos);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {

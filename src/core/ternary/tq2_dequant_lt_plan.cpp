@@ -116,9 +116,13 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
   // tq2_stream_v2 stages the activation for m >= 3 (tq2_kernels.hpp).
   const std::size_t stage = cuda_ternary::tq2_stream_v2_stage_bytes(m, k, in_dtype, exact);
   if (opts.force_route == Tq2Route::StreamV2) return stage;
+  // tq2_stream_v4 stages the activation once for all blocks (m <= 2, where it fits).
+  const std::size_t stage_v4 = cuda_ternary::tq2_stream_v4_stage_bytes(m, k);
+  if (opts.force_route == Tq2Route::StreamV4) return stage_v4;
   if (opts.force_route != Tq2Route::Auto && opts.force_route != Tq2Route::DequantLt) return 0;
   const std::size_t lt = cuda_ternary::tq2_lt_plan(m, n, k, in_dtype, out_dtype, exact, opts.dequant_chunk_rows).bytes;
-  return opts.force_route == Tq2Route::Auto && stage > lt ? stage : lt;
+  if (opts.force_route == Tq2Route::DequantLt) return lt;
+  return std::max({stage, stage_v4, lt});
 }
 
 }  // namespace llmm

@@ -167,6 +167,88 @@ std::string tq2_stream_v3_kernel_name(const Tq2Args& a, int sm_count) {
   return prefix("tq2_stream_v3", a) + "_i8x3_r" + std::to_string(16 * c->row_tiles);
 }
 
+Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) noexcept {
+  Tq2StreamV4Smem s;
+  if (m < 1 || m > kTq2StreamV3MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < 1 ||
+      stages > kTq2V4MaxStages) {
+    s.total = -1;  // (and every product below stays small)
+    return s;
+  }
+  const std::int64_t groups = k / kTq2Group, cols = m * 3;
+  const std::int64_t col_stride = groups * 128 + 64;  // EngineI8: 128-byte records, 64 bytes of padding
+  // Offsets from the dynamic shared memory base rounded up to 1024 (the swizzled copies need
+  // 1024-byte aligned targets; the base itself is only guaranteed 16): the mbarriers (full/empty
+  // per stage and per band slot) in the first 1024 bytes, then the ring. `total` adds the 1024
+  // bytes of slack the rounding may take.
+  const std::int64_t bars = 1024;
+  const std::int64_t ring = static_cast<std::int64_t>(stages) * kTq2V4StageBytes;
+  const std::int64_t scales = kTq2V4ScaleSlots * 16 * groups * 2;  // band slots of 16 rows x k/128 f16
+  const std::int64_t red = 2 * kTq2V4Consumers * 16 * 8 * 4;  // double-buffered per-warp partials
+  const std::int64_t coef = groups * 8 * 8;
+  const std::int64_t xs = (cols + 1) * col_stride;
+  const std::int64_t total = 1024 + bars + ring + scales + red + coef + xs;
+  if (total > kTq2V4SmemOptin) {
+    s.total = -1;
+    return s;
+  }
+  s.bars = 0;
+  s.ring = static_cast<int>(bars);
+  s.scales = static_cast<int>(bars + ring);
+  s.red = static_cast<int>(bars + ring + scales);
+  s.coef = static_cast<int>(bars + ring + scales + red);
+  s.xs = static_cast<int>(bars + ring + scales + red + coef);
+  s.total = static_cast<int>(total);
+  s.col_stride = static_cast<int>(col_stride);
+  return s;
+}
+
+bool tq2_stream_v4_supports(const Tq2Args& a) noexcept {
+  return tq2_args_ok(a) && a.m <= kTq2StreamV3MaxM && a.n < (std::int64_t{1} << 31) && tq2_codes_vec16(a) &&
+         detail::aligned16(a.scales) && tq2_stream_v4_smem(a.m, a.k, kTq2V4MinStages).total > 0;
+}
+
+std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_count) noexcept {
+  if (!tq2_stream_v4_supports(a)) return std::nullopt;
+  Tq2StreamV4Config c;
+  // Two blocks per SM with the full ring where they fit (16 consumer warps hide more latency),
+  // else one block with the deepest ring that fits (at most 6 stages: 48 KB in flight).
+  const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
+  const int full_ring = tq2_stream_v4_smem(a.m, a.k, kTq2V4MaxStages).total;
+  if (full_ring > 0 && full_ring <= half) {
+    c.blocks_per_sm = 2, c.stages = kTq2V4MaxStages;
+  } else {
+    c.blocks_per_sm = 1, c.stages = kTq2V4MinStages;
+    for (int s = kTq2V4MaxStages; s > kTq2V4MinStages; --s)
+      if (tq2_stream_v4_smem(a.m, a.k, s).total > 0) {
+        c.stages = s;
+        break;
+      }
+  }
+  c.smem_bytes = tq2_stream_v4_smem(a.m, a.k, c.stages).total;
+  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
+  const std::int64_t bands = (a.n + 15) / 16;
+  const std::int64_t slots = sms * c.blocks_per_sm;
+  c.grid = static_cast<int>(bands < slots ? bands : slots);
+  return c;
+}
+
+std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept {
+  const Tq2StreamV4Smem s = tq2_stream_v4_smem(m, k, kTq2V4MinStages);
+  if (s.total < 0) return 0;
+  return static_cast<std::size_t>(s.xs - s.coef) + static_cast<std::size_t>(3 * m + 1) * static_cast<std::size_t>(s.col_stride);
+}
+
+std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& a) {
+  if (!tq2_stream_v4_supports(a)) return {};
+  return "tq2_stage_v4_" + dname(a.in_dtype) + "_i8x3";
+}
+
+std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
+  const auto c = tq2_stream_v4_config(a, sm_count);
+  if (!c) return {};
+  return prefix("tq2_stream_v4", a) + "_i8x3_s" + std::to_string(c->stages) + "_b" + std::to_string(c->blocks_per_sm);
+}
+
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {
   constexpr int BM = kTq2TiledBM, BN = kTq2TiledBN, BK = kTq2TiledBK, S = kTq2TiledStages;
   constexpr int LD16 = BK + 8;                 // padded 16-bit rows (ldmatrix without conflicts)

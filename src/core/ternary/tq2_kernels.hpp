@@ -7,6 +7,7 @@
 // Kernels (all compute out[i, j] = sum_l in[i, l] * W[j, l], see cuda/ternary/tq2_args.hpp):
 //   tq2_naive  : reference, one thread per output, f32 FMA in l order.
 //   tq2_stream : decode (m <= 16), memory-bound, tensor cores with the weight as the A operand.
+//   tq2_stream_v4: decode (m <= 2) on the sm_90 streaming engine (bulk-copy ring, persistent).
 //   tq2_tiled  : prefill (any m), 128x128 block tiles, tensor cores with the weight as B.
 // Both tensor-core kernels decode the 2-bit codes to the exact 16-bit values -1/0/+1 and apply
 // the f16 block scale in f32 on a per-128-block partial accumulator, so f16 and bf16 weights
@@ -124,6 +125,61 @@ bool tq2_stream_v3_supports(const Tq2Args& args) noexcept;
 std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& args, int sm_count = 0) noexcept;
 // tq2_stream_v3_<in>_<out>_i8x3_r<16*row_tiles> (empty when unsupported).
 std::string tq2_stream_v3_kernel_name(const Tq2Args& args, int sm_count = 0);
+
+// ---------------------------------------------------------------------------------------------
+// tq2_stream_v4: the sm_90 streaming engine (tq2_stream_v4_sm90a.cu), m <= 2, with v3's int8-digit
+// decoder. Persistent: one block per SM (two where shared memory allows), each owning a
+// contiguous range of 16-row bands. A producer lane streams every band's codes through a ring of
+// `stages` shared-memory stages, four tensor-map copies per stage (16 rows x 128 bytes each,
+// 128-byte swizzled: 16 rows x 16 groups = 8 KB a stage), and each band's scales (contiguous in
+// the SoA layout: 16 rows x k/128) with one bulk copy into a ring of four band slots; copies
+// complete on mbarriers. 8 consumer warps take two groups of each stage (warp w the groups w and
+// w + 8), never touch global memory in the loop, and meet once per band for a fixed-order
+// reduction. The activation is converted once for all blocks by a first kernel (tq2_stage_v4)
+// into a workspace that holds the exact shared-memory image of the records and coefficients;
+// each block brings it in with one bulk copy and keeps it for the kernel's life. Both kernels use
+// programmatic dependent launch: the weight stream starts before the kernels ahead of it on the
+// stream have finished.
+
+inline constexpr int kTq2V4Consumers = 8;                            // consumer warps
+inline constexpr int kTq2V4Threads = 32 * (kTq2V4Consumers + 1);     // + the producer warp
+inline constexpr int kTq2V4StageGroups = 2 * kTq2V4Consumers;        // 128-groups per stage
+inline constexpr int kTq2V4StageBytes = kTq2V4StageGroups * 16 * 32;  // 8 KB of codes
+inline constexpr int kTq2V4MaxStages = 6;
+inline constexpr int kTq2V4ScaleSlots = 4;                            // bands of scales in flight
+inline constexpr std::int64_t kTq2V4SmemOptin = 232448;               // sm_90 per-block limit
+// The last band's scale copy rounds its bytes up to 16: up to 14 bytes past the last scale
+// (TernaryWeightCache allocates this tail).
+inline constexpr std::size_t kTq2ScalesTailBytes = 32;
+
+struct Tq2StreamV4Config {
+  int stages = 0;         // ring depth
+  int blocks_per_sm = 1;  // 1 or 2
+  int grid = 0;           // persistent blocks: min(bands, blocks_per_sm * SMs)
+  int smem_bytes = 0;     // dynamic shared memory of one block
+  friend bool operator==(const Tq2StreamV4Config&, const Tq2StreamV4Config&) = default;
+};
+
+// Shared-memory layout of one block (offsets in bytes; the kernel derives the same).
+struct Tq2StreamV4Smem {
+  int bars = 0, ring = 0, scales = 0, red = 0, coef = 0, xs = 0, total = 0;
+  int col_stride = 0;  // bytes per activation column (records of all groups + padding)
+};
+Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) noexcept;
+
+// tq2_args_ok, m <= 2, n < 2^31, codes and scales 16-byte aligned (vec16), and the whole K's
+// activation records fit next to a ring of at least 3 stages.
+bool tq2_stream_v4_supports(const Tq2Args& args) noexcept;
+// nullopt unless supported. sm_count 0 = unknown (132).
+std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& args, int sm_count = 0) noexcept;
+// tq2_stream_v4_<in>_<out>_i8x3_s<stages>_b<blocks_per_sm> (empty when unsupported).
+inline constexpr int kTq2V4MinStages = 3;
+// The staged activation image (coefficients [k/128][8] float2, then 3m + 1 columns of records,
+// the last one zero): bytes of the workspace tq2_stage_v4 writes; 0 when v4 cannot take (m, k).
+std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept;
+// tq2_stage_v4_<in>_i8x3 (empty when unsupported).
+std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& args);
+std::string tq2_stream_v4_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
 // tq2_tiled: 128 (m) x 128 (n) output tile per 256-thread block, K slices of 64 through a

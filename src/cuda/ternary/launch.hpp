@@ -30,6 +30,13 @@ void launch_tq2_stream_v2(const Tq2Args& args, StreamHandle stream);
 // the activation as three exact int8 digits per 128-group (see tq2_stream_v3.cu).
 void launch_tq2_stream_v3(const Tq2Args& args, StreamHandle stream);
 
+// Decode kernel v4 for m <= 2 on sm_90 (tq2_stream_v4_supports): v3's int8-digit decoder on the
+// streaming engine: tq2_stage_v4 converts the activation once into args.workspace
+// (tq2_stream_v4_stage_bytes), then persistent blocks with a producer lane filling a copy-engine
+// ring; both launched with programmatic dependent launch (see tq2_stream_v4_sm90a.cu). Built for
+// sm_90a only.
+void launch_tq2_stream_v4(const Tq2Args& args, StreamHandle stream);
+
 // Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
 // f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.
 void launch_tq2_tiled(const Tq2Args& args, StreamHandle stream);

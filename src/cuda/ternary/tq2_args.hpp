@@ -11,7 +11,8 @@
 // Device layout ("SoA", made by TernaryWeightCache from the AoS BlockTQ2_128 stream): the codes
 // of a row are contiguous (k/4 bytes, 32 bytes per 128-block, base 256-byte aligned, row stride
 // k/4 so every 128-block's 32 bytes are 16-byte aligned), the scales apart ([n][k/128] f16).
-// Both kernels can then stream a row (or a tile of rows) with 16-byte loads.
+// The scales are followed by kTq2ScalesTailBytes readable bytes (tq2_stream_v4 copies whole
+// 16-byte units). Both kernels can then stream a row (or a tile of rows) with 16-byte loads.
 #pragma once
 #include <cstddef>
 #include <cstdint>
