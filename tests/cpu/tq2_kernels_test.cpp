@@ -214,7 +214,7 @@ TEST(Tq2Kernels, StreamV4Config) {
   EXPECT_EQ(c->blocks_per_sm, 2);
   EXPECT_EQ(c->stages, kTq2V4MaxStages);
   EXPECT_EQ(c->grid, 264);
-  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x3_s6_b2");
+  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x4_s6_b2");
   EXPECT_EQ(tq2_stream_v4_config(args(1, 40, 3072), 132)->grid, 3);  // never more blocks than bands
   // Long K: one block per SM, the ring shrinks to what fits; past that the kernel is refused.
   auto cl = tq2_stream_v4_config(args(1, 8192, 28672), 132);

@@ -174,8 +174,8 @@ Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) n
     s.total = -1;  // (and every product below stays small)
     return s;
   }
-  const std::int64_t groups = k / kTq2Group, cols = m * 3;
-  const std::int64_t col_stride = groups * 128 + 64;  // EngineI8: 128-byte records, 64 bytes of padding
+  const std::int64_t groups = k / kTq2Group, cols = m * 4;  // EngineI8Masked: four digit columns a token
+  const std::int64_t col_stride = groups * 128 + 64;          // 128-byte records, 64 bytes of padding
   // Offsets from the dynamic shared memory base rounded up to 1024 (the swizzled copies need
   // 1024-byte aligned targets; the base itself is only guaranteed 16): the mbarriers (full/empty
   // per stage and per band slot) in the first 1024 bytes, then the ring. `total` adds the 1024
@@ -235,18 +235,18 @@ std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_c
 std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept {
   const Tq2StreamV4Smem s = tq2_stream_v4_smem(m, k, kTq2V4MinStages);
   if (s.total < 0) return 0;
-  return static_cast<std::size_t>(s.xs - s.coef) + static_cast<std::size_t>(3 * m + 1) * static_cast<std::size_t>(s.col_stride);
+  return static_cast<std::size_t>(s.xs - s.coef) + static_cast<std::size_t>(4 * m + 1) * static_cast<std::size_t>(s.col_stride);
 }
 
 std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& a) {
   if (!tq2_stream_v4_supports(a)) return {};
-  return "tq2_stage_v4_" + dname(a.in_dtype) + "_i8x3";
+  return "tq2_stage_v4_" + dname(a.in_dtype) + "_i8x4";
 }
 
 std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
   const auto c = tq2_stream_v4_config(a, sm_count);
   if (!c) return {};
-  return prefix("tq2_stream_v4", a) + "_i8x3_s" + std::to_string(c->stages) + "_b" + std::to_string(c->blocks_per_sm);
+  return prefix("tq2_stream_v4", a) + "_i8x4_s" + std::to_string(c->stages) + "_b" + std::to_string(c->blocks_per_sm);
 }
 
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {

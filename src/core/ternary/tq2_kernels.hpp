@@ -127,8 +127,8 @@ std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& args, int s
 std::string tq2_stream_v3_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
-// tq2_stream_v4: the sm_90 streaming engine (tq2_stream_v4_sm90a.cu), m <= 2, with v3's int8-digit
-// decoder. Persistent: one block per SM (two where shared memory allows), each owning a
+// tq2_stream_v4: the sm_90 streaming engine (tq2_stream_v4_sm90a.cu), m <= 2, with the masked
+// int8-digit decoder (EngineI8Masked: four digit columns a token). Persistent: one block per SM (two where shared memory allows), each owning a
 // contiguous range of 16-row bands. A producer lane streams every band's codes through a ring of
 // `stages` shared-memory stages, four tensor-map copies per stage (16 rows x 128 bytes each,
 // 128-byte swizzled: 16 rows x 16 groups = 8 KB a stage), and each band's scales (contiguous in
@@ -172,12 +172,12 @@ Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) n
 bool tq2_stream_v4_supports(const Tq2Args& args) noexcept;
 // nullopt unless supported. sm_count 0 = unknown (132).
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// tq2_stream_v4_<in>_<out>_i8x3_s<stages>_b<blocks_per_sm> (empty when unsupported).
+// tq2_stream_v4_<in>_<out>_i8x4_s<stages>_b<blocks_per_sm> (empty when unsupported).
 inline constexpr int kTq2V4MinStages = 3;
-// The staged activation image (coefficients [k/128][8] float2, then 3m + 1 columns of records,
+// The staged activation image (coefficients [k/128][8] float2, then 4m + 1 columns of records,
 // the last one zero): bytes of the workspace tq2_stage_v4 writes; 0 when v4 cannot take (m, k).
 std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept;
-// tq2_stage_v4_<in>_i8x3 (empty when unsupported).
+// tq2_stage_v4_<in>_i8x4 (empty when unsupported).
 std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& args);
 std::string tq2_stream_v4_kernel_name(const Tq2Args& args, int sm_count = 0);
 

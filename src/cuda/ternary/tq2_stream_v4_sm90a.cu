@@ -1,4 +1,5 @@
-// tq2_stream_v4: the sm_90 streaming engine with the int8-digit decoder (tq2_i8_digits.cuh),
+// tq2_stream_v4: the sm_90 streaming engine with the masked int8-digit decoder (EngineI8Masked,
+// tq2_i8_digits.cuh),
 // m <= 2. What changed against v3 (measured issue-bound: ~150 warp instructions per 512-byte
 // group, consumers doing their own cp.async, commits, waits and address arithmetic):
 // - one producer lane feeds a ring of shared-memory stages through the copy engine: four
@@ -51,10 +52,12 @@ struct V4Params {
 // threads a block.
 template <class TIn>
 __global__ void __launch_bounds__(256) tq2_stage_v4_kernel(const Tq2Args a, const V4Params p) {
-  using E = EngineI8;
-  ptx::grid_dependency_wait();  // the activation may come from the previous kernel
+  using E = EngineI8Masked;
+  // Let the engine start streaming weights now; it waits for this grid's completion (and so,
+  // through the wait below, for the kernels before it) before it reads the image.
   ptx::grid_launch_dependents();
-  const int groups = static_cast<int>(a.k / kTq2Group), cols = static_cast<int>(a.m) * 3;
+  ptx::grid_dependency_wait();  // the activation may come from the previous kernel
+  const int groups = static_cast<int>(a.k / kTq2Group), cols = static_cast<int>(a.m) * E::kSplit;
   const int col_stride = p.smem.col_stride;
   auto* const image = static_cast<unsigned char*>(a.workspace);
   auto* const coef = reinterpret_cast<float2*>(image);
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(256) tq2_stage_v4_kernel(const Tq2Args a, cons
     const int m = item / groups, gl = item - m * groups;
     const TIn* const in = static_cast<const TIn*>(a.in);
     const float4 x = stream::load_x4<TIn>(in + m * a.in_ld + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
-    E::template convert<3>(x, lane, m, xs + gl * E::kRecBytes, col_stride, coef + gl * 8);
+    E::convert(x, lane, m, xs + gl * E::kRecBytes, col_stride, coef + gl * 8);
     return;
   }
   // The warps past the items: the zero column, then the unused coefficients.
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(256) tq2_stage_v4_kernel(const Tq2Args a, cons
 template <class TIn, class TOut>
 __global__ void __launch_bounds__(kTq2V4Threads, 2)
     tq2_stream_v4_kernel(const Tq2Args a, const V4Params p, const __grid_constant__ CUtensorMap codes_map) {
-  using E = EngineI8;
+  using E = EngineI8Masked;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The layout's offsets count from the base rounded up to 1024 (tq2_stream_v4_smem keeps the slack).
   unsigned char* const smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
   // Consumers. The activation and the output may belong to the previous kernel on the stream.
   ptx::grid_dependency_wait();
   const int tid = static_cast<int>(threadIdx.x);
-  const int cols = static_cast<int>(a.m) * 3;
+  const int cols = static_cast<int>(a.m) * E::kSplit;
   const int col_stride = p.smem.col_stride;
   const float2* const coef = reinterpret_cast<const float2*>(smem + p.smem.coef);
   const unsigned char* const xs = smem + p.smem.xs;
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
   std::uint32_t parity = 0;
   for (int b = b_begin; b < b_end; ++b) {
     const int i = b - b_begin, bs = i % kTq2V4ScaleSlots;
-    float total[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     ptx::mbar_wait(&sc_full[bs], (i / kTq2V4ScaleSlots) & 1);
     // Running pointers to this warp's group w of the stage (its records, coefficients and the
     // scales of rows g, g + 8): one add each per stage instead of per-group index arithmetic.
@@ -188,8 +191,7 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
           cur.c[0] = *reinterpret_cast<const uint2*>(st + h * 4096);
           cur.c[1] = *reinterpret_cast<const uint2*>(st + h * 4096 + 1024);
           cur.s = static_cast<std::uint32_t>(s0[kConsumers * h]) | (static_cast<std::uint32_t>(s1[kConsumers * h]) << 16);
-          const unsigned char* const xg[1] = {xg0 + h * kConsumers * E::kRecBytes};
-          E::template group<1>(cur, xg, rec0, rec1, cf + h * kConsumers * 8, E::Consts{}, total);
+          E::group(cur, xg0 + h * kConsumers * E::kRecBytes, rec0, rec1, cf + h * kConsumers * 8, total);
         }
       }
       s0 += kGs, s1 += kGs, xg0 += kGs * E::kRecBytes, cf += kGs * 8;
@@ -202,28 +204,28 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
     // band's barrier, which every reader below has passed.
     const int rb = i & 1;  // reduction buffer
     float* const mine = red + (rb * kConsumers + warp) * 128;
-    mine[g * 8 + 2 * t4] = total[0][0];
-    mine[g * 8 + 2 * t4 + 1] = total[0][1];
-    mine[(g + 8) * 8 + 2 * t4] = total[0][2];
-    mine[(g + 8) * 8 + 2 * t4 + 1] = total[0][3];
+    mine[g * 8 + 2 * t4] = total[0];
+    mine[g * 8 + 2 * t4 + 1] = total[1];
+    mine[(g + 8) * 8 + 2 * t4] = total[2];
+    mine[(g + 8) * 8 + 2 * t4 + 1] = total[3];
     ptx::named_barrier_sync(1, kConsumerThreads);
     if (tid == 0) ptx::mbar_arrive(&sc_empty[bs]);  // every warp has read this band's scales
     if (tid < 16 * a.m) {
       const int rr = tid & 15, m = tid >> 4;
       const std::int64_t row = 16 * static_cast<std::int64_t>(b) + rr;
       if (row < a.n) {
-        const float* const part = red + rb * kConsumers * 128 + rr * 8 + m * 3;
+        const float* const part = red + rb * kConsumers * 128 + rr * 8 + m * E::kSplit;
         // Fixed pairwise order over the 8 warps (a shorter dependency chain than a running sum:
-        // this thread's latency delays the next band's barrier), smallest digit first.
-        float d[3];
+        // this thread's latency delays the next band's barrier), lowest digit first.
+        float d[E::kSplit];
 #pragma unroll
-        for (int s = 0; s < 3; ++s) {
+        for (int s = 0; s < E::kSplit; ++s) {
           float v[kConsumers];
 #pragma unroll
           for (int q = 0; q < kConsumers; ++q) v[q] = part[q * 128 + s];
           d[s] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
         }
-        float t = (d[2] + d[1]) + d[0];
+        float t = ((d[0] + d[1]) + d[2]) + d[3];
         if (t != t) t = dev::ieee_dot<TIn>(a, m, row);  // a non-finite input (marked) or an overflow
         out[m * a.out_ld + row] = dev::from_f32<TOut>(t);
       }
