@@ -174,10 +174,11 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
-        // A/B against the other decode versions: v1 at m = 1 and 16; v2, v3 and v4 at m <= 2
-        // (whichever Auto did not take; v4 on sm_90 only).
+        // A/B against the other decode versions: v1 at m = 1 and 16; v2 and v3 at m <= 2, v4 at
+        // m <= 8 (whichever Auto did not take; v4 on sm_90 and where its activation fits).
         for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4}) {
-          if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > 2) continue;
+          const std::int64_t top = other == Tq2Route::StreamV4 ? 8 : 2;
+          if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > top) continue;
           if (receipt.route == tq2_route_name(other)) continue;
           if (other == Tq2Route::StreamV4) {  // sm_90 only, and where the activation fits
             try {

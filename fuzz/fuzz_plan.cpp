@@ -111,14 +111,16 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   const Tq2Route force = in.PickValueInArray(kTq2Routes);
   const bool cuda = arch.kind == DeviceKind::CUDA, sm80 = cuda && arch.cc_major >= 8;
   const bool valid = m >= 0 && n >= 1 && k >= 128 && k % 128 == 0 && is_float(dt);
-  // tq2_stream_v4: sm_90 exactly, n < 2^31, and the whole K's activation beside a 3-stage ring in
-  // shared memory: (4m + 1) columns of (k + 64) bytes, k / 2 bytes of coefficients, four band
-  // slots of k / 4 bytes of scales each, a ring of 3 8192-byte stages, 8 KB of partial sums, 1 KB
-  // of barriers and 1 KB of alignment slack (232448: the sm_90 limit). m = 0 is sized as m = 1.
+  // tq2_stream_v4: sm_90 exactly, m <= 8, n < 2^31, and the whole K's activation beside a 3-stage
+  // ring in shared memory: (4m + 1) columns of (k + 64) bytes, k / 2 bytes of coefficients and
+  // 8 KB of partial sums per n8 tile (ceil(m / 2) tiles), four band slots of k / 4 bytes of
+  // scales each, a ring of 3 8192-byte stages, 1 KB of barriers and 1 KB of alignment slack
+  // (232448: the sm_90 limit). m = 0 is sized as m = 1.
   const bool sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const std::int64_t m1 = m < 1 ? 1 : m;
-  const bool v4_fits = valid && m <= 2 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
-                       (4 * m1 + 1) * (k + 64) + k / 2 + k + 2048 + 3 * 8192 + 8192 <= 232448;
+  const std::int64_t tiles = (m1 + 1) / 2;  // n8 tiles of four digit columns a token
+  const bool v4_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
+                       (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 3 * 8192 + tiles * 8192 <= 232448;
   const auto ctx = [&] {
     return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
            std::string(dtype_name(dt)) + (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
@@ -136,7 +138,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     for (std::int64_t x : {m, n, k}) macs = std::min<u128>(macs * static_cast<u128>(x), u128{1} << 27);
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
-                          : m <= 2 ? (sm90 && v4_fits ? Tq2Route::StreamV4 : Tq2Route::StreamV3)
+                          : m <= 4 && sm90 && v4_fits ? Tq2Route::StreamV4
+                          : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
                           : macs >= (u128{1} << 27) ? Tq2Route::DequantLt
                                                     : Tq2Route::Tiled;
@@ -150,7 +153,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     accepts = accepts && sm80;
   if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
-  if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && m <= 2 && v4_fits;
+  if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
   FUZZ_CHECK(r.has_value() == accepts, "forced ", tq2_route_name(force), r ? " accepted" : " refused", ctx(), " ", why.message);
   if (r) FUZZ_CHECK(*r == force, "forced ", tq2_route_name(force), " returned ", tq2_route_name(*r));
   else FUZZ_CHECK(why.code == ErrorCode::Unsupported, why.message);

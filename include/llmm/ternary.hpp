@@ -133,7 +133,7 @@ enum class Tq2Route {
   Stream,     // decode v1: weight streamed once, codes decoded in registers (m <= 16)
   StreamV2,   // decode v2: f16 tensor cores, activation split once into shared memory (m <= 16)
   StreamV3,   // decode v3: int8 tensor cores on integer digits of the activation (m <= 2)
-  StreamV4,   // decode v4: v3's decoder on the sm_90 streaming engine (bulk-copy ring; m <= 2, sm_90)
+  StreamV4,   // decode v4: int8 digits on the sm_90 streaming engine (copy-engine ring; m <= 8, sm_90)
   Tiled,      // prefill: tensor cores on decoded tiles
   DequantLt,  // prefill: weight dequantized to f16 chunk by chunk, cuBLASLt GEMMs (any m)
 };
@@ -154,14 +154,15 @@ struct Tq2Options {
 };
 
 // Device workspace bytes gemm_tq2 needs for these sizes and options: DequantLt's, StreamV2's
-// staged activation (m >= 3), StreamV4's (m <= 2), 0 for routes that need none. force_route Auto
+// staged activation (m >= 3), StreamV4's (m <= 8), 0 for routes that need none. force_route Auto
 // gives the largest of the three (a bound for whichever route Auto takes).
 // Pure; throws InvalidArgument for sizes gemm_tq2 would refuse.
 std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, DType out_dtype,
                                 const Tq2Options& opts = {});
 
-// Pure router: CPU -> Cpu; before sm_80 Naive; m <= 2 -> StreamV4 on sm_90 where the whole K's
-// activation fits in shared memory (k <= ~100k at m = 1), else StreamV3; m <= 16 -> StreamV2;
+// Pure router: CPU -> Cpu; before sm_80 Naive; m <= 4 -> StreamV4 on sm_90 where the whole K's
+// activation fits in shared memory (k <= ~40k at m = 1, ~13k at m = 4), else m <= 2 ->
+// StreamV3; m <= 16 -> StreamV2;
 // m * n * k >= 2^27 -> DequantLt; else Tiled (see gemm_tq2.cpp for why; calibrated against the
 // GPU in docs/performance.md).
 Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,

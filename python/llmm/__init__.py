@@ -402,8 +402,8 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
 
     x is float32, float16 or bfloat16 (innermost stride 1; rows may be padded; read-only is fine);
     out is float32 (default, or out_dtype "float32") or x's dtype. precision "exact" keeps f32
-    activations accurate on tensor cores; route "auto" or one kernel by name: "tq2_stream_v4", "tq2_stream_v3"
-    (m <= 2), "tq2_stream_v2" (m <= 16), "tq2_stream" (v1), "tq2_tiled", "tq2_dequant_lt",
+    activations accurate on tensor cores; route "auto" or one kernel by name: "tq2_stream_v4" (m <= 8, sm_90),
+    "tq2_stream_v3" (m <= 2), "tq2_stream_v2" (m <= 16), "tq2_stream" (v1), "tq2_tiled", "tq2_dequant_lt",
     "tq2_naive" (CUDA), "cpu" (NumPy). out=None allocates like x; m = 0 gives an empty result.
     """
     if not isinstance(weight, TernaryWeight):

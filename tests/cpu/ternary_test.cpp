@@ -226,14 +226,16 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, cpu), Tq2Route::Cpu);
   ArchInfo h200;
   h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.sm_count = 132;
-  for (std::int64_t m : {1, 2}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV4) << m;
+  for (std::int64_t m : {1, 2, 3, 4}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV4) << m;
+  EXPECT_EQ(plan_tq2(4, 64, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // 17 record columns of 32 KB
   // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
   EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);
   ArchInfo a100 = h200;
   a100.cc_major = 8;
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, a100), Tq2Route::StreamV3);
   expect_error([&] { plan_tq2(1, 3072, 3072, DType::F32, a100, Tq2Route::StreamV4); }, ErrorCode::Unsupported, "sm_90a");
-  for (std::int64_t m : {3, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  for (std::int64_t m : {5, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  EXPECT_EQ(plan_tq2(3, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.
   EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::DequantLt);
   EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::DequantLt);

@@ -203,7 +203,9 @@ TEST(Tq2Kernels, StreamV3Config) {
 
 TEST(Tq2Kernels, StreamV4Config) {
   EXPECT_TRUE(tq2_stream_v4_supports(args(2, 8, 128)));
-  EXPECT_FALSE(tq2_stream_v4_supports(args(3, 8, 128)));
+  EXPECT_TRUE(tq2_stream_v4_supports(args(8, 8, 128)));
+  EXPECT_FALSE(tq2_stream_v4_supports(args(9, 8, 128)));
+  for (std::int64_t m = 1; m <= kTq2V4MaxM; ++m) EXPECT_EQ(tq2_stream_v4_config(args(m, 64, 1024))->n_tiles, (m + 1) / 2) << m;
   Tq2Args a = args(1, 8, 128);
   a.scales = at<const std::uint16_t>(0x200008);
   EXPECT_FALSE(tq2_stream_v4_supports(a));  // bulk copies need 16-byte aligned scales
@@ -214,7 +216,7 @@ TEST(Tq2Kernels, StreamV4Config) {
   EXPECT_EQ(c->blocks_per_sm, 2);
   EXPECT_EQ(c->stages, kTq2V4MaxStages);
   EXPECT_EQ(c->grid, 264);
-  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x4_s6_b2");
+  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x4_n8_s6_b2");
   EXPECT_EQ(tq2_stream_v4_config(args(1, 40, 3072), 132)->grid, 3);  // never more blocks than bands
   // Long K: one block per SM, the ring shrinks to what fits; past that the kernel is refused.
   auto cl = tq2_stream_v4_config(args(1, 8192, 28672), 132);
@@ -225,8 +227,10 @@ TEST(Tq2Kernels, StreamV4Config) {
   EXPECT_FALSE(tq2_stream_v4_supports(args(2, 8192, 28672)));
   EXPECT_FALSE(tq2_stream_v4_supports(args(1, 64, std::int64_t{128} << 40)));
   EXPECT_FALSE(tq2_stream_v4_supports(args(1, std::int64_t{1} << 31, 128)));  // tensor-map rows are int32
-  for (std::int64_t m : {1, 2})
+  EXPECT_FALSE(tq2_stream_v4_supports(args(8, 4096, 14336)));  // 33 record columns of 14 KB
+  for (std::int64_t m : {1, 2, 5, 8})
     for (std::int64_t k : {128, 384, 2560, 6912, 14336}) {
+      if (m >= 5 && k >= 6912) continue;
       auto ck = tq2_stream_v4_config(args(m, 4096, k), 132);
       ASSERT_TRUE(ck.has_value()) << m << " " << k;
       const Tq2StreamV4Smem l = tq2_stream_v4_smem(m, k, ck->stages);

@@ -25,7 +25,7 @@ bool streaming(Tq2Route r) {
 }
 // Largest m a route takes.
 std::int64_t max_m(Tq2Route r) {
-  return r == Tq2Route::StreamV3 || r == Tq2Route::StreamV4 ? 2 : streaming(r) ? 16 : 1 << 30;
+  return r == Tq2Route::StreamV3 ? 2 : r == Tq2Route::StreamV4 ? 8 : streaming(r) ? 16 : 1 << 30;
 }
 // tq2_stream_v4 is built for sm_90a alone: on other GPUs its forced route is refused (tested in
 // StreamV4RefusedOffHopper) and the sweeps leave it out.
@@ -43,7 +43,7 @@ TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
         for (std::int64_t m : {1, 7, 8, 9, 32, 33, 100, 1536}) {
-          if (m > max_m(r) || !runs_here(ctx, r)) continue;  // the streaming kernels take m <= 16 (v3, v4: m <= 2)
+          if (m > max_m(r) || !runs_here(ctx, r)) continue;  // the streaming kernels take m <= 16 (v3: 2, v4: 8)
           Tq2Case c;
           c.m = m, c.n = n, c.k = k, c.route = r;
           Tq2Outcome o = run_tq2_case(ctx, cache, c);
@@ -123,7 +123,7 @@ TEST(Tq2Gpu, DeterministicAcrossRuns) {
                      Tq2Route::DequantLt}) {
     if (!runs_here(ctx, r)) continue;
     Tq2Case c;
-    c.m = max_m(r) == 2 ? 2 : streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
+    c.m = r == Tq2Route::StreamV3 ? 2 : streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
     Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
     EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
     EXPECT_EQ(a.out_bytes, b.out_bytes) << tq2_route_name(r) << " is not bitwise deterministic";
@@ -346,6 +346,7 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
   std::uint64_t seed = 500;
   struct R { Tq2Route route; std::int64_t m; };
   for (R r : {R{Tq2Route::StreamV3, 1}, R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 1}, R{Tq2Route::StreamV4, 2},
+              R{Tq2Route::StreamV4, 7},
               R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
               R{Tq2Route::Stream, 5}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40}, R{Tq2Route::Naive, 7},
               R{Tq2Route::Auto, 16}})
@@ -374,11 +375,12 @@ TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
   struct NK { std::int64_t n, k; };
   std::uint64_t seed = 900;
   for (NK nk : {NK{8453, 384}, NK{9001, 1152}, NK{40, 2560}, NK{2600, 6912}, NK{17, 128}, NK{4229, 1024}})
-    for (std::int64_t m : {1, 2})
+    for (std::int64_t m : {1, 2, 3, 6, 8})
       for (DType in : {DType::F32, DType::F16, DType::BF16}) {
+        if (m > 2 && (nk.k > 2560 || in == DType::F16)) continue;  // fits, and keeps the test short
         Tq2Case c;
         c.m = m, c.n = nk.n, c.k = nk.k, c.route = Tq2Route::StreamV4, c.in_dtype = in;
-        c.out_dtype = m == 1 ? DType::F32 : in;
+        c.out_dtype = m % 2 == 1 ? DType::F32 : in;
         c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
         c.zero_group = nk.k >= 256;
         Tq2Outcome o = run_tq2_case(ctx, cache, c);
@@ -394,8 +396,9 @@ TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
   const ArchInfo& arch = ctx.arch();
   if (arch.cc_major == 9 && arch.cc_minor == 0) {
     EXPECT_EQ(plan_tq2(2, 64, 256, DType::F32, arch, Tq2Route::StreamV4), Tq2Route::StreamV4);
-    expect_error([&] { plan_tq2(3, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
-                 "tq2_stream_v4 cannot run (m: 3, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 2");
+    EXPECT_EQ(plan_tq2(8, 64, 256, DType::F32, arch, Tq2Route::StreamV4), Tq2Route::StreamV4);
+    expect_error([&] { plan_tq2(9, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
+                 "tq2_stream_v4 cannot run (m: 9, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 8");
     expect_error([&] { plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
                  "does not fit in shared memory");
   } else {

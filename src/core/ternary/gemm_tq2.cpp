@@ -133,7 +133,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (force == Tq2Route::StreamV3 && cuda && m > 2) why = "the int8 streaming kernel takes m <= 2";
     if (force == Tq2Route::StreamV4 && cuda) {
       if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
-      else if (m > 2) why = "the sm_90 streaming engine's int8 decoder takes m <= 2";
+      else if (m > cuda_ternary::kTq2V4MaxM) why = "the sm_90 streaming engine's int8 decoder takes m <= 8";
       else if (n >= (std::int64_t{1} << 31)) why = "the sm_90 streaming engine's tensor maps take n < 2^31";
       else if (cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0)
         why = "the whole K's activation does not fit in shared memory beside the ring";
@@ -145,11 +145,14 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   }
   if (!cuda) return Tq2Route::Cpu;
   if (arch.cc_major < 8) return Tq2Route::Naive;  // every tensor-core kernel needs sm_80
-  // Decode: the int8 kernel at m <= 2 (measured 1.0-1.2x v2 there), v2 (staged from m = 3) to 16.
-  if (m <= 2) {  // the sm_90 streaming engine where it runs and its activation fits, else v3
+  // Decode (measured, docs/performance.md "Decode v4"): the sm_90 streaming engine to m = 4 where
+  // its activation fits (1.1-3.5x v3 at m <= 2, 1.1-1.8x v2 at m = 4; at m = 8 it lost to v2 on
+  // the large-N shapes), else the int8 kernel v3 at m <= 2 and v2 (staged from m = 3) to 16.
+  if (m <= 4) {
     const bool sm90 = arch.cc_major == 9 && arch.cc_minor == 0;
     const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total > 0;
-    return sm90 && fits ? Tq2Route::StreamV4 : Tq2Route::StreamV3;
+    if (sm90 && fits) return Tq2Route::StreamV4;
+    if (m <= 2) return Tq2Route::StreamV3;
   }
   if (m <= 16) return Tq2Route::StreamV2;
   // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so

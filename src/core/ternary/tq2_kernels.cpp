@@ -169,12 +169,13 @@ std::string tq2_stream_v3_kernel_name(const Tq2Args& a, int sm_count) {
 
 Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) noexcept {
   Tq2StreamV4Smem s;
-  if (m < 1 || m > kTq2StreamV3MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < 1 ||
+  if (m < 1 || m > kTq2V4MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < 1 ||
       stages > kTq2V4MaxStages) {
     s.total = -1;  // (and every product below stays small)
     return s;
   }
   const std::int64_t groups = k / kTq2Group, cols = m * 4;  // EngineI8Masked: four digit columns a token
+  const std::int64_t n_tiles = (cols + 7) / 8;
   const std::int64_t col_stride = groups * 128 + 64;          // 128-byte records, 64 bytes of padding
   // Offsets from the dynamic shared memory base rounded up to 1024 (the swizzled copies need
   // 1024-byte aligned targets; the base itself is only guaranteed 16): the mbarriers (full/empty
@@ -183,8 +184,8 @@ Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) n
   const std::int64_t bars = 1024;
   const std::int64_t ring = static_cast<std::int64_t>(stages) * kTq2V4StageBytes;
   const std::int64_t scales = kTq2V4ScaleSlots * 16 * groups * 2;  // band slots of 16 rows x k/128 f16
-  const std::int64_t red = 2 * kTq2V4Consumers * 16 * 8 * 4;  // double-buffered per-warp partials
-  const std::int64_t coef = groups * 8 * 8;
+  const std::int64_t red = 2 * kTq2V4Consumers * 16 * 8 * n_tiles * 4;  // double-buffered per-warp partials
+  const std::int64_t coef = groups * 8 * n_tiles * 8;
   const std::int64_t xs = (cols + 1) * col_stride;
   const std::int64_t total = 1024 + bars + ring + scales + red + coef + xs;
   if (total > kTq2V4SmemOptin) {
@@ -203,13 +204,14 @@ Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) n
 }
 
 bool tq2_stream_v4_supports(const Tq2Args& a) noexcept {
-  return tq2_args_ok(a) && a.m <= kTq2StreamV3MaxM && a.n < (std::int64_t{1} << 31) && tq2_codes_vec16(a) &&
+  return tq2_args_ok(a) && a.m <= kTq2V4MaxM && a.n < (std::int64_t{1} << 31) && tq2_codes_vec16(a) &&
          detail::aligned16(a.scales) && tq2_stream_v4_smem(a.m, a.k, kTq2V4MinStages).total > 0;
 }
 
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_count) noexcept {
   if (!tq2_stream_v4_supports(a)) return std::nullopt;
   Tq2StreamV4Config c;
+  c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
   // Two blocks per SM with the full ring where they fit (16 consumer warps hide more latency),
   // else one block with the deepest ring that fits (at most 6 stages: 48 KB in flight).
   const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
@@ -246,7 +248,8 @@ std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& a) {
 std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
   const auto c = tq2_stream_v4_config(a, sm_count);
   if (!c) return {};
-  return prefix("tq2_stream_v4", a) + "_i8x4_s" + std::to_string(c->stages) + "_b" + std::to_string(c->blocks_per_sm);
+  return prefix("tq2_stream_v4", a) + "_i8x4_n" + std::to_string(8 * c->n_tiles) + "_s" + std::to_string(c->stages) + "_b" +
+         std::to_string(c->blocks_per_sm);
 }
 
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {

@@ -7,7 +7,7 @@
 // Kernels (all compute out[i, j] = sum_l in[i, l] * W[j, l], see cuda/ternary/tq2_args.hpp):
 //   tq2_naive  : reference, one thread per output, f32 FMA in l order.
 //   tq2_stream : decode (m <= 16), memory-bound, tensor cores with the weight as the A operand.
-//   tq2_stream_v4: decode (m <= 2) on the sm_90 streaming engine (bulk-copy ring, persistent).
+//   tq2_stream_v4: decode (m <= 8) on the sm_90 streaming engine (copy-engine ring, persistent).
 //   tq2_tiled  : prefill (any m), 128x128 block tiles, tensor cores with the weight as B.
 // Both tensor-core kernels decode the 2-bit codes to the exact 16-bit values -1/0/+1 and apply
 // the f16 block scale in f32 on a per-128-block partial accumulator, so f16 and bf16 weights
@@ -127,8 +127,8 @@ std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& args, int s
 std::string tq2_stream_v3_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
-// tq2_stream_v4: the sm_90 streaming engine (tq2_stream_v4_sm90a.cu), m <= 2, with the masked
-// int8-digit decoder (EngineI8Masked: four digit columns a token). Persistent: one block per SM (two where shared memory allows), each owning a
+// tq2_stream_v4: the sm_90 streaming engine (tq2_stream_v4_sm90a.cu), m <= 8, with the masked
+// int8-digit decoder (EngineI8Masked: four digit columns a token, n_tiles = ceil(m / 2) n8 tiles). Persistent: one block per SM (two where shared memory allows), each owning a
 // contiguous range of 16-row bands. A producer lane streams every band's codes through a ring of
 // `stages` shared-memory stages, four tensor-map copies per stage (16 rows x 128 bytes each,
 // 128-byte swizzled: 16 rows x 16 groups = 8 KB a stage), and each band's scales (contiguous in
@@ -141,6 +141,7 @@ std::string tq2_stream_v3_kernel_name(const Tq2Args& args, int sm_count = 0);
 // programmatic dependent launch: the weight stream starts before the kernels ahead of it on the
 // stream have finished.
 
+inline constexpr int kTq2V4MaxM = 8;
 inline constexpr int kTq2V4Consumers = 8;                            // consumer warps
 inline constexpr int kTq2V4Threads = 32 * (kTq2V4Consumers + 1);     // + the producer warp
 inline constexpr int kTq2V4StageGroups = 2 * kTq2V4Consumers;        // 128-groups per stage
@@ -153,6 +154,7 @@ inline constexpr std::int64_t kTq2V4SmemOptin = 232448;               // sm_90 p
 inline constexpr std::size_t kTq2ScalesTailBytes = 32;
 
 struct Tq2StreamV4Config {
+  int n_tiles = 1;        // n8 tiles of digit columns: ceil(4 m / 8)
   int stages = 0;         // ring depth
   int blocks_per_sm = 1;  // 1 or 2
   int grid = 0;           // persistent blocks: min(bands, blocks_per_sm * SMs)
@@ -167,12 +169,12 @@ struct Tq2StreamV4Smem {
 };
 Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) noexcept;
 
-// tq2_args_ok, m <= 2, n < 2^31, codes and scales 16-byte aligned (vec16), and the whole K's
+// tq2_args_ok, m <= 8, n < 2^31, codes and scales 16-byte aligned (vec16), and the whole K's
 // activation records fit next to a ring of at least 3 stages.
 bool tq2_stream_v4_supports(const Tq2Args& args) noexcept;
 // nullopt unless supported. sm_count 0 = unknown (132).
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// tq2_stream_v4_<in>_<out>_i8x4_s<stages>_b<blocks_per_sm> (empty when unsupported).
+// tq2_stream_v4_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm> (empty when unsupported).
 inline constexpr int kTq2V4MinStages = 3;
 // The staged activation image (coefficients [k/128][8] float2, then 4m + 1 columns of records,
 // the last one zero): bytes of the workspace tq2_stage_v4 writes; 0 when v4 cannot take (m, k).

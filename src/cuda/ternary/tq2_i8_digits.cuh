@@ -103,8 +103,8 @@ struct EngineI8 {
 // Register s of a word keeps its codes in place, (w & (0x03030303 << 2s)): byte b is
 // c(4b + s) * 4^s (at most 128, still a u8). The B side compensates exactly: the digits of
 // register s are those of X * 4^(3 - s) (X the group's 22-bit integer activation), so every
-// product is 64 * c * X; four signed int8 digits (|X * 64| < 2^28) make four B columns per token,
-// which at m <= 2 still fill one n8 tile. The epilogue's correction for c - 1 is the digit sum
+// product is 64 * c * X; four signed int8 digits (|X * 64| < 2^28) make four B columns per token
+// (two tokens per n8 tile; NT tiles take m <= 2 NT). The epilogue's correction for c - 1 is the digit sum
 // weighted by 4^s; coefficients carry the extra 2^-6. Saves 12 of ~62 instructions per group.
 struct EngineI8Masked {
   static constexpr int kSplit = 4;
@@ -151,9 +151,14 @@ struct EngineI8Masked {
     }
   }
 
-  static __device__ __forceinline__ void group(const stream::Group& cur, const unsigned char* xg, int rec0, int rec1,
-                                               const float2* cf, float (&total)[4]) {
-    int acc[4] = {0, 0, 0, 0};
+  // One group: xg[nt] is this lane's column 8 nt + g at the group's records, cf the group's
+  // coefficients ([8 NT] float2) + 2 t4.
+  template <int NT>
+  static __device__ __forceinline__ void group(const stream::Group& cur, const unsigned char* const (&xg)[NT], int rec0,
+                                               int rec1, const float2* cf, float (&total)[NT][4]) {
+    int acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
       const std::uint32_t wa = w ? cur.c[0].y : cur.c[0].x, wb = w ? cur.c[1].y : cur.c[1].x;
@@ -163,17 +168,23 @@ struct EngineI8Masked {
         ra[s] = wa & (0x03030303u << (2 * s));
         rb[s] = wb & (0x03030303u << (2 * s));
       }
-      const uint4 b = *reinterpret_cast<const uint4*>(xg + (w ? rec1 : rec0));
-      ptx::mma_16832_u8s8(acc, ra[0], rb[0], ra[1], rb[1], b.x, b.y);
-      ptx::mma_16832_u8s8(acc, ra[2], rb[2], ra[3], rb[3], b.z, b.w);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint4 b = *reinterpret_cast<const uint4*>(xg[nt] + (w ? rec1 : rec0));
+        ptx::mma_16832_u8s8(acc[nt], ra[0], rb[0], ra[1], rb[1], b.x, b.y);
+        ptx::mma_16832_u8s8(acc[nt], ra[2], rb[2], ra[3], rb[3], b.z, b.w);
+      }
     }
     const float d0 = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur.s & 0xffffu));
     const float d1 = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur.s >> 16));
-    const float4 c = *reinterpret_cast<const float4*>(cf);  // columns 2 t4, 2 t4 + 1
-    total[0] = fmaf(fmaf(static_cast<float>(acc[0]), c.x, c.y), d0, total[0]);
-    total[1] = fmaf(fmaf(static_cast<float>(acc[1]), c.z, c.w), d0, total[1]);
-    total[2] = fmaf(fmaf(static_cast<float>(acc[2]), c.x, c.y), d1, total[2]);
-    total[3] = fmaf(fmaf(static_cast<float>(acc[3]), c.z, c.w), d1, total[3]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float4 c = *reinterpret_cast<const float4*>(cf + 8 * nt);  // columns 8 nt + 2 t4, + 1
+      total[nt][0] = fmaf(fmaf(static_cast<float>(acc[nt][0]), c.x, c.y), d0, total[nt][0]);
+      total[nt][1] = fmaf(fmaf(static_cast<float>(acc[nt][1]), c.z, c.w), d0, total[nt][1]);
+      total[nt][2] = fmaf(fmaf(static_cast<float>(acc[nt][2]), c.x, c.y), d1, total[nt][2]);
+      total[nt][3] = fmaf(fmaf(static_cast<float>(acc[nt][3]), c.z, c.w), d1, total[nt][3]);
+    }
   }
 };
 

@@ -42,6 +42,7 @@ static_assert(kConsumers == 8, "the band reduction sums 8 warps pairwise");
 
 struct V4Params {
   int stages;
+  int n_tiles;  // n8 tiles of digit columns: ceil(4 m / 8)
   Tq2StreamV4Smem smem;
   bool in_vec;
 };
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(256) tq2_stage_v4_kernel(const Tq2Args a, cons
   ptx::grid_launch_dependents();
   ptx::grid_dependency_wait();  // the activation may come from the previous kernel
   const int groups = static_cast<int>(a.k / kTq2Group), cols = static_cast<int>(a.m) * E::kSplit;
-  const int col_stride = p.smem.col_stride;
+  const int col_stride = p.smem.col_stride, tile_cols = 8 * p.n_tiles;
   auto* const image = static_cast<unsigned char*>(a.workspace);
   auto* const coef = reinterpret_cast<float2*>(image);
   unsigned char* const xs = image + (p.smem.xs - p.smem.coef);
@@ -69,17 +70,18 @@ __global__ void __launch_bounds__(256) tq2_stage_v4_kernel(const Tq2Args a, cons
     const int m = item / groups, gl = item - m * groups;
     const TIn* const in = static_cast<const TIn*>(a.in);
     const float4 x = stream::load_x4<TIn>(in + m * a.in_ld + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
-    E::convert(x, lane, m, xs + gl * E::kRecBytes, col_stride, coef + gl * 8);
+    E::convert(x, lane, m, xs + gl * E::kRecBytes, col_stride, coef + gl * tile_cols);
     return;
   }
   // The warps past the items: the zero column, then the unused coefficients.
   const int t = (item - items) * 32 + lane, threads = (static_cast<int>(gridDim.x) * 8 - items) * 32;
   for (int i = t; i < col_stride / 16; i += threads) reinterpret_cast<uint4*>(xs + cols * col_stride)[i] = make_uint4(0, 0, 0, 0);
-  for (int i = t; i < groups * (8 - cols); i += threads)
-    coef[(i / (8 - cols)) * 8 + cols + i % (8 - cols)] = make_float2(0.0f, 0.0f);
+  const int unused = tile_cols - cols;
+  for (int i = t; i < groups * unused; i += threads)
+    coef[(i / unused) * tile_cols + cols + i % unused] = make_float2(0.0f, 0.0f);
 }
 
-template <class TIn, class TOut>
+template <class TIn, class TOut, int NT>
 __global__ void __launch_bounds__(kTq2V4Threads, 2)
     tq2_stream_v4_kernel(const Tq2Args a, const V4Params p, const __grid_constant__ CUtensorMap codes_map) {
   using E = EngineI8Masked;
@@ -161,7 +163,9 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
   ptx::mbar_wait(x_full, 0);
 
   const int g = lane >> 2, t4 = lane & 3;
-  const unsigned char* const xb = xs + (g < cols ? g : cols) * col_stride;
+  const unsigned char* xb[NT];  // this lane's column 8 nt + g, or the zero column
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) xb[nt] = xs + (8 * nt + g < cols ? 8 * nt + g : cols) * col_stride;
   const int rec0 = E::rec_offset(2 * t4), rec1 = E::rec_offset(2 * t4 + 1);
   // Group j = w (+ 8) of a stage: copy j / 4, 16-byte unit 2 (j % 4) + t4 / 2 of rows g and
   // g + 8, swizzled by row % 8 = g; + 1024: row g + 8; + 4096: group w + 8.
@@ -171,15 +175,17 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
   std::uint32_t parity = 0;
   for (int b = b_begin; b < b_end; ++b) {
     const int i = b - b_begin, bs = i % kTq2V4ScaleSlots;
-    float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float total[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) total[nt][0] = total[nt][1] = total[nt][2] = total[nt][3] = 0.0f;
     ptx::mbar_wait(&sc_full[bs], (i / kTq2V4ScaleSlots) & 1);
     // Running pointers to this warp's group w of the stage (its records, coefficients and the
     // scales of rows g, g + 8): one add each per stage instead of per-group index arithmetic.
     const auto* const sc = reinterpret_cast<const std::uint16_t*>(smem + p.smem.scales + bs * slot_bytes);
     const std::uint16_t* s0 = sc + g * groups + warp;
     const std::uint16_t* s1 = sc + (g + 8) * groups + warp;
-    const unsigned char* xg0 = xb + warp * E::kRecBytes;
-    const float2* cf = coef + warp * 8 + 2 * t4;
+    int xoff = warp * E::kRecBytes;  // group w's records, in every column
+    const float2* cf = coef + warp * 8 * NT + 2 * t4;
     const int mine_left = groups - warp;  // this warp's groups of the band: gl - warp < mine_left
     for (int g0 = 0; g0 < groups; g0 += kGs) {
       ptx::mbar_wait(&full[slot], parity);
@@ -191,10 +197,13 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
           cur.c[0] = *reinterpret_cast<const uint2*>(st + h * 4096);
           cur.c[1] = *reinterpret_cast<const uint2*>(st + h * 4096 + 1024);
           cur.s = static_cast<std::uint32_t>(s0[kConsumers * h]) | (static_cast<std::uint32_t>(s1[kConsumers * h]) << 16);
-          E::group(cur, xg0 + h * kConsumers * E::kRecBytes, rec0, rec1, cf + h * kConsumers * 8, total);
+          const unsigned char* xg[NT];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) xg[nt] = xb[nt] + xoff + h * kConsumers * E::kRecBytes;
+          E::template group<NT>(cur, xg, rec0, rec1, cf + h * kConsumers * 8 * NT, total);
         }
       }
-      s0 += kGs, s1 += kGs, xg0 += kGs * E::kRecBytes, cf += kGs * 8;
+      s0 += kGs, s1 += kGs, xoff += kGs * E::kRecBytes, cf += kGs * 8 * NT;
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
       if (++slot == p.stages) slot = 0, parity ^= 1u;
@@ -203,18 +212,22 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
     // Double-buffered: the next band writes the other half, and the one after waits for this
     // band's barrier, which every reader below has passed.
     const int rb = i & 1;  // reduction buffer
-    float* const mine = red + (rb * kConsumers + warp) * 128;
-    mine[g * 8 + 2 * t4] = total[0];
-    mine[g * 8 + 2 * t4 + 1] = total[1];
-    mine[(g + 8) * 8 + 2 * t4] = total[2];
-    mine[(g + 8) * 8 + 2 * t4 + 1] = total[3];
+    constexpr int kPart = 16 * 8 * NT;  // one warp's partials: [16 rows][8 NT columns]
+    float* const mine = red + (rb * kConsumers + warp) * kPart;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mine[g * 8 * NT + 8 * nt + 2 * t4] = total[nt][0];
+      mine[g * 8 * NT + 8 * nt + 2 * t4 + 1] = total[nt][1];
+      mine[(g + 8) * 8 * NT + 8 * nt + 2 * t4] = total[nt][2];
+      mine[(g + 8) * 8 * NT + 8 * nt + 2 * t4 + 1] = total[nt][3];
+    }
     ptx::named_barrier_sync(1, kConsumerThreads);
     if (tid == 0) ptx::mbar_arrive(&sc_empty[bs]);  // every warp has read this band's scales
     if (tid < 16 * a.m) {
       const int rr = tid & 15, m = tid >> 4;
       const std::int64_t row = 16 * static_cast<std::int64_t>(b) + rr;
       if (row < a.n) {
-        const float* const part = red + rb * kConsumers * 128 + rr * 8 + m * E::kSplit;
+        const float* const part = red + rb * kConsumers * kPart + rr * 8 * NT + m * E::kSplit;
         // Fixed pairwise order over the 8 warps (a shorter dependency chain than a running sum:
         // this thread's latency delays the next band's barrier), lowest digit first.
         float d[E::kSplit];
@@ -222,7 +235,7 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
         for (int s = 0; s < E::kSplit; ++s) {
           float v[kConsumers];
 #pragma unroll
-          for (int q = 0; q < kConsumers; ++q) v[q] = part[q * 128 + s];
+          for (int q = 0; q < kConsumers; ++q) v[q] = part[q * kPart + s];
           d[s] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
         }
         float t = ((d[0] + d[1]) + d[2]) + d[3];
@@ -240,11 +253,11 @@ int device_sm_count() {
   return sms;
 }
 
-template <class TIn, class TOut>
-void launch_one(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
-  auto* kernel = &tq2_stream_v4_kernel<TIn, TOut>;
+template <class TIn, class TOut, int NT>
+void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
+  auto* kernel = &tq2_stream_v4_kernel<TIn, TOut, NT>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem_bytes);
-  const V4Params p{c.stages, tq2_stream_v4_smem(a.m, a.k, c.stages), tq2_input_vec16(a)};
+  const V4Params p{c.stages, c.n_tiles, tq2_stream_v4_smem(a.m, a.k, c.stages), tq2_input_vec16(a)};
   // Codes as bytes [n rows][k/4], boxes of 16 rows x 128 bytes, 128-byte swizzle.
   const std::uint64_t dims[2] = {static_cast<std::uint64_t>(a.k / 4), static_cast<std::uint64_t>(a.n)};
   const std::uint32_t box[2] = {128, 16};
@@ -272,6 +285,16 @@ void launch_one(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle strea
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   cudaLaunchKernelEx(&cfg, kernel, a, p, map);
+}
+
+template <class TIn, class TOut>
+void launch_one(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
+  switch (c.n_tiles) {
+    case 1: launch_nt<TIn, TOut, 1>(a, c, stream); break;
+    case 2: launch_nt<TIn, TOut, 2>(a, c, stream); break;
+    case 3: launch_nt<TIn, TOut, 3>(a, c, stream); break;
+    default: launch_nt<TIn, TOut, 4>(a, c, stream); break;
+  }
 }
 
 }  // namespace
