@@ -118,7 +118,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   // (232448: the sm_90 limit). m = 0 is sized as m = 1.
   const bool sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const std::int64_t m1 = m < 1 ? 1 : m;
-  const std::int64_t tiles = (m1 + 1) / 2;  // n8 tiles of four digit columns a token
+  const std::int64_t tiles = m1 <= 8 ? (m1 + 1) / 2 : 1;  // n8 tiles of four digit columns a token
   const bool v4_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
                        (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 3 * 8192 + tiles * 8192 <= 232448;
   const auto ctx = [&] {
@@ -209,12 +209,17 @@ void check_workspace(FuzzedDataProvider& in) {
       FUZZ_CHECK(*b % 256 == 0 && *b >= static_cast<u128>(k) * 2 &&
                      *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2,
                  "dequant_lt workspace ", *b, ctx());
+    } else if (r == Tq2Route::StreamV4) {
+      // The staged image: 4m + 1 record columns of k + 64 bytes (m <= 8 where it fits, else 0).
+      if (*b > 0) FUZZ_CHECK(m >= 1 && m <= 8 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64),
+                             "v4 workspace ", *b, ctx());
     } else if (r != Tq2Route::Auto) {
       FUZZ_CHECK(*b == 0, tq2_route_name(r), " needs no workspace but got ", *b, ctx());
     } else {
-      auto v2 = ws(Tq2Route::StreamV2), lt = ws(Tq2Route::DequantLt);
-      FUZZ_CHECK(v2 && lt && *b == std::max(*v2, *lt), "Auto workspace ", *b, " is not the larger of v2 ",
-                 v2 ? std::to_string(*v2) : "refused", " and dequant_lt ", lt ? std::to_string(*lt) : "refused", ctx());
+      auto v2 = ws(Tq2Route::StreamV2), v4 = ws(Tq2Route::StreamV4), lt = ws(Tq2Route::DequantLt);
+      FUZZ_CHECK(v2 && v4 && lt && *b == std::max({*v2, *v4, *lt}), "Auto workspace ", *b, " is not the largest of v2 ",
+                 v2 ? std::to_string(*v2) : "refused", ", v4 ", v4 ? std::to_string(*v4) : "refused", " and dequant_lt ",
+                 lt ? std::to_string(*lt) : "refused", ctx());
     }
   }
 }
