@@ -1,5 +1,5 @@
 // llmm-bench: runs benchmark suites and prints one row per case (JSON lines with --json).
-//   llmm-bench --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--list]
+//   llmm-bench --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--list]
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -16,7 +16,7 @@ using namespace llmm::bench;
 namespace {
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--list]\n", argv0);
+  std::fprintf(stderr, "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--list]\n", argv0);
   return 2;
 }
 
@@ -24,7 +24,7 @@ int usage(const char* argv0) {
 
 int main(int argc, char** argv) {
   std::string suite = "smoke", json, device = "auto";
-  bool quick = false, decode_only = false;
+  bool quick = false, decode_only = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       else if (a == "--device") device = value();
       else if (a == "--quick") quick = true;
       else if (a == "--decode") decode_only = true;
+      else if (a == "--prefill") prefill_only = true;
       else if (a == "--list") {
         for (const auto& s : kSuites) std::printf("%-10s %s\n", s.name, s.what);
         return 0;
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     Context ctx = use_cuda ? Context::cuda(0) : Context::cpu();
     Reporter out(json);
     out.system_line(system_line(ctx));
-    BenchEnv env{ctx, out, quick, device_label(ctx), decode_only};
+    BenchEnv env{ctx, out, quick, device_label(ctx), decode_only, prefill_only};
     bool ran = false;
     for (const auto& s : kSuites) {
       if (suite == "all" || suite == s.name) {

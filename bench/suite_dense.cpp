@@ -159,6 +159,7 @@ void run_dense(BenchEnv& env) {
   std::vector<std::int64_t> ms = {1, 2, 4, 8, 16};
   std::vector<DType> dts = {DType::F16, DType::BF16, DType::F32};
   if (env.quick) weights = {{"llama8b_up", 14336, 4096}, {"dit_out", 3072, 3072}}, ms = {1, 8, 16};
+  if (env.prefill_only) weights.clear();
   for (const W& w : weights)
     for (DType t : dts)
       for (std::int64_t m : ms)
@@ -171,6 +172,8 @@ void run_dense(BenchEnv& env) {
     for (DType t : {DType::F16, DType::BF16}) {
       cases.push_back({l.name, l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Auto});
       cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Tiled});
+      if (env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0)
+        cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::TiledSm90});
     }
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::Auto});
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Auto});

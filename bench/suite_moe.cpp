@@ -269,16 +269,25 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
 
         struct RouteRun {
           MatmulIdRoute route;
+          MatmulIdGroupedKernel kernel = MatmulIdGroupedKernel::Auto;
           MatmulIdParams p;
           Receipt receipt;
           SampledError err;
         };
         std::vector<RouteRun> runs;
-        for (MatmulIdRoute route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+        // Grouped twice on 16-bit shapes: Auto (the Hopper engine on sm_90) and the mma.sync kernel, A/B.
+        const bool ab = dt != DType::F32 && env.ctx.arch().cc_major == 9 && m >= 16;
+        struct Try { MatmulIdRoute route; MatmulIdGroupedKernel kernel; };
+        std::vector<Try> tries = {{MatmulIdRoute::Direct, MatmulIdGroupedKernel::Auto},
+                                  {MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto}};
+        if (ab) tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync});
+        for (const Try& tr : tries) {
+          const MatmulIdRoute route = tr.route;
           if (route == MatmulIdRoute::Direct && m > 64) continue;  // one gemv per routed row: decode only
           if (route == MatmulIdRoute::GroupedPrefill && m < 4) continue;
           RouteRun rr;
           rr.route = route;
+          rr.kernel = tr.kernel;
           MatmulIdParams& p = rr.p;
           p.m = m, p.n = md.n, p.k = md.k, p.top_k = md.top_k, p.n_experts = md.e;
           p.expert_stride_bytes = expert_bytes;
@@ -289,7 +298,9 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
             View iv = View::contiguous(in.data(), dt, {m, md.k}, DeviceKind::CUDA);
             View idv = View::contiguous(ids_d.data(), DType::U32, {m, md.top_k}, DeviceKind::CUDA);
             View ov = View::contiguous(out.data(), dt, {m, md.top_k, md.n}, DeviceKind::CUDA);
-            rr.receipt = matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p);
+            MatmulIdOptions opts;
+            opts.grouped_kernel = rr.kernel;
+            rr.receipt = matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p, opts);
             env.ctx.synchronize();  // the checks copy on the legacy stream: ctx's may be non-blocking
             rr.err = check_moe(w[0].data(), dt, in.data(), dt, out.data(), dt, ids, md, 64);
             runs.push_back(rr);
@@ -299,12 +310,14 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           }
         }
         for (const RouteRun& rr : runs) {
-          fns.push_back([&, p = rr.p](int i) {
+          fns.push_back([&, p = rr.p, kernel = rr.kernel](int i) {
+            MatmulIdOptions opts;
+            opts.grouped_kernel = kernel;
             View wv = View::contiguous(wptr(i), dt, {md.e, md.n, md.k}, DeviceKind::CUDA);
             View iv = View::contiguous(in.data(), dt, {m, md.k}, DeviceKind::CUDA);
             View idv = View::contiguous(ids_d.data(), DType::U32, {m, md.top_k}, DeviceKind::CUDA);
             View ov = View::contiguous(out.data(), dt, {m, md.top_k, md.n}, DeviceKind::CUDA);
-            matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p);
+            matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p, opts);
           });
         }
         if (runs.empty()) continue;
@@ -324,7 +337,8 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           const RouteRun& rr = runs[i];
           const Timing& ti = t[i + 1];
           Row row;
-          row.suite = "moe", row.name = cname, row.route = rr.receipt.route, row.kernel = rr.receipt.kernel;
+          row.suite = "moe", row.route = rr.receipt.route, row.kernel = rr.receipt.kernel;
+          row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync ? cname + "_mma_sync" : cname;
           row.dtype = std::string(dtype_name(dt)), row.precision = dt == DType::F32 ? "exact" : "-";
           row.m = m, row.n = md.n, row.k = md.k;
           row.batch = active;  // active experts
@@ -361,7 +375,11 @@ void run_gpu(BenchEnv& env) {
   const std::vector<std::uint32_t> all_ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
   const std::vector<Routing> all_routings = {Routing::Uniform, Routing::Hot, Routing::Zipf};
   std::vector<ModelRun> runs;
-  if (env.quick) {
+  if (env.prefill_only) {
+    const std::vector<std::uint32_t> ms = {16, 64, 256, 1024, 4096};
+    for (const Model& md : {qwen_gate_up, qwen_down, mixtral, deepseek}) runs.push_back({md, DType::BF16, ms, all_routings});
+    runs.push_back({Model{"qwen3_235b_gateup", 128, 8, 4096, 3072}, DType::BF16, {64, 4096}, {Routing::Uniform}});
+  } else if (env.quick) {
     runs.push_back({qwen_gate_up, DType::BF16, {1, 16, 256}, {Routing::Uniform, Routing::Zipf}});
   } else {
     // The full M list on every shape: the largest case (DeepSeek M = 16384: ~70 ms per grouped

@@ -19,7 +19,7 @@ namespace {
 
 constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,
                                        DenseRoute::Gemv,     DenseRoute::GemvWide,  DenseRoute::SkinnyMma,
-                                       DenseRoute::Tiled,    DenseRoute::CublasLt};
+                                       DenseRoute::Tiled,    DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
                                    Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled, Tq2Route::DequantLt};
 
@@ -45,6 +45,7 @@ void check_dense(FuzzedDataProvider& in) {
   d.transpose_a = in.ConsumeBool(), d.transpose_b = in.ConsumeBool();
   d.precision = in.ConsumeBool() ? Precision::Exact : Precision::Fast;
   d.a_vec16 = in.ConsumeBool(), d.b_vec16 = in.ConsumeBool();
+  d.batches_disjoint = in.ConsumeBool();
   const ArchInfo arch = consume_arch(in);
   const DenseRoute force = in.PickValueInArray(kDenseRoutes);
   const bool cuda = arch.kind == DeviceKind::CUDA;
@@ -85,6 +86,10 @@ void check_dense(FuzzedDataProvider& in) {
   if (r == DenseRoute::SkinnyMma)
     FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 2 && d.m <= 16 && d.k % 8 == 0 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
+  if (r == DenseRoute::TiledSm90) {
+    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.k >= 1 && d.batches_disjoint && arch.cc_major == 9 &&
+                   arch.cc_minor == 0, desc());
+  }
   if (r == DenseRoute::CublasLt) FUZZ_CHECK(d.k > 0, "cuBLASLt with k <= 0: ", desc());
   const bool gw = r == DenseRoute::GemvWide;
   FUZZ_CHECK(gw == (p->gemv_wide_vecs != 0) && gw == (p->gemv_wide_k_lanes != 0) && gw == (p->gemv_wide_grid_x != 0), desc());

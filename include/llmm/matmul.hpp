@@ -19,7 +19,8 @@ enum class DenseRoute {
   Gemv,      // m == 1 or n == 1
   GemvWide,  // x[M, K] . w[N, K]^T for M = 2..16 on CUDA cores (f32, and 16-bit when forced)
   SkinnyMma, // x[M, K] . w[N, K]^T for M = 2..16, f16/bf16 on tensor cores (mma.sync)
-  Tiled,     // mma.sync tensor-core engine
+  Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
+  TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16 x . w^T on sm_90
   CublasLt,  // vendor GEMM, for the shapes where it measures faster
 };
 const char* route_name(DenseRoute r) noexcept;
@@ -45,6 +46,9 @@ struct MatmulDesc {
   bool transpose_a = false, transpose_b = false;
   Precision precision = Precision::Exact;
   bool a_vec16 = false, b_vec16 = false;  // base, row and batch strides 16-byte aligned
+  // Every batched input (batch stride > 0) starts each entry past the previous entry's last row:
+  // the Hopper engine's 3D tensor maps take such strides only.
+  bool batches_disjoint = true;
 };
 
 struct DensePlan {

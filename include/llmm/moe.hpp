@@ -122,8 +122,17 @@ class MatmulIdScratch {
   std::uint32_t* rows_ = nullptr;
 };
 
+// The GEMM under the grouped route (tests and benchmarks pick one by name; Auto is the router's).
+enum class MatmulIdGroupedKernel {
+  Auto,       // TiledSm90 where it takes the call, else MmaSync
+  MmaSync,    // moe_grouped: mma.sync tiles, every dtype combination, sm_80+
+  TiledSm90,  // the Hopper tiled engine: 16-bit weights and input of one dtype, k % 8 == 0, sm_90
+};
+const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept;
+
 struct MatmulIdOptions {
   Precision precision = Precision::Exact;  // f32 input on tensor cores: Exact keeps f32 accuracy
+  MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;  // a forced kernel that cannot take the call is refused
 };
 
 // weights, input, ids and out must be exactly the views matmul_id_params describes, and

@@ -52,8 +52,9 @@ TEST(BatchInvarianceGpu, Dense) {
   for (DType t : {DType::F32, DType::BF16})
     for (const R& r : {R{DenseRoute::Naive, {1, 5, 70, 300}, true}, R{DenseRoute::Tiled, {1, 5, 70, 300}, true},
                        R{DenseRoute::SkinnyMma, {2, 5, 9, 16}, true}, R{DenseRoute::GemvWide, {2, 5, 9, 16}, false},
-                       R{DenseRoute::CublasLt, {1, 5, 70, 300}, false}}) {
-      if (r.route == DenseRoute::SkinnyMma && t == DType::F32) continue;
+                       R{DenseRoute::CublasLt, {1, 5, 70, 300}, false}, R{DenseRoute::TiledSm90, {1, 5, 70, 300, 2100}, true}}) {
+      if ((r.route == DenseRoute::SkinnyMma || r.route == DenseRoute::TiledSm90) && t == DType::F32) continue;
+      if (r.route == DenseRoute::TiledSm90 && !(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) continue;
       HostTensor b = host_tensor(t, {n, k}), x0 = host_tensor(t, {1, k});
       fill_random(b.view, 11), fill_random(x0.view, 12);
       DeviceTensor db = to_device(b);
@@ -80,13 +81,14 @@ TEST(BatchInvarianceGpu, MatmulId) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   MatmulIdScratch scratch(ctx, 16, 300, 4);
-  for (DType w : {DType::F32, DType::BF16})
+  for (DType w : {DType::F32, DType::BF16, DType::F16})  // f16: f16 input, the Hopper engine on sm_90
     for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
       const std::vector<std::int64_t> ms = route == MatmulIdRoute::Direct ? std::vector<std::int64_t>{1, 3, 40}
                                                                           : std::vector<std::int64_t>{1, 3, 40, 300};
       MoeCase c0;  // token 0 of this case is the fixed token: its input row and ids
       c0.p.m = 1, c0.p.n = 96, c0.p.k = 264, c0.p.top_k = 4, c0.p.n_experts = 16, c0.p.route = route;
       c0.w_dtype = w, c0.seed = 5;
+      if (w == DType::F16) c0.p.input_dtype = c0.p.output_dtype = DType::F16;
       MoeBuffers fixed = make_moe_buffers(c0);
       auto row_of = [&](std::int64_t m) {
         MoeCase c = c0;

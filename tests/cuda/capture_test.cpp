@@ -125,9 +125,10 @@ TEST(CaptureGpu, DenseEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   for (DenseRoute route : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma,
-                           DenseRoute::Tiled, DenseRoute::CublasLt})
+                           DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::BF16}) {
-      if (route == DenseRoute::SkinnyMma && t == DType::F32) continue;
+      if ((route == DenseRoute::SkinnyMma || route == DenseRoute::TiledSm90) && t == DType::F32) continue;
+      if (route == DenseRoute::TiledSm90 && !(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) continue;
       const std::int64_t m = route == DenseRoute::Gemv ? 1 : route == DenseRoute::GemvWide || route == DenseRoute::SkinnyMma ? 5 : 67;
       const std::int64_t n = 131, k = 200, batch = 2;
       HostTensor a = host_tensor_3d(t, batch, m, k, 8, 24), b = host_tensor_3d(t, batch, n, k, 8, 24),
@@ -157,11 +158,12 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
   Context ctx = Context::cuda(0);
   MatmulIdScratch scratch(ctx, 16, 40, 4);
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
-    for (DType ids : {DType::U32, DType::I64}) {
+    for (DType ids : {DType::U32, DType::I64}) {  // i64 ids with a bf16 input: the Hopper engine on sm_90
       MoeCase c;
       c.p.m = 40, c.p.n = 70, c.p.k = 136, c.p.top_k = 4, c.p.n_experts = 16, c.p.route = route;
       c.p.input_layout = MatmulIdInputLayout::Slotted;
-      c.w_dtype = DType::BF16, c.p.input_dtype = DType::F32, c.expert_pad = 24, c.input_pad = 8, c.ids_dtype = ids;
+      c.w_dtype = DType::BF16, c.p.input_dtype = ids == DType::I64 ? DType::BF16 : DType::F32;
+      c.expert_pad = 24, c.input_pad = 8, c.ids_dtype = ids;
       c.out_of_range_every = 9, c.routing = Routing::Repeats;
       MoeBuffers b = make_moe_buffers(c);
       Guarded gw = guarded(b.w), gin = guarded(b.in), gids = guarded(b.ids), gout = guarded(b.out);

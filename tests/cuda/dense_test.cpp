@@ -11,6 +11,7 @@
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
 #include "support/dense_case.hpp"
+#include "support/expect_error.hpp"
 #include "support/gpu.hpp"
 #include "support/random.hpp"
 #include "support/tensor.hpp"
@@ -29,6 +30,10 @@ void expect_good(Context& ctx, const DenseCase& c, const char* want_route = null
 }
 
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+
+bool hopper_engine(const Context& ctx) { return ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0; }
+// Row padding that makes a k-element row a whole number of 16-byte vectors of 16-bit values.
+std::int64_t pad16(std::int64_t k, std::int64_t extra = 0) { return (8 - k % 8) % 8 + extra; }
 
 }  // namespace
 
@@ -191,6 +196,26 @@ TEST(DenseGpu, TiledSweep) {
           }
 }
 
+// The Hopper tiled engine (x . w^T, f16/bf16): every tile width (64/128/256, chosen by the
+// shape), m, n and k tails (k past the row: zero-filled by TMA, never read), padded rows, outputs
+// whose rows do not allow vector stores (n + pad not a multiple of 4).
+TEST(DenseGpu, TiledSm90Sweep) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  std::uint64_t seed = 3000;
+  struct S { std::int64_t m, n, k; };
+  for (DType t : {DType::F16, DType::BF16})
+    for (S s : {S{1, 1, 8}, S{7, 33, 100}, S{33, 7, 257}, S{64, 128, 64}, S{65, 129, 200}, S{100, 257, 33},
+                S{129, 130, 131}, S{256, 128, 512}, S{257, 300, 65}, S{300, 1000, 1000}, S{520, 384, 4100},
+                S{1024, 1100, 72}, S{2048, 2048, 136}}) {
+      DenseCase c{t, 1, s.m, s.n, s.k, false, true, pad16(s.k, s.m % 2 ? 8 : 0)};
+      c.route = DenseRoute::TiledSm90;
+      c.seed = ++seed;
+      expect_good(ctx, c, "tiled_sm90");
+    }
+}
+
 TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -205,6 +230,15 @@ TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
             c.seed = ++seed;
             expect_good(ctx, c);
           }
+  // The Hopper engine takes x . w^T with 16-byte aligned rows and batch strides (pad 8, k % 8 == 0).
+  if (hopper_engine(ctx))
+    for (DType t : {DType::F16, DType::BF16})
+      for (int bc = 0; bc < 3; ++bc) {
+        DenseCase c{t, 3, 45, 70, 96, false, true, 8, bc == 1, bc == 2};
+        c.route = DenseRoute::TiledSm90;
+        c.seed = ++seed;
+        expect_good(ctx, c, "tiled_sm90");
+      }
 }
 
 TEST(DenseGpu, BroadcastWeightFoldsIntoSkinnyRoute) {
@@ -227,9 +261,10 @@ TEST(DenseGpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::CublasLt,
-                       DenseRoute::Naive}) {
+                       DenseRoute::Naive, DenseRoute::TiledSm90}) {
+    if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
     DenseCase c{DType::BF16, 1, r == DenseRoute::Gemv ? 1 : 8, 1000, 4096, false, true};
-    if (r == DenseRoute::Tiled || r == DenseRoute::Naive) c.m = 200;
+    if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::TiledSm90) c.m = 200;
     c.route = r;
     DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
     EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
@@ -266,10 +301,28 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
   o.force_route = DenseRoute::GemvWide;  // m = 64 is outside its gate
   EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, o), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (DenseRoute r : {DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Naive}) {
+  for (DenseRoute r : {DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Naive, DenseRoute::TiledSm90}) {
     MatmulOptions f;
     f.force_route = r;
+    f.transpose_b = r == DenseRoute::TiledSm90;  // x . w^T: the engine's layout
     EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, f), Error) << route_name(r);
+  }
+  // What the engine cannot take is refused by name: f32, a transposed, misaligned rows.
+  rec.before_launch = nullptr;
+  {
+    HostTensor fa = host_tensor(DType::F32, {64, 64}), fb = host_tensor(DType::F32, {64, 64}), fc = host_tensor(DType::F32, {64, 64});
+    DeviceTensor dfa = to_device(fa), dfb = to_device(fb), dfc = to_device(fc);
+    MatmulOptions f;
+    f.force_route = DenseRoute::TiledSm90;
+    f.transpose_b = true;
+    expect_error([&] { matmul(ctx, dfa.view, dfb.view, dfc.view, f); }, ErrorCode::Unsupported, "route tiled_sm90 cannot run");
+    f.transpose_a = true;
+    expect_error([&] { matmul(ctx, da.view, db.view, dc.view, f); }, ErrorCode::Unsupported, "route tiled_sm90 cannot run");
+    View odd_a = View::strided(da.buffer.data(), DType::F16, {63, 63}, {63, 1}, DeviceKind::CUDA);
+    View odd_b = View::strided(db.buffer.data(), DType::F16, {63, 63}, {63, 1}, DeviceKind::CUDA);
+    View odd_c = View::strided(dc.buffer.data(), DType::F16, {63, 63}, {63, 1}, DeviceKind::CUDA);
+    f.transpose_a = false;
+    expect_error([&] { matmul(ctx, odd_a, odd_b, odd_c, f); }, ErrorCode::Unsupported, "16-byte aligned");
   }
   ctx.synchronize();
   EXPECT_TRUE(rec.launched.empty());
@@ -283,10 +336,11 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 40;
   for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma, DenseRoute::Tiled,
-                       DenseRoute::CublasLt, DenseRoute::Auto})
+                       DenseRoute::CublasLt, DenseRoute::Auto, DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
-        if (r == DenseRoute::SkinnyMma && t == DType::F32) continue;
+        if ((r == DenseRoute::SkinnyMma || r == DenseRoute::TiledSm90) && t == DType::F32) continue;
+        if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
         DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide || r == DenseRoute::SkinnyMma ? 6 : 70),
                     130, 264, false, true};
         if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;

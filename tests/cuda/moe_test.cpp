@@ -29,6 +29,7 @@ void expect_good(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch) {
   EXPECT_EQ(o.receipt.route, matmul_id_route_name(c.p.route));
   EXPECT_EQ(o.receipt.kernels_launched, c.p.route == MatmulIdRoute::Direct ? 1 : 2);
 }
+bool hopper_engine(const Context& ctx) { return ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0; }
 MatmulIdParams params(std::uint32_t m, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t e,
                       MatmulIdRoute route) {
   MatmulIdParams p;
@@ -298,4 +299,71 @@ TEST(MoeGpu, MapIsAStableCountingSort) {
       rows.resize(want_rows.size());
       EXPECT_EQ(rows, want_rows) << c.describe();
     }
+}
+
+// The Hopper tiled engine under the grouped route, forced: every tile width (the mean routed rows
+// per expert picks 64, 128 or 256), n and k tails (n % 128, n % 4 != 0: scalar stores), padded
+// experts and input rows, both layouts, every routing with out-of-range ids,
+// f32 and 16-bit outputs; the mma.sync kernel runs each case too.
+TEST(MoeGpu, TiledSm90Sweep) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  MatmulIdScratch scratch(ctx, 256, 4096, 8);
+  struct S { std::uint32_t m, n, k, top_k, e; };
+  std::uint64_t seed = 2000;
+  const Routing routings[] = {Routing::Uniform, Routing::Skewed, Routing::Zipf, Routing::Repeats};
+  const DType id_types[] = {DType::U32, DType::I32, DType::I64};
+  for (S s : {S{1, 100, 64, 8, 64}, S{7, 33, 40, 1, 1}, S{33, 130, 128, 8, 256}, S{300, 257, 264, 2, 4},
+              S{2048, 65, 72, 8, 64}, S{1024, 384, 520, 2, 8}, S{2048, 136, 256, 2, 8}, S{4096, 128, 64, 8, 128}})
+    for (DType w : {DType::BF16, DType::F16})
+      for (DType out : {DType::F32, w})
+        for (auto kernel : {MatmulIdGroupedKernel::TiledSm90, MatmulIdGroupedKernel::MmaSync}) {
+          MoeCase c;
+          c.p = params(s.m, s.n, s.k, s.top_k, s.e, MatmulIdRoute::GroupedPrefill);
+          c.p.input_dtype = w, c.p.output_dtype = out;
+          c.w_dtype = w, c.grouped_kernel = kernel;
+          c.routing = routings[seed % 4], c.ids_dtype = id_types[seed % 3];
+          if (c.routing == Routing::Repeats) c.p.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
+          c.out_of_range_every = seed % 3 == 0 ? 0 : 5 + static_cast<int>(seed % 7);
+          c.expert_pad = (seed % 3) * 8, c.input_pad = (seed % 2) * 8;
+          c.p.input_layout = seed % 4 == 1 ? MatmulIdInputLayout::Slotted : MatmulIdInputLayout::SharedPerToken;
+          c.seed = ++seed;
+          MoeOutcome o = run_moe_case(ctx, c, &scratch);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          const bool engine = o.receipt.kernel.find("tiled_sm90_moe_") != std::string::npos;
+          EXPECT_EQ(engine, kernel == MatmulIdGroupedKernel::TiledSm90) << c.describe() << ": " << o.receipt.kernel;
+        }
+}
+
+// Auto takes the engine where it can on sm_90; a forced engine that cannot take the call is
+// refused before anything is launched or written.
+TEST(MoeGpu, TiledSm90RoutingAndRefusals) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  MatmulIdScratch scratch(ctx, 16, 64, 4);
+  MoeCase c;
+  c.p = params(64, 96, 128, 4, 16, MatmulIdRoute::GroupedPrefill);
+  c.p.input_dtype = DType::BF16, c.p.output_dtype = DType::BF16, c.w_dtype = DType::BF16;
+  MoeOutcome o = run_moe_case(ctx, c, &scratch);
+  EXPECT_TRUE(o.cmp.ok()) << o.cmp.summary();
+  EXPECT_NE(o.receipt.kernel.find("tiled_sm90_moe_bf16_bf16_bf16_bn64"), std::string::npos) << o.receipt.kernel;
+
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  struct Bad { DType in; std::uint32_t k; const char* why; };
+  for (Bad b : {Bad{DType::F32, 128, "input of the same dtype"}, Bad{DType::BF16, 36, "k a multiple of 8"}}) {
+    MoeCase f = c;
+    f.p.input_dtype = b.in, f.p.output_dtype = b.in, f.p.k = b.k;
+    f.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
+    try {
+      run_moe_case(ctx, f, &scratch);
+      ADD_FAILURE() << "forced tiled_sm90 accepted " << f.describe();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.why), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(rec.launched.empty());
 }

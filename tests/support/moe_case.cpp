@@ -19,7 +19,8 @@ std::string MoeCase::describe() const {
      << (input_rank3 ? "3d" : "") << " " << matmul_id_route_name(p.route) << " pad " << expert_pad << "/" << input_pad
      << " " << routings[static_cast<int>(routing)] << (out_of_range_every ? " oor" : "")
      << (precision == Precision::Fast ? " fast" : " exact") << (shape_form ? " shape-form" : "")
-     << (nonfinite_every ? " nonfinite" : "") << " seed " << seed;
+     << (nonfinite_every ? " nonfinite" : "") << " kernel " << matmul_id_grouped_kernel_name(grouped_kernel) << " seed "
+     << seed;
   return os.str();
 }
 
@@ -151,6 +152,7 @@ MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch
   const MatmulIdParams& p = b.p;
   MatmulIdOptions o;
   o.precision = c.precision;
+  o.grouped_kernel = c.grouped_kernel;
   auto call = [&](const View& w, const View& in, const View& ids, const View& out) {
     if (c.shape_form) return matmul_id(ctx, w, in, ids, out, scratch, p.input_layout, p.id_multiplicity, p.route, o);
     return matmul_id(ctx, w, in, ids, out, scratch, p, o);

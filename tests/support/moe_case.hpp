@@ -28,6 +28,7 @@ struct MoeCase {
   Precision precision = Precision::Exact;
   bool shape_form = false;      // call matmul_id with the params read off the views
   int nonfinite_every = 0;      // > 0: Inf/NaN in some input and weight rows; IEEE classes checked
+  MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;
   std::uint64_t seed = 1;
   std::string describe() const;
 };

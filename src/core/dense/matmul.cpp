@@ -149,6 +149,8 @@ Receipt matmul(Context& ctx, const View& a, const View& b, const View& c, const 
   d.precision = opts.precision;
   d.a_vec16 = detail::rows_vec16(g.a, g.a_ld, g.a_batch, g.dtype);
   d.b_vec16 = detail::rows_vec16(g.b, g.b_ld, g.b_batch, g.dtype);
+  const std::int64_t a_rows = g.a_trans ? g.k : g.m, b_rows = g.b_trans ? g.n : g.k;
+  d.batches_disjoint = (g.a_batch == 0 || g.a_batch >= a_rows * g.a_ld) && (g.b_batch == 0 || g.b_batch >= b_rows * g.b_ld);
   DensePlan plan = plan_matmul(d, ctx.arch(), opts.force_route);
   if (plan.route != DenseRoute::Cpu) return detail::run_dense_cuda(ctx, plan, g);
 

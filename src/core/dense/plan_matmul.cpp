@@ -1,5 +1,6 @@
 // plan_matmul: the dense router, a pure function of the problem and the device.
 #include "core/dense/dense_kernels.hpp"
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "core/dense/skinny_mma.hpp"
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
@@ -15,6 +16,7 @@ const char* route_name(DenseRoute r) noexcept {
     case DenseRoute::GemvWide: return "gemv_wide";
     case DenseRoute::SkinnyMma: return "skinny_mma";
     case DenseRoute::Tiled: return "tiled";
+    case DenseRoute::TiledSm90: return "tiled_sm90";
     case DenseRoute::CublasLt: return "cublaslt";
   }
   return "?";
@@ -51,6 +53,9 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
     case DenseRoute::Tiled:
       if (!cuda) return "needs a CUDA context";
       return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
+    case DenseRoute::TiledSm90:
+      if (!cuda) return "needs a CUDA context";
+      return engine::tiled_sm90_dense_refusal(d, arch);
     case DenseRoute::CublasLt:
       if (!cuda) return "needs a CUDA context";
       return d.k > 0 ? "" : "k == 0 is not a cuBLASLt problem";

@@ -84,7 +84,7 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   g.exact = opts.precision == Precision::Exact;
   if (route == MatmulIdRoute::GroupedPrefill)
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
-  if (ctx.is_cuda()) return detail::run_matmul_id_cuda(ctx, route, g);
+  if (ctx.is_cuda()) return detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel);
 
   // CPU backend: the float64 reference (grouped also builds the scratch lists, as its map does).
   const bool grouped = route == MatmulIdRoute::GroupedPrefill;

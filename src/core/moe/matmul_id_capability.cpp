@@ -52,6 +52,15 @@ MatmulIdInputStrides matmul_id_input_strides(const MatmulIdParams& p) {
 }
 }  // namespace detail
 
+const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept {
+  switch (k) {
+    case MatmulIdGroupedKernel::Auto: return "auto";
+    case MatmulIdGroupedKernel::MmaSync: return "mma_sync";
+    case MatmulIdGroupedKernel::TiledSm90: return "tiled_sm90";
+  }
+  return "?";
+}
+
 const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
   return r == MatmulIdRoute::Direct ? "direct" : "grouped_prefill";
 }

@@ -6,5 +6,6 @@
 #include "llmm/moe.hpp"
 
 namespace llmm::detail {
-Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& args);
+Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& args,
+                           MatmulIdGroupedKernel grouped_kernel);
 }  // namespace llmm::detail

@@ -3,7 +3,7 @@
 #include "llmm/error.hpp"
 
 namespace llmm::detail {
-Receipt run_matmul_id_cuda(Context&, MatmulIdRoute, const cuda_moe::MoeArgs&) {
+Receipt run_matmul_id_cuda(Context&, MatmulIdRoute, const cuda_moe::MoeArgs&, MatmulIdGroupedKernel) {
   fail(ErrorCode::Unsupported, "matmul_id: llmm was built without CUDA (LLMM_CUDA=OFF)");
 }
 }  // namespace llmm::detail

@@ -10,6 +10,7 @@
 #include "core/ranges.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/dense/launch.hpp"
+#include "cuda/engine/launch.hpp"
 #include "llmm/error.hpp"
 
 namespace llmm::detail {
@@ -65,6 +66,7 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   std::string name;
   cuda_dense::GemvWideConfig wide{};
   cuda_dense::SkinnyMmaConfig skinny{};
+  engine::TiledSm90Launch sm90{};
   const cuda_dense::CublasLtGemm* lt = nullptr;
   void* workspace = nullptr;
   switch (plan.route) {  // resolve: may throw, nothing enqueued yet
@@ -86,6 +88,10 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
       break;
     }
     case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
+    case DenseRoute::TiledSm90:
+      sm90 = engine::tiled_sm90_dense_launch(g.batch, g.m, g.n, ctx.arch().sm_count);
+      name = engine::tiled_sm90_dense_kernel_name(g.dtype, sm90.bn);
+      break;
     case DenseRoute::CublasLt:
       lt = &lt_plan(ctx, g);
       workspace = ctx.cublaslt_workspace();
@@ -100,6 +106,7 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
     case DenseRoute::GemvWide: cuda_dense::launch_gemv_wide(g, wide, s); break;
     case DenseRoute::SkinnyMma: cuda_dense::launch_skinny_mma(g, skinny, s); break;
     case DenseRoute::Tiled: cuda_dense::launch_gemm_mma(g, s); break;
+    case DenseRoute::TiledSm90: engine::launch_tiled_sm90_dense(g, sm90, s); break;
     case DenseRoute::CublasLt: lt->run(g, workspace, s); break;
     default: break;
   }

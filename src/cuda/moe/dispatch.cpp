@@ -3,6 +3,7 @@
 #include "core/moe/moe_dispatch.hpp"
 #include "core/moe/moe_kernels.hpp"
 #include "core/ranges.hpp"
+#include "cuda/engine/launch.hpp"
 #include "cuda/moe/launch.hpp"
 #include "llmm/error.hpp"
 
@@ -27,7 +28,8 @@ struct MoeRanges {
 
 }  // namespace
 
-Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& g) {
+Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& g,
+                           MatmulIdGroupedKernel grouped_kernel) {
   StreamHandle s = ctx.stream();
   if (!cuda_moe::moe_dtypes_supported(g))
     fail(ErrorCode::Unsupported, "matmul_id: the CUDA kernels take an input of f32 or the weights' dtype (",
@@ -45,7 +47,17 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   if (g.n_experts > cuda_moe::moe_map_max_experts())
     fail(ErrorCode::InvalidArgument, "matmul_id: n_experts ", g.n_experts, " exceeds the map kernel's limit ",
          cuda_moe::moe_map_max_experts());
-  const std::string map = cuda_moe::moe_map_kernel_name(g), grouped = cuda_moe::moe_grouped_kernel_name(g);
+  // The grouped GEMM: the Hopper engine where it takes the call (measured faster: docs/performance.md,
+  // MoE), else the mma.sync kernel; a forced kernel that cannot take it is refused here.
+  const std::string engine_why = engine::tiled_sm90_moe_refusal(g, ctx.arch());
+  if (grouped_kernel == MatmulIdGroupedKernel::TiledSm90 && !engine_why.empty())
+    fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 cannot run (m ", g.m, ", n ", g.n, ", k ", g.k,
+         ", ", dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
+  const bool use_engine = grouped_kernel != MatmulIdGroupedKernel::MmaSync && engine_why.empty();
+  const engine::TiledSm90Launch sm90 = use_engine ? engine::tiled_sm90_moe_launch(g, ctx.arch().sm_count) : engine::TiledSm90Launch{};
+  const std::string map = cuda_moe::moe_map_kernel_name(g);
+  const std::string grouped =
+      use_engine ? engine::tiled_sm90_moe_kernel_name(g, sm90.bn) : cuda_moe::moe_grouped_kernel_name(g);
   ctx.check_launchable(map);
   ctx.check_launchable(grouped);
   const auto ranges = [&] { return MoeRanges(g); };
@@ -54,7 +66,8 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     const MoeRanges r = ranges();
     return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
   });
-  cuda_moe::launch_moe_grouped(g, s);
+  if (use_engine) engine::launch_tiled_sm90_moe(g, sm90, s);
+  else cuda_moe::launch_moe_grouped(g, s);
   ctx.note_launch(grouped, [&] {
     const MoeRanges r = ranges();
     return LaunchRanges{{r.w, r.in, r.counts, r.rows}, {r.out}};

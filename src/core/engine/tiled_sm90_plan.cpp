@@ -1,0 +1,94 @@
+#include "core/engine/tiled_sm90_plan.hpp"
+
+#include <algorithm>
+
+#include "core/vec16.hpp"
+
+namespace llmm::engine {
+namespace {
+
+constexpr int kDefaultSms = 132;
+constexpr std::int64_t kMaxTiles = 0x7fffffff;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
+
+int smem_for(int bn, int extra) { return tiled_sm90_shape(bn).fixed_smem_bytes() + extra; }
+
+bool is16(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+}  // namespace
+
+bool tiled_sm90_arch_ok(const ArchInfo& arch) noexcept {
+  return arch.kind == DeviceKind::CUDA && arch.cc_major == 9 && arch.cc_minor == 0;
+}
+
+std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch) {
+  if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
+  if (!is16(d.dtype)) return "needs f16 or bf16";
+  if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
+  if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
+  if (!d.batches_disjoint) return "needs batched inputs whose batch entries do not overlap";
+  if (d.k < 1) return "needs k >= 1";
+  const std::int64_t tok_tiles = ceil_div(d.m, 64), feat_tiles = ceil_div(d.n, kTiledBM);  // at the narrowest tile
+  if (tok_tiles > kMaxTiles || feat_tiles > kMaxTiles || (d.batch > 0 && tok_tiles * feat_tiles > kMaxTiles / d.batch))
+    return "more than 2^31 - 1 tiles";
+  return "";
+}
+
+TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
+  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
+  TiledSm90Launch best;
+  std::int64_t best_cost = -1;
+  for (int bn : {256, 128, 64}) {
+    const std::int64_t tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
+    const std::int64_t cost = ceil_div(tiles, sms) * (bn + 32);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best.bn = bn;
+      best.tiles = tiles;
+    }
+  }
+  best.smem_bytes = smem_for(best.bn, 0);
+  best.grid = static_cast<int>(std::max<std::int64_t>(1, std::min(best.tiles, sms)));
+  return best;
+}
+
+std::string tiled_sm90_dense_kernel_name(DType dtype, int bn) {
+  return "tiled_sm90_dense_" + std::string(dtype_name(dtype)) + "_bn" + std::to_string(bn);
+}
+
+std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch) {
+  if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
+  if (!is16(g.w_dtype) || g.in_dtype != g.w_dtype) return "needs f16 or bf16 weights and an input of the same dtype";
+  if (g.out_dtype != DType::F32 && g.out_dtype != g.in_dtype) return "needs an f32 or input-dtype output";
+  if (g.k < 1 || g.k % 8 != 0) return "needs k a multiple of 8";
+  if (g.n < 1 || g.n > 0x7fffffff || g.k > 0x7fffffff) return "needs 1 <= n, k < 2^31";
+  if (g.n_experts < 1 || g.n_experts > 1024) return "needs 1..1024 experts";
+  if (!detail::aligned16(g.w) || g.expert_stride % 8 != 0) return "needs 16-byte aligned weights and expert stride";
+  if (!detail::aligned16(g.in) || g.in_token_stride % 8 != 0 || g.in_slot_stride % 8 != 0)
+    return "needs a 16-byte aligned input and input strides";
+  if (!g.counts || !g.rows) return "needs the grouped route's scratch";
+  const std::int64_t routed = g.m * g.top_k;
+  const std::int64_t row_tiles = ceil_div(routed, 64) + g.n_experts;
+  if (row_tiles > kMaxTiles / ceil_div(g.n, kTiledBM)) return "more than 2^31 tiles";
+  return "";
+}
+
+TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) {
+  const std::int64_t routed = g.m * g.top_k;
+  const std::int64_t active = std::max<std::int64_t>(1, std::min<std::int64_t>(g.n_experts, routed));
+  const std::int64_t mean = routed / active;
+  TiledSm90Launch l;
+  l.bn = mean >= 384 ? 256 : mean >= 192 ? 128 : 64;
+  l.tiles = (ceil_div(routed, l.bn) + std::min<std::int64_t>(g.n_experts, routed)) * ceil_div(g.n, kTiledBM);
+  l.smem_bytes = smem_for(l.bn, 2 * (static_cast<int>(g.n_experts) + 1) * 4 + l.bn * 8);
+  l.grid = sm_count > 0 ? sm_count : kDefaultSms;
+  return l;
+}
+
+std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, int bn) {
+  return "tiled_sm90_moe_" + std::string(dtype_name(g.w_dtype)) + "_" + std::string(dtype_name(g.in_dtype)) + "_" +
+         std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(bn);
+}
+
+}  // namespace llmm::engine

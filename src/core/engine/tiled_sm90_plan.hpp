@@ -1,0 +1,57 @@
+// Host planning of the Hopper tiled engine (src/cuda/engine): which problems each instance
+// takes, the tile shape and grid a launch uses, and the kernel names. Pure functions, no CUDA
+// headers: the routers, CPU tests and the launchers call the same functions, so what a plan
+// says is what a launch does.
+//
+// Instances (one kernel template, tiled_sm90a.cuh; row maps in row_maps_sm90.cuh):
+//   dense   c[b] = a[b] . b[b]^T: a [m, k] rows (x), b [n, k] rows (w), f16/bf16, c in the same
+//           dtype; a batch stride of 0 broadcasts.
+//   moe     matmul_id's grouped route: w [E][n, k] f16/bf16, input of the weights' dtype
+//           gathered by routed row, output f32 or the input dtype.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/engine/tiled_sm90_shape.hpp"
+#include "cuda/dense/dense_args.hpp"
+#include "cuda/moe/moe_args.hpp"
+#include "llmm/context.hpp"
+#include "llmm/matmul.hpp"
+
+namespace llmm::engine {
+
+// The engine's kernels are built for sm_90a only.
+bool tiled_sm90_arch_ok(const ArchInfo& arch) noexcept;
+
+struct TiledSm90Launch {
+  int bn = 0;          // tokens per tile: 64, 128 or 256
+  int smem_bytes = 0;  // dynamic shared memory
+  int grid = 0;        // persistent CTAs
+  std::int64_t tiles = 0;  // dense: the tiles; moe: an upper bound (the real count is on the device)
+  friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
+};
+
+// ---- dense
+// Why the dense instance cannot take `d` ("" when it can): sm_90, f16/bf16, a not transposed and
+// b transposed (x . w^T), both with 16-byte aligned bases and strides (a_vec16, b_vec16), k >= 1,
+// batched inputs whose entries do not overlap (d.batches_disjoint), tiles below 2^31.
+std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch);
+// The tile width that minimises waves x (bn + 32) over the SMs (the 32 stands for the per-tile
+// cost a narrower tile does not shrink: the weight box, the epilogue); sm_count 0 = 132.
+TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count);
+// tiled_sm90_dense_<dt>_bn<bn>, e.g. tiled_sm90_dense_bf16_bn256
+std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
+
+// ---- moe (grouped route)
+// Why the moe instance cannot take `g` ("" when it can): sm_90, weights and input of one 16-bit
+// dtype, output f32 or that dtype, k % 8 == 0, 16-byte aligned weights, expert stride, input base
+// and strides, n_experts <= 1024, tiles (m * top_k / 64 + n_experts) x ceil(n / 128) below 2^31.
+std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch);
+// bn from the mean routed rows per active expert r = m * top_k / min(E, m * top_k): 256 when
+// r >= 384, 128 when r >= 192, else 64 (a tile past an expert's last row is wasted work, and
+// counts scatter around the mean). Grid: the SMs.
+TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
+// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>, e.g. tiled_sm90_moe_bf16_bf16_f32_bn128
+std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, int bn);
+
+}  // namespace llmm::engine

@@ -1,0 +1,39 @@
+// The tile shapes of the Hopper tiled engine (src/cuda/engine/tiled), shared by the host plan and
+// the kernels so that both compute the same shared-memory layout. No CUDA headers.
+//
+// One CTA = 3 warpgroups: a producer (TMA / cp.async, few registers) and two consumers. Weights
+// are always the wgmma A operand: each consumer owns 64 weight rows (output features), so a tile
+// is 128 features x BN activation rows (tokens); K moves in 64-element slices, one 128-byte
+// swizzle row of 16-bit values, through a ring of `stages` shared-memory stages.
+#pragma once
+#include <cstdint>
+
+namespace llmm::engine {
+
+inline constexpr int kTiledBM = 128;      // weight rows per tile (2 consumer warpgroups x 64)
+inline constexpr int kTiledBK = 64;       // 16-bit elements of K per stage: 128 bytes
+inline constexpr int kTiledThreads = 384;  // producer + 2 consumer warpgroups
+inline constexpr int kTiledFeatureGroup = 8;  // feature tiles swept together (L2 reuse of tokens and weights)
+// Epilogue: each consumer stages 32 tokens x 64 features of f32 at a time, rows padded to 68
+// floats so that the fragment's scattered writes hit 32 different banks.
+inline constexpr int kTiledEpiTokens = 32;
+inline constexpr int kTiledEpiStride = 68;
+
+struct TiledSm90Shape {
+  int bn = 0;      // tokens per tile: 64, 128 or 256 (the wgmma N)
+  int stages = 0;  // depth of the shared-memory ring
+  constexpr int a_bytes() const { return kTiledBM * kTiledBK * 2; }
+  constexpr int b_bytes() const { return bn * kTiledBK * 2; }
+  constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
+  constexpr int ring_bytes() const { return stages * stage_bytes(); }
+  constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
+  constexpr int barrier_bytes() const { return 2 * stages * 8; }
+  // The ring (1024-byte aligned for the 128-byte swizzle), the epilogue staging, the mbarriers;
+  // a row map's own bytes come after, and 1024 bytes of slack let the kernel align its base.
+  constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
+};
+
+// Stages chosen so that the ring stays near 192 KB (of the 227 KB an H200 block may hold).
+constexpr TiledSm90Shape tiled_sm90_shape(int bn) { return TiledSm90Shape{bn, bn >= 256 ? 4 : bn >= 128 ? 6 : 8}; }
+
+}  // namespace llmm::engine

@@ -1,0 +1,68 @@
+// Dense instance of the Hopper tiled engine: c[b] = x[b] . w[b]^T, f16/bf16, both operands
+// by TMA (3D maps [batch][rows][k]; a broadcast operand is one entry read for every batch).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/common/tensor_map.hpp"
+#include "cuda/engine/launch.hpp"
+#include "cuda/engine/tiled/launch_tiled_sm90.cuh"
+#include "cuda/engine/tiled/tiled_sm90a.cuh"
+
+namespace llmm::engine {
+namespace {
+
+using cuda_dense::DenseArgs;
+
+// A [batch][rows][k] operand with row stride ld and batch stride bs (elements; 0 broadcasts).
+CUtensorMap operand_map(const void* base, std::int64_t rows, std::int64_t k, std::int64_t ld, std::int64_t bs,
+                        std::int64_t batch, std::uint32_t box_rows, const char* who) {
+  const bool batched = bs != 0 && batch > 1;
+  const std::uint64_t dims[3] = {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(rows),
+                                 static_cast<std::uint64_t>(batched ? batch : 1)};
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(ld) * 2;
+  const std::uint64_t strides[2] = {row_bytes, batched ? static_cast<std::uint64_t>(bs) * 2 : row_bytes * rows};
+  const std::uint32_t box[3] = {kTiledBK, box_rows, 1};
+  return cuda_common::make_tensor_map_u16_3d_sw128(base, dims, strides, box, who);
+}
+
+template <int BN, class T>
+void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+  const CUtensorMap tm_w = operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, kTiledBM, name.c_str());
+  const CUtensorMap tm_x = operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, name.c_str());
+  DenseRowsParams p;
+  p.m = static_cast<int>(g.m), p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
+  p.batch = static_cast<int>(g.batch);
+  p.tiles_tok = static_cast<int>((g.m + BN - 1) / BN);
+  p.tiles_feat = static_cast<int>((g.n + kTiledBM - 1) / kTiledBM);
+  p.total_tiles = static_cast<int>(l.tiles);
+  p.w_batched = g.b_batch != 0 && g.batch > 1;
+  p.x_batched = g.a_batch != 0 && g.batch > 1;
+  p.out = g.c;
+  p.out_ld = g.c_ld, p.out_batch = g.c_batch;
+  p.vec_ok = reinterpret_cast<std::uintptr_t>(g.c) % (4 * sizeof(T)) == 0 && g.c_ld % 4 == 0 && g.c_batch % 4 == 0;
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, p, l, stream, name);
+}
+
+template <class T>
+void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+  switch (l.bn) {
+    case 256: launch_bn<256, T>(g, l, stream, name); break;
+    case 128: launch_bn<128, T>(g, l, stream, name); break;
+    case 64: launch_bn<64, T>(g, l, stream, name); break;
+    default: fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
+  }
+}
+
+}  // namespace
+
+void launch_tiled_sm90_dense(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
+  const std::string name = tiled_sm90_dense_kernel_name(g.dtype, l.bn);
+  if (g.a_trans || !g.b_trans || g.k < 1 || l.tiles < 1 || l.tiles > 0x7fffffff)
+    fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
+  if (g.dtype == DType::BF16) launch_t<__nv_bfloat16>(g, l, stream, name);
+  else if (g.dtype == DType::F16) launch_t<__half>(g, l, stream, name);
+  else fail(ErrorCode::Internal, name, ": unsupported dtype ", dtype_name(g.dtype));
+}
+
+}  // namespace llmm::engine

@@ -1,0 +1,193 @@
+// Row maps of the Hopper tiled engine: which tiles exist, which weights and activation rows a
+// tile reads, and where its output rows go. The engine (tiled_sm90a.cuh) is the same for all.
+//   DenseRows   c[b] = x[b] . w[b]^T: tiles of batch b, token rows by TMA, output rows in place.
+//   ExpertRows  matmul_id's grouped route: tiles of expert e over its routed rows (the moe_map
+//               counting sort: counts[e], rows[]), token rows gathered by cp.async, output rows
+//               scattered to their routed row.
+// Both give every tile a feature block of the weights (kTiledBM rows of group `group`) loaded
+// by TMA, and sweep kTiledFeatureGroup feature blocks together (dense) or one expert's feature
+// blocks in a row (MoE) so that what neighbouring CTAs read is shared in L2.
+#pragma once
+#include <cstdint>
+
+#include "core/engine/tiled_sm90_shape.hpp"
+#include "cuda/engine/tiled/wgmma_sm90.cuh"
+
+namespace llmm::engine {
+
+struct TileCoord {
+  int group = 0;        // batch entry or expert
+  int feat0 = 0;        // first weight row (output column)
+  int tok0 = 0;         // first token row: within the batch entry, or position in the expert's list
+  int rows = 0;         // valid token rows of the tile (<= BN)
+  std::int64_t row_base = 0;  // ExpertRows: where expert `group`'s rows start in the routed-row list
+};
+
+// ---------------------------------------------------------------------------------------------
+struct DenseRowsParams {
+  int m = 0, n = 0, k = 0, batch = 1;  // tokens, features, reduction, batch entries
+  int tiles_tok = 0, tiles_feat = 0, total_tiles = 0;
+  bool w_batched = false, x_batched = false;  // else batch coordinate 0 (a broadcast operand)
+  void* out = nullptr;                     // c
+  std::int64_t out_ld = 0, out_batch = 0;  // elements
+  bool vec_ok = false;                 // 4-element vector stores of output rows are aligned
+};
+
+template <int BN>
+struct DenseRows {
+  using Params = DenseRowsParams;
+  static constexpr bool kGather = false;
+  static constexpr std::uint32_t kFullArrivals = 1;  // the TMA thread's expect_tx arrival
+  static constexpr int extra_smem_bytes(int /*n_experts*/) { return 0; }
+
+  const Params& p;
+  __device__ DenseRows(const Params& params, std::uint8_t* /*extra*/) : p(params) {}
+  __device__ void prologue(int /*tid*/) {}
+  __device__ int total_tiles() const { return p.total_tiles; }
+
+  // Tile t: batch entry t / (tiles_tok * tiles_feat); inside it, groups of kTiledFeatureGroup
+  // feature blocks, each swept over all token blocks (token block fastest within a group).
+  __device__ TileCoord tile(int t) const {
+    const int per_batch = p.tiles_tok * p.tiles_feat;
+    TileCoord c;
+    c.group = t / per_batch;
+    const int r = t - c.group * per_batch;
+    const int fg = r / (kTiledFeatureGroup * p.tiles_tok);
+    const int within = r - fg * kTiledFeatureGroup * p.tiles_tok;
+    const int width = min(kTiledFeatureGroup, p.tiles_feat - fg * kTiledFeatureGroup);
+    const int tok_tile = within / width;
+    c.feat0 = (fg * kTiledFeatureGroup + (within - tok_tile * width)) * kTiledBM;
+    c.tok0 = tok_tile * BN;
+    c.rows = min(BN, p.m - c.tok0);
+    return c;
+  }
+  __device__ int w_group(const TileCoord& c) const { return p.w_batched ? c.group : 0; }
+  // Element offset of output row `tok` (< c.rows) of the tile, at column 0.
+  __device__ std::int64_t out_row(const TileCoord& c, int tok) const {
+    return static_cast<std::int64_t>(c.group) * p.out_batch + static_cast<std::int64_t>(c.tok0 + tok) * p.out_ld;
+  }
+
+  // The token rows of the stage: one TMA box [BN rows][64 k] of x (zero past m and k).
+  __device__ void tma_tokens(const void* tm_x, const TileCoord& c, int kb, void* dst, std::uint64_t* bar) const {
+    ptx::tensor_copy_3d_g2s(dst, tm_x, kb * kTiledBK, c.tok0, p.x_batched ? c.group : 0, bar);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+struct ExpertRowsParams {
+  int n = 0, k = 0, top_k = 0, n_experts = 0;
+  int tiles_feat = 0;
+  const void* in = nullptr;                              // 16-bit tokens
+  std::int64_t in_token_stride = 0, in_slot_stride = 0;  // elements
+  const std::uint32_t* counts = nullptr;                 // [n_experts] routed rows per expert
+  const std::uint32_t* rows = nullptr;                   // routed rows listed by expert
+  void* out = nullptr;                                   // [m * top_k, n]
+  bool vec_ok = false;
+};
+
+template <int BN>
+struct ExpertRows {
+  using Params = ExpertRowsParams;
+  static constexpr bool kGather = true;
+  // The TMA thread's expect_tx arrival plus one arrival per producer thread once its gathered
+  // rows of the stage have landed.
+  static constexpr std::uint32_t kFullArrivals = 1 + 128;
+  // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
+  static constexpr int extra_smem_bytes(int n_experts) { return 2 * (n_experts + 1) * 4 + BN * 8; }
+
+  const Params& p;
+  std::int64_t* src;  // [BN]: element offsets of a tile's token rows in `in` (-1: none)
+  int* tile_start;    // [n_experts + 1]: first token tile of each expert
+  int* row_start;     // [n_experts + 1]: first position of each expert in `rows`
+
+  __device__ ExpertRows(const Params& params, std::uint8_t* extra) : p(params) {
+    src = reinterpret_cast<std::int64_t*>(extra);
+    tile_start = reinterpret_cast<int*>(extra + BN * 8);
+    row_start = tile_start + p.n_experts + 1;
+  }
+
+  // Every thread of the block: exclusive scans of counts[e] and ceil(counts[e] / BN), in chunks
+  // of the block's width (a deterministic, fixed-order scan).
+  __device__ void prologue(int tid) {
+    __shared__ int warp_sums[2][kTiledThreads / 32];
+    __shared__ int running[2];
+    const int lane = tid & 31, warp = tid >> 5;
+    if (tid == 0) running[0] = running[1] = 0;
+    __syncthreads();
+    for (int base = 0; base < p.n_experts; base += kTiledThreads) {
+      const int e = base + tid;
+      const int cnt = e < p.n_experts ? static_cast<int>(p.counts[e]) : 0;
+      const int tl = (cnt + BN - 1) / BN;
+      int ic = cnt, it = tl;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int uc = __shfl_up_sync(0xffffffffu, ic, o), ut = __shfl_up_sync(0xffffffffu, it, o);
+        if (lane >= o) ic += uc, it += ut;
+      }
+      if (lane == 31) warp_sums[0][warp] = ic, warp_sums[1][warp] = it;
+      __syncthreads();
+      int oc = running[0], ot = running[1];
+      for (int w = 0; w < warp; ++w) oc += warp_sums[0][w], ot += warp_sums[1][w];
+      if (e < p.n_experts) row_start[e] = oc + ic - cnt, tile_start[e] = ot + it - tl;
+      __syncthreads();
+      if (tid == kTiledThreads - 1) running[0] = oc + ic, running[1] = ot + it;
+      __syncthreads();
+    }
+    if (tid == 0) row_start[p.n_experts] = running[0], tile_start[p.n_experts] = running[1];
+    __syncthreads();
+  }
+  __device__ int total_tiles() const { return tile_start[p.n_experts] * p.tiles_feat; }
+
+  // Tile t: expert token tile t / tiles_feat (experts in order), feature block t % tiles_feat.
+  __device__ TileCoord tile(int t) const {
+    const int et = t / p.tiles_feat;
+    TileCoord c;
+    int lo = 0, hi = p.n_experts - 1;  // the last expert whose first tile is <= et has tiles
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (tile_start[mid] <= et) lo = mid;
+      else hi = mid - 1;
+    }
+    c.group = lo;
+    c.feat0 = (t - et * p.tiles_feat) * kTiledBM;
+    c.tok0 = (et - tile_start[lo]) * BN;
+    c.row_base = row_start[lo];
+    c.rows = min(BN, row_start[lo + 1] - row_start[lo] - c.tok0);
+    return c;
+  }
+  __device__ int w_group(const TileCoord& c) const { return c.group; }
+  __device__ std::int64_t out_row(const TileCoord& c, int tok) const {
+    return static_cast<std::int64_t>(p.rows[c.row_base + c.tok0 + tok]) * p.n;
+  }
+
+  // Producer warpgroup, at the start of each tile: the source offsets of its token rows.
+  __device__ void load_sources(const TileCoord& c, int ptid) {
+    ptx::named_barrier_sync(1, 128);  // the previous tile's offsets are no longer read
+    for (int i = ptid; i < BN; i += 128) {
+      std::int64_t off = -1;
+      if (i < c.rows) {
+        const std::uint32_t r = p.rows[c.row_base + c.tok0 + i];
+        const std::uint32_t t = r / static_cast<std::uint32_t>(p.top_k), s = r - t * static_cast<std::uint32_t>(p.top_k);
+        off = static_cast<std::int64_t>(t) * p.in_token_stride + static_cast<std::int64_t>(s) * p.in_slot_stride;
+      }
+      src[i] = off;
+    }
+    ptx::named_barrier_sync(1, 128);
+  }
+  // Producer warpgroup: this thread's share of the stage's token rows, 16 bytes per cp.async,
+  // into the 128-byte-swizzled layout TMA would have written (unit u of row r at u ^ (r % 8));
+  // rows past the tile and K past k (k % 8 == 0) are zero-filled.
+  __device__ void gather_tokens(int kb, std::uint8_t* dst, int ptid) const {
+    const std::uint16_t* in = static_cast<const std::uint16_t*>(p.in);
+#pragma unroll 1
+    for (int idx = ptid; idx < BN * 8; idx += 128) {
+      const int row = idx >> 3, unit = idx & 7;
+      const std::int64_t off = src[row];
+      const int kk = kb * kTiledBK + unit * 8;
+      const bool ok = off >= 0 && kk < p.k;
+      ptx::cp_async16(dst + row * 128 + ((unit ^ (row & 7)) << 4), ok ? in + off + kk : in, ok ? 16 : 0);
+    }
+  }
+};
+
+}  // namespace llmm::engine

@@ -1,0 +1,208 @@
+// The Hopper tiled engine: one warp-specialized, persistent wgmma kernel under every tiled
+// family; a RowMap (row_maps_sm90.cuh) says which tiles exist and where rows come from and go.
+//
+//   warpgroup 0   producer (40 registers): per stage, the weight box [128 rows][64 k] by TMA
+//                 and the token rows [BN][64 k] by TMA (dense) or a cp.async gather (MoE), into
+//                 a ring of stages with full/empty mbarriers;
+//   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
+//                 m64nBNk16 wgmmas a stage with one stage in flight, f32 accumulators; then the
+//                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
+//                 stores whole output rows (4 columns a thread, vectorized where aligned).
+// Tiles are handed out statically (t = blockIdx.x, += gridDim.x) in the row map's order, the
+// producer and the consumers walking the same sequence; the ring carries over tile boundaries,
+// so the next tile's loads overlap this tile's epilogue. Every output element is written once,
+// by one thread, from one f32 accumulation over K in a fixed order: results are reproducible
+// run to run and do not depend on the grid or the other rows of the batch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/engine/tiled_sm90_shape.hpp"
+#include "cuda/engine/tiled/row_maps_sm90.cuh"
+#include "cuda/engine/tiled/wgmma_sm90.cuh"
+
+namespace llmm::engine {
+
+template <class OutT>
+__device__ __forceinline__ void store4(OutT* dst, float4 v, int valid, bool vec) {
+  if (vec && valid >= 4) {
+    if constexpr (std::is_same_v<OutT, float>) {
+      *reinterpret_cast<float4*>(dst) = v;
+    } else if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+      uint2 u;
+      u.x = *reinterpret_cast<const std::uint32_t*>(&lo);
+      u.y = *reinterpret_cast<const std::uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(dst) = u;
+    } else {
+      const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+      uint2 u;
+      u.x = *reinterpret_cast<const std::uint32_t*>(&lo);
+      u.y = *reinterpret_cast<const std::uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(dst) = u;
+    }
+    return;
+  }
+  const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (e < valid) {
+      if constexpr (std::is_same_v<OutT, float>) dst[e] = f[e];
+      else if constexpr (std::is_same_v<OutT, __nv_bfloat16>) dst[e] = __float2bfloat16_rn(f[e]);
+      else dst[e] = __float2half_rn(f[e]);
+    }
+  }
+}
+
+template <int BN, bool BF16, class OutT, template <int> class RowMapT>
+__global__ void __launch_bounds__(kTiledThreads, 1)
+    tiled_sm90_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
+                      const typename RowMapT<BN>::Params p) {
+  using RowMap = RowMapT<BN>;
+  constexpr TiledSm90Shape S = tiled_sm90_shape(BN);
+  constexpr int kStages = S.stages;
+  extern __shared__ std::uint8_t smem_raw[];
+  std::uint8_t* const smem = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
+  std::uint8_t* const ring = smem;
+  float* const epi = reinterpret_cast<float*>(smem + S.ring_bytes());
+  std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + S.ring_bytes() + S.epi_bytes());
+  std::uint64_t* const empty = full + kStages;
+  std::uint8_t* const extra = reinterpret_cast<std::uint8_t*>(empty + kStages);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid >> 7;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&full[s], RowMap::kFullArrivals);
+      ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
+    }
+    ptx::mbar_init_fence();
+    ptx::prefetch_tensor_map(&tm_w);
+    if constexpr (!RowMap::kGather) ptx::prefetch_tensor_map(&tm_x);
+  }
+  RowMap map(p, extra);
+  map.prologue(tid);
+  __syncthreads();
+  const int total = map.total_tiles();
+  const int kblocks = (p.k + kTiledBK - 1) / kTiledBK;
+
+  if (wg == 0) {
+    // ------------------------------------------------------------------ producer
+    ptx::setmaxnreg_dec<40>();
+    const int ptid = tid;
+    if constexpr (!RowMap::kGather) {
+      if (ptid != 0) return;
+      int it = 0;
+      for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        const TileCoord c = map.tile(t);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int s = it % kStages;
+          ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          std::uint8_t* const st = ring + s * S.stage_bytes();
+          ptx::mbar_arrive_expect_tx(&full[s], S.stage_bytes());
+          ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
+          map.tma_tokens(&tm_x, c, kb, st + S.a_bytes(), &full[s]);
+        }
+      }
+    } else {
+      // The gathered rows of stage i are announced after stage i + 1 is issued (cp.async groups
+      // land in order), each thread first fencing them into the async proxy that wgmma reads.
+      int it = 0, pending = -1;
+      for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        const TileCoord c = map.tile(t);
+        map.load_sources(c, ptid);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int s = it % kStages;
+          ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          std::uint8_t* const st = ring + s * S.stage_bytes();
+          if (ptid == 0) {
+            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
+            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
+          }
+          map.gather_tokens(kb, st + S.a_bytes(), ptid);
+          ptx::cp_async_commit();
+          if (pending >= 0) {
+            ptx::cp_async_wait<1>();
+            ptx::fence_proxy_async_smem();
+            ptx::mbar_arrive(&full[pending]);
+          }
+          pending = s;
+        }
+      }
+      if (pending >= 0) {
+        ptx::cp_async_wait<0>();
+        ptx::fence_proxy_async_smem();
+        ptx::mbar_arrive(&full[pending]);
+      }
+    }
+    return;
+  }
+
+  // -------------------------------------------------------------------- consumers
+  ptx::setmaxnreg_inc<232>();
+  using Mma = ptx::Wgmma<BN, BF16>;
+  const int cw = wg - 1;           // 64-row half of the weight tile
+  const int ctid = tid - 128 * wg;  // 0..127 within the warpgroup
+  const int warp = ctid >> 5, lane = ctid & 31;
+  float* const stage_out = epi + cw * kTiledEpiTokens * kTiledEpiStride;
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+
+  int it = 0;
+  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    const TileCoord c = map.tile(t);
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int s = it % kStages;
+      ptx::mbar_wait(&full[s], (it / kStages) & 1);
+      const std::uint8_t* const st = ring + s * S.stage_bytes();
+      const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * (64 * 128));
+      const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done: release it
+      if (kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+    }
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_regs(acc);
+    if (lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+
+    // ---- epilogue: 32 tokens at a time through shared memory, then whole output rows
+    const int fr = 16 * warp + (lane >> 2);  // feature row of acc[4j], +8 for acc[4j + 2]
+    const int q2 = 2 * (lane & 3);           // token column of acc[4j], +1 for acc[4j + 1]
+    const int feat_base = c.feat0 + cw * 64;
+    OutT* const out = static_cast<OutT*>(p.out);
+#pragma unroll
+    for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
+      ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk has been read
+#pragma unroll
+      for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
+        const int j = chunk * (kTiledEpiTokens / 8) + jj;
+        float* const r0 = stage_out + (8 * jj + q2) * kTiledEpiStride + fr;
+        r0[0] = acc[4 * j + 0];
+        r0[kTiledEpiStride] = acc[4 * j + 1];
+        r0[8] = acc[4 * j + 2];
+        r0[kTiledEpiStride + 8] = acc[4 * j + 3];
+      }
+      ptx::named_barrier_sync(2 + cw, 128);
+#pragma unroll
+      for (int i = 0; i < kTiledEpiTokens * 16 / 128; ++i) {
+        const int idx = ctid + 128 * i;
+        const int row = idx >> 4, col = (idx & 15) * 4;
+        const int tok = chunk * kTiledEpiTokens + row;
+        const int f = feat_base + col;
+        if (tok < c.rows && f < p.n) {
+          const float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
+          store4(out + map.out_row(c, tok) + f, v, min(4, p.n - f), p.vec_ok);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace llmm::engine
