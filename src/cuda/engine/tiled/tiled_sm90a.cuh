@@ -108,9 +108,13 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         }
       }
     } else {
-      // The gathered rows of stage i are announced after stage i + 1 is issued (cp.async groups
-      // land in order), each thread first fencing them into the async proxy that wgmma reads.
-      int it = 0, pending = -1;
+      // The gathered rows of iteration i are announced once kLag later iterations have been
+      // issued (cp.async groups land in order: wait_group<kLag> leaves only those in flight), each
+      // thread first fencing them into the async proxy that wgmma reads. kLag = stages - 2 keeps
+      // as many gathers in flight as the ring allows without a deadlock: the consumers, waiting on
+      // iteration i, have released i - 2, which is what the producer needs to issue i + kLag.
+      constexpr int kLag = kStages - 2;
+      int it = 0, landed = 0;
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const TileCoord c = map.tile(t);
         map.load_sources(c, ptid);
@@ -124,19 +128,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           }
           map.gather_tokens(kb, st + S.a_bytes(), ptid);
           ptx::cp_async_commit();
-          if (pending >= 0) {
-            ptx::cp_async_wait<1>();
+          if (it + 1 - landed > kLag) {
+            ptx::cp_async_wait<kLag>();
             ptx::fence_proxy_async_smem();
-            ptx::mbar_arrive(&full[pending]);
+            ptx::mbar_arrive(&full[landed % kStages]);
+            ++landed;
           }
-          pending = s;
         }
       }
-      if (pending >= 0) {
-        ptx::cp_async_wait<0>();
-        ptx::fence_proxy_async_smem();
-        ptx::mbar_arrive(&full[pending]);
-      }
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_smem();
+      for (; landed < it; ++landed) ptx::mbar_arrive(&full[landed % kStages]);
     }
     return;
   }
