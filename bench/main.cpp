@@ -1,5 +1,5 @@
 // llmm-bench: runs benchmark suites and prints one row per case (JSON lines with --json).
-//   llmm-bench --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--list]
+//   llmm-bench --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--filter TEXT] [--list]
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -16,14 +16,14 @@ using namespace llmm::bench;
 namespace {
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--list]\n", argv0);
+  std::fprintf(stderr, "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--filter TEXT] [--list]\n", argv0);
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string suite = "smoke", json, device = "auto";
+  std::string suite = "smoke", json, device = "auto", filter;
   bool quick = false, decode_only = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       else if (a == "--quick") quick = true;
       else if (a == "--decode") decode_only = true;
       else if (a == "--prefill") prefill_only = true;
+      else if (a == "--filter") filter = value();
       else if (a == "--list") {
         for (const auto& s : kSuites) std::printf("%-10s %s\n", s.name, s.what);
         return 0;
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
     Context ctx = use_cuda ? Context::cuda(0) : Context::cpu();
     Reporter out(json);
     out.system_line(system_line(ctx));
-    BenchEnv env{ctx, out, quick, device_label(ctx), decode_only, prefill_only};
+    BenchEnv env{ctx, out, quick, device_label(ctx), decode_only, prefill_only, filter};
     bool ran = false;
     for (const auto& s : kSuites) {
       if (suite == "all" || suite == s.name) {

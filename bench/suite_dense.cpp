@@ -180,6 +180,7 @@ void run_dense(BenchEnv& env) {
     cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Tiled});
   }
   for (const auto& c : cases) {
+    if (env.skip(c.name)) continue;
     try {
       run_case(env, c);
     } catch (const Error& e) {

@@ -224,6 +224,7 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
     for (std::uint32_t m : mr.ms) {
       const std::uint32_t rows = m * md.top_k;
       const std::string cname = std::string(md.name) + "_" + routing_name(rt) + "_m" + std::to_string(m);
+      if (env.skip(cname)) continue;
       std::vector<std::uint32_t> ids = make_ids(md, rt, m);
       copy_to_device(ids_d.data(), ids.data(), ids.size() * 4);
       std::vector<std::uint32_t> count(md.e, 0);
