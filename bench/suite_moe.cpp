@@ -216,7 +216,10 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
       xperm(max_rows * md.k * es), yperm(max_rows * md.n * es);
   fill_random_device(in.data(), dt, static_cast<std::int64_t>(max_m) * md.k, 6, 0.25, s);
   fill_random_device(xperm.data(), dt, static_cast<std::int64_t>(max_rows) * md.k, 7, 0.25, s);
-  MatmulIdScratch scratch(env.ctx, md.e, max_m);
+  // Room to stage the routed rows (16-bit inputs: the Hopper engine's fast path), and a scratch
+  // without it for the A/B rows of the engine gathering rows itself.
+  MatmulIdScratch scratch(env.ctx, md.e, max_m, 0, dt == DType::F32 ? 0 : static_cast<std::uint64_t>(md.k) * es),
+      scratch_plain(env.ctx, md.e, max_m);
   void* ws = env.ctx.cublaslt_workspace();
   auto wptr = [&](int i) { return w[static_cast<std::size_t>(i % copies)].data(); };
 
@@ -271,6 +274,7 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
         struct RouteRun {
           MatmulIdRoute route;
           MatmulIdGroupedKernel kernel = MatmulIdGroupedKernel::Auto;
+          MatmulIdScratch* scratch = nullptr;
           MatmulIdParams p;
           Receipt receipt;
           SampledError err;
@@ -278,10 +282,13 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
         std::vector<RouteRun> runs;
         // Grouped twice on 16-bit shapes: Auto (the Hopper engine on sm_90) and the mma.sync kernel, A/B.
         const bool ab = dt != DType::F32 && env.ctx.arch().cc_major == 9 && m >= 16;
-        struct Try { MatmulIdRoute route; MatmulIdGroupedKernel kernel; };
-        std::vector<Try> tries = {{MatmulIdRoute::Direct, MatmulIdGroupedKernel::Auto},
-                                  {MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto}};
-        if (ab) tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync});
+        struct Try { MatmulIdRoute route; MatmulIdGroupedKernel kernel; bool plain; };
+        std::vector<Try> tries = {{MatmulIdRoute::Direct, MatmulIdGroupedKernel::Auto, false},
+                                  {MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, false}};
+        if (ab) {
+          tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync, false});
+          tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, true});  // engine, gathering
+        }
         for (const Try& tr : tries) {
           const MatmulIdRoute route = tr.route;
           if (route == MatmulIdRoute::Direct && m > 64) continue;  // one gemv per routed row: decode only
@@ -289,6 +296,7 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           RouteRun rr;
           rr.route = route;
           rr.kernel = tr.kernel;
+          rr.scratch = tr.plain ? &scratch_plain : &scratch;
           MatmulIdParams& p = rr.p;
           p.m = m, p.n = md.n, p.k = md.k, p.top_k = md.top_k, p.n_experts = md.e;
           p.expert_stride_bytes = expert_bytes;
@@ -301,7 +309,7 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
             View ov = View::contiguous(out.data(), dt, {m, md.top_k, md.n}, DeviceKind::CUDA);
             MatmulIdOptions opts;
             opts.grouped_kernel = rr.kernel;
-            rr.receipt = matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p, opts);
+            rr.receipt = matmul_id(env.ctx, wv, iv, idv, ov, rr.scratch, p, opts);
             env.ctx.synchronize();  // the checks copy on the legacy stream: ctx's may be non-blocking
             rr.err = check_moe(w[0].data(), dt, in.data(), dt, out.data(), dt, ids, md, 64);
             runs.push_back(rr);
@@ -311,14 +319,14 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           }
         }
         for (const RouteRun& rr : runs) {
-          fns.push_back([&, p = rr.p, kernel = rr.kernel](int i) {
+          fns.push_back([&, p = rr.p, kernel = rr.kernel, sc = rr.scratch](int i) {
             MatmulIdOptions opts;
             opts.grouped_kernel = kernel;
             View wv = View::contiguous(wptr(i), dt, {md.e, md.n, md.k}, DeviceKind::CUDA);
             View iv = View::contiguous(in.data(), dt, {m, md.k}, DeviceKind::CUDA);
             View idv = View::contiguous(ids_d.data(), DType::U32, {m, md.top_k}, DeviceKind::CUDA);
             View ov = View::contiguous(out.data(), dt, {m, md.top_k, md.n}, DeviceKind::CUDA);
-            matmul_id(env.ctx, wv, iv, idv, ov, &scratch, p, opts);
+            matmul_id(env.ctx, wv, iv, idv, ov, sc, p, opts);
           });
         }
         if (runs.empty()) continue;
@@ -339,7 +347,9 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           const Timing& ti = t[i + 1];
           Row row;
           row.suite = "moe", row.route = rr.receipt.route, row.kernel = rr.receipt.kernel;
-          row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync ? cname + "_mma_sync" : cname;
+          row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync ? cname + "_mma_sync"
+                     : rr.scratch == &scratch_plain                ? cname + "_gather"
+                                                                   : cname;
           row.dtype = std::string(dtype_name(dt)), row.precision = dt == DType::F32 ? "exact" : "-";
           row.m = m, row.n = md.n, row.k = md.k;
           row.batch = active;  // active experts

@@ -437,12 +437,28 @@ def matmul_id_capability(weight_dtype: str, m: int, n: int, k: int, top_k: int, 
         input_token_stride=input_token_stride, input_slot_stride=input_slot_stride)
 
 
-def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu", *, max_top_k: int = 0) -> MatmulIdScratch:
+def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu", *, max_top_k: int = 0,
+                      max_k: int = 0, dtype=None) -> MatmulIdScratch:
     """Scratch for matmul_id's grouped route on `device` ("cpu", "cuda:N" or an array there): expert
     counts for up to max_experts experts and routed-row lists for max_tokens x max_top_k rows
     (max_top_k 0: max_experts, enough for distinct ids; repeated ids with top_k > n_experts need
-    more). Calls that share one scratch must be ordered (one stream)."""
-    return _llmm.matmul_id_scratch(max_experts, max_tokens, _where(device), max_top_k=max_top_k)
+    more). Calls that share one scratch must be ordered (one stream).
+
+    max_k > 0 with an input dtype (e.g. "bfloat16") also reserves room to stage every routed input
+    row of up to max_k elements in expert order: on an H200 the grouped route then loads each tile
+    with one TMA copy, ~2x faster at large m than gathering rows inside the GEMM (it costs
+    max_tokens x max_top_k x max_k elements of memory)."""
+    row_bytes = 0
+    if max_k:
+        if dtype is None:
+            raise TypeError("llmm.matmul_id_scratch: max_k needs the input dtype (dtype=...)")
+        sizes = {"f32": 4, "f16": 2, "bf16": 2}
+        code = _dtype_code("matmul_id_scratch", "dtype", dtype)
+        if code not in sizes:
+            raise Error(f"llmm.matmul_id_scratch: dtype must be f32, f16 or bf16, got {dtype!r}")
+        row_bytes = int(max_k) * sizes[code]
+    return _llmm.matmul_id_scratch(max_experts, max_tokens, _where(device), max_top_k=max_top_k,
+                                   staged_row_bytes=row_bytes)
 
 
 def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,

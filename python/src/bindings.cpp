@@ -728,19 +728,24 @@ NB_MODULE(_llmm, m) {
       .def_prop_ro("max_experts", &MatmulIdScratch::max_experts, "Experts it has room for.")
       .def_prop_ro("max_tokens", &MatmulIdScratch::max_tokens, "Tokens it has room for.")
       .def_prop_ro("max_top_k", &MatmulIdScratch::max_top_k,
-                   "Slots per token it has room for: a call needs m * top_k <= max_tokens * max_top_k.");
+                   "Slots per token it has room for: a call needs m * top_k <= max_tokens * max_top_k.")
+      .def_prop_ro("staged_row_bytes", &MatmulIdScratch::staged_row_bytes,
+                   "Bytes per routed input row it can stage in expert order (0: none; CPU scratch never stages).");
   m.def(
       "matmul_id_scratch",
-      [](nb::handle max_experts, nb::handle max_tokens, nb::handle device, nb::handle max_top_k) {
+      [](nb::handle max_experts, nb::handle max_tokens, nb::handle device, nb::handle max_top_k, nb::handle staged_row_bytes) {
         constexpr const char* op = "llmm.matmul_id_scratch";
         const std::uint32_t e = u32_arg(max_experts, op, "max_experts"), t = u32_arg(max_tokens, op, "max_tokens");
         const std::uint32_t s = u32_arg(max_top_k, op, "max_top_k");
+        const std::uint32_t rb = u32_arg(staged_row_bytes, op, "staged_row_bytes");
         Where w = where_arg(device, op, "device", false);
-        return std::make_unique<MatmulIdScratch>(context_for(w.kind, w.index, 0, op, "device"), e, t, s);
+        return std::make_unique<MatmulIdScratch>(context_for(w.kind, w.index, 0, op, "device"), e, t, s, rb);
       },
       nb::arg("max_experts").none(), nb::arg("max_tokens").none(), nb::arg("device").none(), nb::arg("max_top_k").none() = 0,
+      nb::arg("staged_row_bytes").none() = 0,
       "Allocates grouped-route scratch on device ('cpu', 'cuda:N' or an array there) for max_tokens x max_top_k "
-      "routed rows (max_top_k 0: max_experts). Low level: use llmm.matmul_id_scratch.");
+      "routed rows (max_top_k 0: max_experts), plus room to stage that many input rows of staged_row_bytes "
+      "each. Low level: use llmm.matmul_id_scratch.");
   m.def(
       "matmul_id",
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,

@@ -200,6 +200,15 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
   expect_error([] { MatmulIdScratch(Context::cpu(), 0, 4); }, ErrorCode::InvalidArgument, "capacities must be nonzero");
 }
 
+// Staging room is a CUDA-only extra: a CPU scratch ignores it (the reference never stages).
+TEST(MatmulIdScratchHost, StagingRoomIsIgnoredOnTheCpu) {
+  MatmulIdScratch s(Context::cpu(), 4, 9, 2, 4096 * 2);
+  EXPECT_EQ(s.staged(), nullptr);
+  EXPECT_EQ(s.staged_bytes(), 0u);
+  EXPECT_EQ(s.staged_row_bytes(), 0u);
+  EXPECT_EQ(s.row_capacity(), 18u);
+}
+
 // A host scratch that cannot be had is an llmm::Error, not std::bad_alloc (excluded from the
 // ASan build, which aborts on allocations above 2^40 bytes instead of failing them).
 TEST(MatmulIdScratchHost, HugeRequestIsOutOfMemory) {

@@ -119,5 +119,17 @@ TEST(TiledSm90Plan, MoeTileWidthFromMeanRowsPerExpert) {
   EXPECT_EQ(l.grid, 132);
   EXPECT_LE(l.smem_bytes, 232448);  // 1024 experts' tile and row starts still fit
   EXPECT_EQ(l.tiles, (4096 * 8 / l.bn + 1024) * 12);
-  EXPECT_EQ(tiled_sm90_moe_kernel_name(moe(1, 1, 1), 128), "tiled_sm90_moe_bf16_bf16_bf16_bn128");
+  TiledSm90Launch n128;
+  n128.bn = 128;
+  EXPECT_EQ(tiled_sm90_moe_kernel_name(moe(1, 1, 1), n128), "tiled_sm90_moe_bf16_bf16_bf16_bn128");
+  EXPECT_FALSE(l.staged);  // no staging room in the args
+  // Staged when the scratch holds every routed row of k 16-bit elements, not one byte less.
+  static std::uint16_t room[8];
+  cuda_moe::MoeArgs g = moe(64, 8, 128);
+  g.staged = room, g.staged_bytes = 64 * 8 * 2048 * 2;
+  TiledSm90Launch s = tiled_sm90_moe_launch(g, 132);
+  EXPECT_TRUE(s.staged);
+  EXPECT_EQ(tiled_sm90_moe_kernel_name(g, s), "tiled_sm90_moe_bf16_bf16_bf16_bn64_staged");
+  g.staged_bytes -= 1;
+  EXPECT_FALSE(tiled_sm90_moe_launch(g, 132).staged);
 }

@@ -156,7 +156,8 @@ TEST(CaptureGpu, DenseEveryRoute) {
 TEST(CaptureGpu, MatmulIdBothRoutes) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  MatmulIdScratch scratch(ctx, 16, 40, 4);
+  // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine staged on sm_90.
+  MatmulIdScratch scratch(ctx, 16, 40, 4, 136 * 2);
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
     for (DType ids : {DType::U32, DType::I64}) {  // i64 ids with a bf16 input: the Hopper engine on sm_90
       MoeCase c;
@@ -180,7 +181,9 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
                                     Tolerance{1e-30, 1.0, std::ldexp(1.0, -15) + 136 * std::ldexp(1.0, -24), 0}))
           << what;
       const ByteRange scratch_range{scratch.counts(), scratch.counts_bytes() + scratch.rows_bytes()};
-      check_capture(rec, r, gout, {&gw, &gin, &gids}, {hull(gout), scratch_range}, {hull(gw), hull(gin), hull(gids)}, what);
+      const ByteRange staged_range{scratch.staged(), scratch.staged_bytes()};
+      check_capture(rec, r, gout, {&gw, &gin, &gids}, {hull(gout), scratch_range, staged_range},
+                    {hull(gw), hull(gin), hull(gids)}, what);
     }
 }
 

@@ -304,12 +304,13 @@ TEST(MoeGpu, MapIsAStableCountingSort) {
 // The Hopper tiled engine under the grouped route, forced: every tile width (the mean routed rows
 // per expert picks 64, 128 or 256), n and k tails (n % 128, n % 4 != 0: scalar stores), padded
 // experts and input rows, both layouts, every routing with out-of-range ids,
-// f32 and 16-bit outputs; the mma.sync kernel runs each case too.
+// f32 and 16-bit outputs, rows gathered in the GEMM or staged in expert order first (a scratch
+// with room for them); the mma.sync kernel runs each case too.
 TEST(MoeGpu, TiledSm90Sweep) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
-  MatmulIdScratch scratch(ctx, 256, 4096, 8);
+  MatmulIdScratch plain(ctx, 256, 4096, 8), staging(ctx, 256, 4096, 8, 520 * 2);
   struct S { std::uint32_t m, n, k, top_k, e; };
   std::uint64_t seed = 2000;
   const Routing routings[] = {Routing::Uniform, Routing::Skewed, Routing::Zipf, Routing::Repeats};
@@ -318,7 +319,9 @@ TEST(MoeGpu, TiledSm90Sweep) {
               S{2048, 65, 72, 8, 64}, S{1024, 384, 520, 2, 8}, S{2048, 136, 256, 2, 8}, S{4096, 128, 64, 8, 128}})
     for (DType w : {DType::BF16, DType::F16})
       for (DType out : {DType::F32, w})
-        for (auto kernel : {MatmulIdGroupedKernel::TiledSm90, MatmulIdGroupedKernel::MmaSync}) {
+        for (int variant = 0; variant < 3; ++variant) {  // engine gathering, engine staged, mma.sync
+          const auto kernel = variant < 2 ? MatmulIdGroupedKernel::TiledSm90 : MatmulIdGroupedKernel::MmaSync;
+          MatmulIdScratch& scratch = variant == 1 ? staging : plain;
           MoeCase c;
           c.p = params(s.m, s.n, s.k, s.top_k, s.e, MatmulIdRoute::GroupedPrefill);
           c.p.input_dtype = w, c.p.output_dtype = out;
@@ -333,6 +336,10 @@ TEST(MoeGpu, TiledSm90Sweep) {
           EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
           const bool engine = o.receipt.kernel.find("tiled_sm90_moe_") != std::string::npos;
           EXPECT_EQ(engine, kernel == MatmulIdGroupedKernel::TiledSm90) << c.describe() << ": " << o.receipt.kernel;
+          const bool staged = o.receipt.kernel.find("moe_stage_rows_") != std::string::npos &&
+                              o.receipt.kernel.find("_staged") != std::string::npos;
+          EXPECT_EQ(staged, variant == 1) << c.describe() << ": " << o.receipt.kernel;
+          EXPECT_EQ(o.receipt.kernels_launched, variant == 1 ? 3 : 2) << c.describe();
         }
 }
 

@@ -83,12 +83,13 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
   l.tiles = (ceil_div(routed, l.bn) + std::min<std::int64_t>(g.n_experts, routed)) * ceil_div(g.n, kTiledBM);
   l.smem_bytes = smem_for(l.bn, 2 * (static_cast<int>(g.n_experts) + 1) * 4 + l.bn * 8);
   l.grid = sm_count > 0 ? sm_count : kDefaultSms;
+  l.staged = g.staged != nullptr && g.staged_bytes / (g.k * 2) >= routed;
   return l;
 }
 
-std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, int bn) {
+std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l) {
   return "tiled_sm90_moe_" + std::string(dtype_name(g.w_dtype)) + "_" + std::string(dtype_name(g.in_dtype)) + "_" +
-         std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(bn);
+         std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(l.bn) + (l.staged ? "_staged" : "");
 }
 
 }  // namespace llmm::engine

@@ -28,6 +28,7 @@ struct TiledSm90Launch {
   int smem_bytes = 0;  // dynamic shared memory
   int grid = 0;        // persistent CTAs
   std::int64_t tiles = 0;  // dense: the tiles; moe: an upper bound (the real count is on the device)
+  bool staged = false;     // moe: tokens from rows staged in expert order (moe_stage_rows), else gathered
   friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
 };
 
@@ -49,9 +50,10 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch);
 // bn from the mean routed rows per active expert r = m * top_k / min(E, m * top_k): 256 when
 // r >= 384, 128 when r >= 192, else 64 (a tile past an expert's last row is wasted work, and
-// counts scatter around the mean). Grid: the SMs.
+// counts scatter around the mean). Grid: the SMs. Staged when the scratch has room for every
+// routed row (g.staged_bytes >= m * top_k * k * 2): then moe_stage_rows runs before the engine.
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
-// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>, e.g. tiled_sm90_moe_bf16_bf16_f32_bn128
-std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, int bn);
+// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>[_staged], e.g. tiled_sm90_moe_bf16_bf16_f32_bn128_staged
+std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l);
 
 }  // namespace llmm::engine

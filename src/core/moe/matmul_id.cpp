@@ -68,8 +68,14 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
                               {static_cast<std::int64_t>((scratch->counts_bytes() + scratch->rows_bytes()) / 4)},
                               scratch->device(), scratch->device_index());
     for (const auto& [v, name] : {std::pair{&out, "output"}, std::pair{&weights, "weights"}, std::pair{&input, "input"},
-                                  std::pair{&ids, "expert ids"}})
+                                  std::pair{&ids, "expert ids"}}) {
       if (overlaps(s, *v)) fail(ErrorCode::InvalidArgument, kOp, ": scratch must not overlap ", name);
+      if (scratch->staged()) {
+        const View st = View::contiguous(scratch->staged(), DType::U8, {static_cast<std::int64_t>(scratch->staged_bytes())},
+                                         scratch->device(), scratch->device_index());
+        if (overlaps(st, *v)) fail(ErrorCode::InvalidArgument, kOp, ": scratch must not overlap ", name);
+      }
+    }
   }
 
   cuda_moe::MoeArgs g;
@@ -84,6 +90,8 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   g.exact = opts.precision == Precision::Exact;
   if (route == MatmulIdRoute::GroupedPrefill)
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
+  if (route == MatmulIdRoute::GroupedPrefill && scratch->staged())
+    g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
   if (ctx.is_cuda()) return detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel);
 
   // CPU backend: the float64 reference (grouped also builds the scratch lists, as its map does).

@@ -8,7 +8,7 @@
 namespace llmm {
 
 MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, std::uint32_t max_tokens,
-                                 std::uint32_t max_top_k)
+                                 std::uint32_t max_top_k, std::uint64_t staged_row_bytes)
     : max_experts_(max_experts),
       max_tokens_(max_tokens),
       max_top_k_(max_top_k ? max_top_k : max_experts),
@@ -20,9 +20,23 @@ MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, 
   const std::uint64_t words = checked_add(max_experts, checked_mul(max_tokens, max_top_k_, "MatmulIdScratch routed rows"),
                                           "MatmulIdScratch size");
   const std::size_t bytes = to_usize(checked_mul(words, 4, "MatmulIdScratch bytes"), "MatmulIdScratch bytes");
+  // The staged rows start 256-byte aligned after the lists (TMA wants 16; 256 keeps rows of
+  // multiple-of-16 sizes aligned whatever the lists' length). The CPU backend never stages.
+  std::size_t staged_off = 0;
+  if (staged_row_bytes > 0 && device_ == DeviceKind::CUDA) {
+    staged_off = to_usize(checked_add(bytes, 255, "MatmulIdScratch bytes") / 256 * 256, "MatmulIdScratch bytes");
+    staged_bytes_ = to_usize(checked_mul(checked_mul(max_tokens, max_top_k_, "MatmulIdScratch staged rows"), staged_row_bytes,
+                                         "MatmulIdScratch staged bytes"),
+                             "MatmulIdScratch staged bytes");
+    staged_row_bytes_ = staged_row_bytes;
+  }
   if (device_ == DeviceKind::CUDA) {
-    device_mem_ = DeviceBuffer(bytes, device_index_);
+    device_mem_ = DeviceBuffer(staged_bytes_ ? to_usize(checked_add(staged_off, staged_bytes_, "MatmulIdScratch bytes"),
+                                                        "MatmulIdScratch bytes")
+                                             : bytes,
+                               device_index_);
     counts_ = static_cast<std::uint32_t*>(device_mem_.data());
+    if (staged_bytes_) staged_ = static_cast<unsigned char*>(device_mem_.data()) + staged_off;
   } else {
     host_mem_ = detail::host_vector<std::uint32_t>(to_usize(words, "MatmulIdScratch"), "MatmulIdScratch");
     counts_ = host_mem_.data();

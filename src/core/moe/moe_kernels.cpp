@@ -64,6 +64,7 @@ std::int64_t moe_map_zero_blocks(const MoeArgs& a) noexcept {
 }
 
 std::string moe_map_kernel_name(const MoeArgs&) { return "moe_map_sort"; }
+std::string moe_stage_rows_kernel_name(const MoeArgs& a) { return "moe_stage_rows_" + std::string(dtype_name(a.in_dtype)); }
 
 const char* moe_grouped_math_name(MoeGroupedMath m) noexcept {
   switch (m) {

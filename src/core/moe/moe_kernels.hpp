@@ -60,6 +60,8 @@ std::int64_t moe_map_zero_blocks(const MoeArgs& args) noexcept;
 
 // moe_map_sort
 std::string moe_map_kernel_name(const MoeArgs& args);
+// moe_stage_rows_<in>, e.g. moe_stage_rows_bf16 (the optional copy of the routed rows into expert order)
+std::string moe_stage_rows_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------
 // grouped: one 256-thread block computes a kMoeGroupedBM (routed rows of one expert) x

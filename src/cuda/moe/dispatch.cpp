@@ -12,7 +12,7 @@ namespace {
 
 // Byte hulls of the operands of g (capture mode).
 struct MoeRanges {
-  ByteRange w, in, ids, out, counts, rows;
+  ByteRange w, in, ids, out, counts, rows, staged;
   explicit MoeRanges(const cuda_moe::MoeArgs& g) {
     const std::int64_t routed = g.m * g.top_k;
     w = g.n_experts > 0 && g.k > 0 ? elems_range(g.w, g.w_dtype, (g.n_experts - 1) * g.expert_stride + g.n * g.k)
@@ -23,6 +23,7 @@ struct MoeRanges {
     out = elems_range(g.out, g.out_dtype, routed * g.n);
     counts = elems_range(g.counts, DType::U32, g.counts ? g.n_experts : 0);
     rows = elems_range(g.rows, DType::U32, g.rows ? routed : 0);
+    staged = elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);  // the rows a call stages
   }
 };
 
@@ -57,8 +58,11 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   const engine::TiledSm90Launch sm90 = use_engine ? engine::tiled_sm90_moe_launch(g, ctx.arch().sm_count) : engine::TiledSm90Launch{};
   const std::string map = cuda_moe::moe_map_kernel_name(g);
   const std::string grouped =
-      use_engine ? engine::tiled_sm90_moe_kernel_name(g, sm90.bn) : cuda_moe::moe_grouped_kernel_name(g);
+      use_engine ? engine::tiled_sm90_moe_kernel_name(g, sm90) : cuda_moe::moe_grouped_kernel_name(g);
+  const bool staged = use_engine && sm90.staged;
+  const std::string stage = staged ? cuda_moe::moe_stage_rows_kernel_name(g) : std::string();
   ctx.check_launchable(map);
+  if (staged) ctx.check_launchable(stage);
   ctx.check_launchable(grouped);
   const auto ranges = [&] { return MoeRanges(g); };
   cuda_moe::launch_moe_map(g, s);
@@ -66,13 +70,22 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     const MoeRanges r = ranges();
     return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
   });
+  if (staged) {
+    cuda_moe::launch_moe_stage_rows(g, s);
+    ctx.note_launch(stage, [&] {
+      const MoeRanges r = ranges();
+      return LaunchRanges{{r.in, r.counts, r.rows}, {r.staged}};
+    });
+  }
   if (use_engine) engine::launch_tiled_sm90_moe(g, sm90, s);
   else cuda_moe::launch_moe_grouped(g, s);
   ctx.note_launch(grouped, [&] {
     const MoeRanges r = ranges();
+    if (staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows}, {r.out}};
     return LaunchRanges{{r.w, r.in, r.counts, r.rows}, {r.out}};
   });
-  return Receipt{matmul_id_route_name(route), map + "+" + grouped, 2};
+  return Receipt{matmul_id_route_name(route), staged ? map + "+" + stage + "+" + grouped : map + "+" + grouped,
+                 staged ? 3 : 2};
 }
 
 }  // namespace llmm::detail

@@ -31,7 +31,17 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   p.out = g.out;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, p, l, stream, name);
+  if (!l.staged) {
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, p, l, stream, name);
+    return;
+  }
+  // The staged rows as one [m * top_k][k] matrix (a 3D map with one batch entry).
+  const std::uint64_t routed = static_cast<std::uint64_t>(g.m * g.top_k), row = static_cast<std::uint64_t>(g.k) * 2;
+  const std::uint64_t xdims[3] = {static_cast<std::uint64_t>(g.k), routed, 1};
+  const std::uint64_t xstrides[2] = {row, row * routed};
+  const std::uint32_t xbox[3] = {kTiledBK, BN, 1};
+  const CUtensorMap tm_x = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, xbox, name.c_str());
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, p, l, stream, name);
 }
 
 template <class T, class OutT>
@@ -47,9 +57,10 @@ void launch_t(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, c
 }  // namespace
 
 void launch_tiled_sm90_moe(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
-  const std::string name = tiled_sm90_moe_kernel_name(g, l.bn);
+  const std::string name = tiled_sm90_moe_kernel_name(g, l);
   if (g.m * g.top_k == 0 || g.n == 0) return;
-  if (g.w_dtype != g.in_dtype || g.k % 8 != 0 || !g.counts || !g.rows)
+  if (g.w_dtype != g.in_dtype || g.k % 8 != 0 || !g.counts || !g.rows ||
+      (l.staged && (!g.staged || g.staged_bytes / (g.k * 2) < g.m * g.top_k)))
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   const bool f32_out = g.out_dtype == DType::F32;
   if (g.w_dtype == DType::BF16) {

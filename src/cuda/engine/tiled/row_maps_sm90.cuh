@@ -93,7 +93,7 @@ struct ExpertRows {
   // rows of the stage have landed.
   static constexpr std::uint32_t kFullArrivals = 1 + 128;
   // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
-  static constexpr int extra_smem_bytes(int n_experts) { return 2 * (n_experts + 1) * 4 + BN * 8; }
+  static constexpr int extra_smem_bytes(int n_experts) { return 2 * (n_experts + 1) * 4 + BN * 8; }  // both variants
 
   const Params& p;
   std::int64_t* src;  // [BN]: element offsets of a tile's token rows in `in` (-1: none)
@@ -187,6 +187,20 @@ struct ExpertRows {
       const bool ok = off >= 0 && kk < p.k;
       ptx::cp_async16(dst + row * 128 + ((unit ^ (row & 7)) << 4), ok ? in + off + kk : in, ok ? 16 : 0);
     }
+  }
+};
+
+// The same tiles over input rows already copied into expert order (moe_stage_rows: staged row i =
+// the input row of rows[i]), so that a tile's tokens are BN consecutive staged rows loaded by one
+// TMA box like dense. Rows past the expert's last belong to the next expert or lie past the
+// routed rows (zero-filled); their accumulator columns are never stored.
+template <int BN>
+struct ExpertRowsStaged : ExpertRows<BN> {
+  static constexpr bool kGather = false;
+  static constexpr std::uint32_t kFullArrivals = 1;
+  using ExpertRows<BN>::ExpertRows;
+  __device__ void tma_tokens(const void* tm_x, const TileCoord& c, int kb, void* dst, std::uint64_t* bar) const {
+    ptx::tensor_copy_3d_g2s(dst, tm_x, kb * kTiledBK, static_cast<int>(c.row_base) + c.tok0, 0, bar);
   }
 };
 
