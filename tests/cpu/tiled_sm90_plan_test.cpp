@@ -110,18 +110,14 @@ TEST(TiledSm90Plan, MoeTakesAlignedSixteenBitGroupedCalls) {
   EXPECT_NE(tiled_sm90_moe_refusal(moe(64, 8, 128), a100).find("sm_90a only"), std::string::npos);
 }
 
-TEST(TiledSm90Plan, MoeTileWidthFromMeanRowsPerExpert) {
-  EXPECT_EQ(tiled_sm90_moe_launch(moe(16384, 8, 128), 132).bn, 256);  // 1024 rows per expert
-  EXPECT_EQ(tiled_sm90_moe_launch(moe(4096, 8, 128), 132).bn, 128);   // 256: counts scatter around it
-  EXPECT_EQ(tiled_sm90_moe_launch(moe(64, 8, 128), 132).bn, 64);
-  EXPECT_EQ(tiled_sm90_moe_launch(moe(1, 8, 128), 132).bn, 64);
+TEST(TiledSm90Plan, MoeWideTilesWithNarrowOnesChosenOnTheDevice) {
+  for (std::int64_t m : {1, 64, 4096, 16384}) EXPECT_EQ(tiled_sm90_moe_launch(moe(m, 8, 128), 132).bn, 256) << m;
   const TiledSm90Launch l = tiled_sm90_moe_launch(moe(4096, 8, 1024), 132);
   EXPECT_EQ(l.grid, 132);
   EXPECT_LE(l.smem_bytes, 232448);  // 1024 experts' tile and row starts still fit
-  EXPECT_EQ(l.tiles, (4096 * 8 / l.bn + 1024) * 12);
-  TiledSm90Launch n128;
-  n128.bn = 128;
-  EXPECT_EQ(tiled_sm90_moe_kernel_name(moe(1, 1, 1), n128), "tiled_sm90_moe_bf16_bf16_bf16_bn128");
+  // The bound on tiles: every row in a narrow tile, plus one partial tile per active expert.
+  EXPECT_EQ(l.tiles, (4096 * 8 / 64 + 1024) * 12);
+  EXPECT_EQ(tiled_sm90_moe_kernel_name(moe(1, 1, 1), l), "tiled_sm90_moe_bf16_bf16_bf16_bn256x64");
   EXPECT_FALSE(l.staged);  // no staging room in the args
   // Staged when the scratch holds every routed row of k 16-bit elements, not one byte less.
   static std::uint16_t room[8];
@@ -129,7 +125,7 @@ TEST(TiledSm90Plan, MoeTileWidthFromMeanRowsPerExpert) {
   g.staged = room, g.staged_bytes = 64 * 8 * 2048 * 2;
   TiledSm90Launch s = tiled_sm90_moe_launch(g, 132);
   EXPECT_TRUE(s.staged);
-  EXPECT_EQ(tiled_sm90_moe_kernel_name(g, s), "tiled_sm90_moe_bf16_bf16_bf16_bn64_staged");
+  EXPECT_EQ(tiled_sm90_moe_kernel_name(g, s), "tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged");
   g.staged_bytes -= 1;
   EXPECT_FALSE(tiled_sm90_moe_launch(g, 132).staged);
 }

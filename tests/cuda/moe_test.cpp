@@ -301,8 +301,8 @@ TEST(MoeGpu, MapIsAStableCountingSort) {
     }
 }
 
-// The Hopper tiled engine under the grouped route, forced: every tile width (the mean routed rows
-// per expert picks 64, 128 or 256), n and k tails (n % 128, n % 4 != 0: scalar stores), padded
+// The Hopper tiled engine under the grouped route, forced: wide (256) and narrow (64) tiles, alone
+// and mixed in one expert (counts from 1 to ~1000 per expert), n and k tails (n % 128, n % 4 != 0: scalar stores), padded
 // experts and input rows, both layouts, every routing with out-of-range ids,
 // f32 and 16-bit outputs, rows gathered in the GEMM or staged in expert order first (a scratch
 // with room for them); the mma.sync kernel runs each case too.
@@ -355,7 +355,7 @@ TEST(MoeGpu, TiledSm90RoutingAndRefusals) {
   c.p.input_dtype = DType::BF16, c.p.output_dtype = DType::BF16, c.w_dtype = DType::BF16;
   MoeOutcome o = run_moe_case(ctx, c, &scratch);
   EXPECT_TRUE(o.cmp.ok()) << o.cmp.summary();
-  EXPECT_NE(o.receipt.kernel.find("tiled_sm90_moe_bf16_bf16_bf16_bn64"), std::string::npos) << o.receipt.kernel;
+  EXPECT_NE(o.receipt.kernel.find("tiled_sm90_moe_bf16_bf16_bf16_bn256x64"), std::string::npos) << o.receipt.kernel;
 
   LaunchRecorder rec;
   ctx.set_launch_recorder(&rec);

@@ -77,10 +77,9 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) {
   const std::int64_t routed = g.m * g.top_k;
   const std::int64_t active = std::max<std::int64_t>(1, std::min<std::int64_t>(g.n_experts, routed));
-  const std::int64_t mean = routed / active;
   TiledSm90Launch l;
-  l.bn = mean >= 384 ? 256 : mean >= 192 ? 128 : 64;
-  l.tiles = (ceil_div(routed, l.bn) + std::min<std::int64_t>(g.n_experts, routed)) * ceil_div(g.n, kTiledBM);
+  l.bn = 256;  // wide tiles; the kernel gives an expert with few rows narrow tiles of kTiledNarrowBN
+  l.tiles = (ceil_div(routed, kTiledNarrowBN) + std::min<std::int64_t>(g.n_experts, active)) * ceil_div(g.n, kTiledBM);
   l.smem_bytes = smem_for(l.bn, 2 * (static_cast<int>(g.n_experts) + 1) * 4 + l.bn * 8);
   l.grid = sm_count > 0 ? sm_count : kDefaultSms;
   l.staged = g.staged != nullptr && g.staged_bytes / (g.k * 2) >= routed;
@@ -89,7 +88,8 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
 
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l) {
   return "tiled_sm90_moe_" + std::string(dtype_name(g.w_dtype)) + "_" + std::string(dtype_name(g.in_dtype)) + "_" +
-         std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(l.bn) + (l.staged ? "_staged" : "");
+         std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(l.bn) + "x" + std::to_string(kTiledNarrowBN) +
+         (l.staged ? "_staged" : "");
 }
 
 }  // namespace llmm::engine

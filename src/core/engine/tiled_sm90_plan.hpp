@@ -48,12 +48,11 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
 // dtype, output f32 or that dtype, k % 8 == 0, 16-byte aligned weights, expert stride, input base
 // and strides, n_experts <= 1024, tiles (m * top_k / 64 + n_experts) x ceil(n / 128) below 2^31.
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch);
-// bn from the mean routed rows per active expert r = m * top_k / min(E, m * top_k): 256 when
-// r >= 384, 128 when r >= 192, else 64 (a tile past an expert's last row is wasted work, and
-// counts scatter around the mean). Grid: the SMs. Staged when the scratch has room for every
+// Tiles of 256 tokens and, for an expert's last rows or an expert with few, of 64 (chosen on the
+// device from the counts: the host cannot see the routing). Grid: the SMs. Staged when the scratch has room for every
 // routed row (g.staged_bytes >= m * top_k * k * 2): then moe_stage_rows runs before the engine.
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
-// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>[_staged], e.g. tiled_sm90_moe_bf16_bf16_f32_bn128_staged
+// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged], e.g. tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l);
 
 }  // namespace llmm::engine

@@ -18,6 +18,8 @@ inline constexpr int kTiledFeatureGroup = 8;  // feature tiles swept together (L
 // floats so that the fragment's scattered writes hit 32 different banks.
 inline constexpr int kTiledEpiTokens = 32;
 inline constexpr int kTiledEpiStride = 68;
+// Width of the narrow tiles a row map may mix with its wide ones (MoE: experts with few rows).
+inline constexpr int kTiledNarrowBN = 64;
 
 struct TiledSm90Shape {
   int bn = 0;      // tokens per tile: 64, 128 or 256 (the wgmma N)

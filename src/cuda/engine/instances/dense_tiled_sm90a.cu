@@ -41,7 +41,7 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
   p.out_ld = g.c_ld, p.out_batch = g.c_batch;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.c) % (4 * sizeof(T)) == 0 && g.c_ld % 4 == 0 && g.c_batch % 4 == 0;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, p, l, stream, name);
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, l, stream, name);
 }
 
 template <class T>

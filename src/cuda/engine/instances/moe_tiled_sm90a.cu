@@ -32,26 +32,24 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   if (!l.staged) {
-    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, p, l, stream, name);
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, l, stream, name);
     return;
   }
   // The staged rows as one [m * top_k][k] matrix (a 3D map with one batch entry).
   const std::uint64_t routed = static_cast<std::uint64_t>(g.m * g.top_k), row = static_cast<std::uint64_t>(g.k) * 2;
   const std::uint64_t xdims[3] = {static_cast<std::uint64_t>(g.k), routed, 1};
   const std::uint64_t xstrides[2] = {row, row * routed};
-  const std::uint32_t xbox[3] = {kTiledBK, BN, 1};
+  const std::uint32_t xbox[3] = {kTiledBK, BN, 1}, nbox[3] = {kTiledBK, kTiledNarrowBN, 1};
   const CUtensorMap tm_x = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, xbox, name.c_str());
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, p, l, stream, name);
+  const CUtensorMap tm_n = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, nbox, name.c_str());
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, tm_n, p, l, stream, name);
 }
 
 template <class T, class OutT>
 void launch_t(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
-  switch (l.bn) {
-    case 256: launch_bn<256, T, OutT>(g, l, stream, name); break;
-    case 128: launch_bn<128, T, OutT>(g, l, stream, name); break;
-    case 64: launch_bn<64, T, OutT>(g, l, stream, name); break;
-    default: fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
-  }
+  // One instance: wide tiles of 256 tokens, narrow ones of 64 for experts with few rows.
+  if (l.bn != 256) fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
+  launch_bn<256, T, OutT>(g, l, stream, name);
 }
 
 }  // namespace

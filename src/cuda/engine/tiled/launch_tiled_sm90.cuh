@@ -13,16 +13,16 @@
 namespace llmm::engine {
 
 template <class Params>
-void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, Params), const CUtensorMap& tm_w,
-                       const CUtensorMap& tm_x, const Params& p, const TiledSm90Launch& l, StreamHandle stream,
-                       const std::string& name) {
+void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params), const CUtensorMap& tm_w,
+                       const CUtensorMap& tm_x, const CUtensorMap& tm_x_narrow, const Params& p, const TiledSm90Launch& l,
+                       StreamHandle stream, const std::string& name) {
   // Per device and cheap (not a stream operation, fine under graph capture): set every launch.
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem_bytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     fail(ErrorCode::Cuda, name, ": cannot reserve ", l.smem_bytes, " bytes of shared memory: ", cudaGetErrorString(e));
   }
-  kernel<<<l.grid, kTiledThreads, l.smem_bytes, stream>>>(tm_w, tm_x, p);
+  kernel<<<l.grid, kTiledThreads, l.smem_bytes, stream>>>(tm_w, tm_x, tm_x_narrow, p);
   cuda_dense::host::check_launch(name);
 }
 

@@ -19,7 +19,8 @@ struct TileCoord {
   int group = 0;        // batch entry or expert
   int feat0 = 0;        // first weight row (output column)
   int tok0 = 0;         // first token row: within the batch entry, or position in the expert's list
-  int rows = 0;         // valid token rows of the tile (<= BN)
+  int rows = 0;         // valid token rows of the tile (<= bn)
+  int bn = 0;           // the tile's width: the kernel's BN, or kTiledNarrowBN for a narrow tile
   std::int64_t row_base = 0;  // ExpertRows: where expert `group`'s rows start in the routed-row list
 };
 
@@ -59,6 +60,7 @@ struct DenseRows {
     c.feat0 = (fg * kTiledFeatureGroup + (within - tok_tile * width)) * kTiledBM;
     c.tok0 = tok_tile * BN;
     c.rows = min(BN, p.m - c.tok0);
+    c.bn = BN;
     return c;
   }
   __device__ int w_group(const TileCoord& c) const { return p.w_batched ? c.group : 0; }
@@ -68,7 +70,8 @@ struct DenseRows {
   }
 
   // The token rows of the stage: one TMA box [BN rows][64 k] of x (zero past m and k).
-  __device__ void tma_tokens(const void* tm_x, const TileCoord& c, int kb, void* dst, std::uint64_t* bar) const {
+  __device__ void tma_tokens(const void* tm_x, const void* /*tm_x_narrow*/, const TileCoord& c, int kb, void* dst,
+                             std::uint64_t* bar) const {
     ptx::tensor_copy_3d_g2s(dst, tm_x, kb * kTiledBK, c.tok0, p.x_batched ? c.group : 0, bar);
   }
 };
@@ -106,7 +109,20 @@ struct ExpertRows {
     row_start = tile_start + p.n_experts + 1;
   }
 
-  // Every thread of the block: exclusive scans of counts[e] and ceil(counts[e] / BN), in chunks
+  // Tile classes: an expert's rows go in wide tiles of BN while at least a wide tile's worth is
+  // left (or more than kWideRest rows remain), the rest in narrow tiles of kTiledNarrowBN (a
+  // hot expert gets wide tiles, a cold one narrow ones, in one launch: the host cannot see the
+  // routing). A narrow tile streams the same weight box for a quarter of the work.
+  static constexpr int kNarrow = BN > kTiledNarrowBN ? kTiledNarrowBN : BN;
+  static constexpr int kWideRest = BN * 5 / 8;  // 160 of 256: fewer rows go in narrow tiles
+  __device__ static void split(int count, int& wide, int& narrow) {
+    wide = count / BN;
+    const int rest = count - wide * BN;
+    if (BN == kNarrow || rest > kWideRest) wide += rest > 0, narrow = 0;
+    else narrow = (rest + kNarrow - 1) / kNarrow;
+  }
+
+  // Every thread of the block: exclusive scans of counts[e] and of each expert's tiles, in chunks
   // of the block's width (a deterministic, fixed-order scan).
   __device__ void prologue(int tid) {
     __shared__ int warp_sums[2][kTiledThreads / 32];
@@ -117,7 +133,9 @@ struct ExpertRows {
     for (int base = 0; base < p.n_experts; base += kTiledThreads) {
       const int e = base + tid;
       const int cnt = e < p.n_experts ? static_cast<int>(p.counts[e]) : 0;
-      const int tl = (cnt + BN - 1) / BN;
+      int wide, narrow;
+      split(cnt, wide, narrow);
+      const int tl = wide + narrow;
       int ic = cnt, it = tl;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -150,9 +168,13 @@ struct ExpertRows {
     }
     c.group = lo;
     c.feat0 = (t - et * p.tiles_feat) * kTiledBM;
-    c.tok0 = (et - tile_start[lo]) * BN;
+    const int count = row_start[lo + 1] - row_start[lo], j = et - tile_start[lo];
+    int wide, narrow;
+    split(count, wide, narrow);
+    c.bn = j < wide ? BN : kNarrow;
+    c.tok0 = j < wide ? j * BN : wide * BN + (j - wide) * kNarrow;
     c.row_base = row_start[lo];
-    c.rows = min(BN, row_start[lo + 1] - row_start[lo] - c.tok0);
+    c.rows = min(c.bn, count - c.tok0);
     return c;
   }
   __device__ int w_group(const TileCoord& c) const { return c.group; }
@@ -163,7 +185,7 @@ struct ExpertRows {
   // Producer warpgroup, at the start of each tile: the source offsets of its token rows.
   __device__ void load_sources(const TileCoord& c, int ptid) {
     ptx::named_barrier_sync(1, 128);  // the previous tile's offsets are no longer read
-    for (int i = ptid; i < BN; i += 128) {
+    for (int i = ptid; i < c.bn; i += 128) {
       std::int64_t off = -1;
       if (i < c.rows) {
         const std::uint32_t r = p.rows[c.row_base + c.tok0 + i];
@@ -174,13 +196,13 @@ struct ExpertRows {
     }
     ptx::named_barrier_sync(1, 128);
   }
-  // Producer warpgroup: this thread's share of the stage's token rows, 16 bytes per cp.async,
-  // into the 128-byte-swizzled layout TMA would have written (unit u of row r at u ^ (r % 8));
-  // rows past the tile and K past k (k % 8 == 0) are zero-filled.
-  __device__ void gather_tokens(int kb, std::uint8_t* dst, int ptid) const {
+  // Producer warpgroup: this thread's share of the stage's token rows (the tile's width), 16 bytes
+  // per cp.async, into the 128-byte-swizzled layout TMA would have written (unit u of row r at
+  // u ^ (r % 8)); rows past the tile and K past k (k % 8 == 0) are zero-filled.
+  __device__ void gather_tokens(const TileCoord& c, int kb, std::uint8_t* dst, int ptid) const {
     const std::uint16_t* in = static_cast<const std::uint16_t*>(p.in);
 #pragma unroll 1
-    for (int idx = ptid; idx < BN * 8; idx += 128) {
+    for (int idx = ptid; idx < c.bn * 8; idx += 128) {
       const int row = idx >> 3, unit = idx & 7;
       const std::int64_t off = src[row];
       const int kk = kb * kTiledBK + unit * 8;
@@ -199,8 +221,11 @@ struct ExpertRowsStaged : ExpertRows<BN> {
   static constexpr bool kGather = false;
   static constexpr std::uint32_t kFullArrivals = 1;
   using ExpertRows<BN>::ExpertRows;
-  __device__ void tma_tokens(const void* tm_x, const TileCoord& c, int kb, void* dst, std::uint64_t* bar) const {
-    ptx::tensor_copy_3d_g2s(dst, tm_x, kb * kTiledBK, static_cast<int>(c.row_base) + c.tok0, 0, bar);
+  // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles.
+  __device__ void tma_tokens(const void* tm_x, const void* tm_x_narrow, const TileCoord& c, int kb, void* dst,
+                             std::uint64_t* bar) const {
+    ptx::tensor_copy_3d_g2s(dst, c.bn == BN ? tm_x : tm_x_narrow, kb * kTiledBK, static_cast<int>(c.row_base) + c.tok0, 0,
+                            bar);
   }
 };
 

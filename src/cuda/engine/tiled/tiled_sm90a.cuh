@@ -60,7 +60,7 @@ __device__ __forceinline__ void store4(OutT* dst, float4 v, int valid, bool vec)
 template <int BN, bool BF16, class OutT, template <int> class RowMapT>
 __global__ void __launch_bounds__(kTiledThreads, 1)
     tiled_sm90_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
-                      const typename RowMapT<BN>::Params p) {
+                      const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p) {
   using RowMap = RowMapT<BN>;
   constexpr TiledSm90Shape S = tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           const int s = it % kStages;
           ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           std::uint8_t* const st = ring + s * S.stage_bytes();
-          ptx::mbar_arrive_expect_tx(&full[s], S.stage_bytes());
+          ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * kTiledBK * 2);
           ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
-          map.tma_tokens(&tm_x, c, kb, st + S.a_bytes(), &full[s]);
+          map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
         }
       }
     } else {
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
             ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
           }
-          map.gather_tokens(kb, st + S.a_bytes(), ptid);
+          map.gather_tokens(c, kb, st + S.a_bytes(), ptid);
           ptx::cp_async_commit();
           if (it + 1 - landed > kLag) {
             ptx::cp_async_wait<kLag>();
@@ -146,6 +146,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // -------------------------------------------------------------------- consumers
   ptx::setmaxnreg_inc<232>();
   using Mma = ptx::Wgmma<BN, BF16>;
+  constexpr int kNarrow = BN > kTiledNarrowBN ? kTiledNarrowBN : BN;
+  using MmaNarrow = ptx::Wgmma<kNarrow, BF16>;
   const int cw = wg - 1;           // 64-row half of the weight tile
   const int ctid = tid - 128 * wg;  // 0..127 within the warpgroup
   const int warp = ctid >> 5, lane = ctid & 31;
@@ -163,10 +165,20 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       const std::uint8_t* const st = ring + s * S.stage_bytes();
       const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * (64 * 128));
       const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
-      ptx::wgmma_fence();
+      // Each path fences and commits its own wgmmas: ptxas serializes wgmmas whose warpgroup
+      // arrive it has to insert itself inside a branch (C7520).
+      if (c.bn == BN) {
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
-      ptx::wgmma_commit();
+        for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+        ptx::wgmma_commit();
+      } else if constexpr (kNarrow != BN) {  // a narrow tile: the first kNarrow columns of acc
+        float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaNarrow::mma(narrow, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+        ptx::wgmma_commit();
+      }
       ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done: release it
       if (kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
     }
@@ -181,6 +193,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     OutT* const out = static_cast<OutT*>(p.out);
 #pragma unroll
     for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
+      if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
       ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk has been read
 #pragma unroll
       for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
