@@ -80,7 +80,7 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
   TiledSm90Launch l;
   l.bn = 256;  // wide tiles; the kernel gives an expert with few rows narrow tiles of kTiledNarrowBN
   l.tiles = (ceil_div(routed, kTiledNarrowBN) + std::min<std::int64_t>(g.n_experts, active)) * ceil_div(g.n, kTiledBM);
-  l.smem_bytes = smem_for(l.bn, 2 * (static_cast<int>(g.n_experts) + 1) * 4 + l.bn * 8);
+  l.smem_bytes = smem_for(l.bn, tiled_sm90_moe_extra_bytes(l.bn, static_cast<int>(g.n_experts)));
   l.grid = sm_count > 0 ? sm_count : kDefaultSms;
   l.staged = g.staged != nullptr && g.staged_bytes / (g.k * 2) >= routed;
   return l;

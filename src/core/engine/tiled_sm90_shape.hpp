@@ -35,6 +35,10 @@ struct TiledSm90Shape {
   constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
 };
 
+// The MoE row maps' own shared memory (after the fixed part): a tile's row sources (8 bytes a
+// row), each consumer's copy of its output rows (4 bytes a row), tile and row starts per expert.
+constexpr int tiled_sm90_moe_extra_bytes(int bn, int n_experts) { return bn * 8 + 2 * bn * 4 + 2 * (n_experts + 1) * 4; }
+
 // Stages chosen so that the ring stays near 192 KB (of the 227 KB an H200 block may hold).
 constexpr TiledSm90Shape tiled_sm90_shape(int bn) { return TiledSm90Shape{bn, bn >= 256 ? 4 : bn >= 128 ? 6 : 8}; }
 

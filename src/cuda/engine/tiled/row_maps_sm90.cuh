@@ -40,6 +40,7 @@ struct DenseRows {
   static constexpr bool kGather = false;
   static constexpr std::uint32_t kFullArrivals = 1;  // the TMA thread's expect_tx arrival
   static constexpr int extra_smem_bytes(int /*n_experts*/) { return 0; }
+  static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
 
   const Params& p;
   __device__ DenseRows(const Params& params, std::uint8_t* /*extra*/) : p(params) {}
@@ -64,8 +65,8 @@ struct DenseRows {
     return c;
   }
   __device__ int w_group(const TileCoord& c) const { return p.w_batched ? c.group : 0; }
-  // Element offset of output row `tok` (< c.rows) of the tile, at column 0.
-  __device__ std::int64_t out_row(const TileCoord& c, int tok) const {
+  // Element offset of output row `tok` (< c.rows) of the tile, at column 0 (cw: the consumer).
+  __device__ std::int64_t out_row(const TileCoord& c, int tok, int /*cw*/) const {
     return static_cast<std::int64_t>(c.group) * p.out_batch + static_cast<std::int64_t>(c.tok0 + tok) * p.out_ld;
   }
 
@@ -96,16 +97,25 @@ struct ExpertRows {
   // rows of the stage have landed.
   static constexpr std::uint32_t kFullArrivals = 1 + 128;
   // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
-  static constexpr int extra_smem_bytes(int n_experts) { return 2 * (n_experts + 1) * 4 + BN * 8; }  // both variants
+  // The source offsets of a tile's rows (gather), each consumer's copy of the tile's output rows,
+  // the tile and row starts per expert (n_experts + 1 each).
+  static constexpr int extra_smem_bytes(int n_experts) { return tiled_sm90_moe_extra_bytes(BN, n_experts); }
+  // Output rows come from the routed-row list: each consumer thread loads its share when a tile
+  // starts (the loads fly during the mainloop) and publishes them in shared memory for the
+  // epilogue, instead of one dependent global load per stored row.
+  static constexpr bool kScatter = true;
+  static constexpr int kRowsPerThread = BN / 128;
 
   const Params& p;
   std::int64_t* src;  // [BN]: element offsets of a tile's token rows in `in` (-1: none)
+  std::uint32_t* out_rows;  // [2][BN]: each consumer's copy of the tile's routed rows
   int* tile_start;    // [n_experts + 1]: first token tile of each expert
   int* row_start;     // [n_experts + 1]: first position of each expert in `rows`
 
   __device__ ExpertRows(const Params& params, std::uint8_t* extra) : p(params) {
     src = reinterpret_cast<std::int64_t*>(extra);
-    tile_start = reinterpret_cast<int*>(extra + BN * 8);
+    out_rows = reinterpret_cast<std::uint32_t*>(extra + BN * 8);
+    tile_start = reinterpret_cast<int*>(extra + BN * 8 + 2 * BN * 4);
     row_start = tile_start + p.n_experts + 1;
   }
 
@@ -178,8 +188,21 @@ struct ExpertRows {
     return c;
   }
   __device__ int w_group(const TileCoord& c) const { return c.group; }
-  __device__ std::int64_t out_row(const TileCoord& c, int tok) const {
-    return static_cast<std::int64_t>(p.rows[c.row_base + c.tok0 + tok]) * p.n;
+  // Consumer thread ctid, when tile c starts: its rows ctid + 128 i of the tile (0 past the end).
+  __device__ void prefetch_out_rows(const TileCoord& c, int ctid, std::uint32_t (&ids)[kRowsPerThread]) const {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int tok = ctid + 128 * i;
+      ids[i] = tok < c.rows ? p.rows[c.row_base + c.tok0 + tok] : 0u;
+    }
+  }
+  // In the epilogue, between the consumer's own barriers: publish them, then read them back.
+  __device__ void publish_out_rows(int cw, int ctid, const std::uint32_t (&ids)[kRowsPerThread]) const {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) out_rows[cw * BN + ctid + 128 * i] = ids[i];
+  }
+  __device__ std::int64_t out_row(const TileCoord& /*c*/, int tok, int cw) const {
+    return static_cast<std::int64_t>(out_rows[cw * BN + tok]) * p.n;
   }
 
   // Producer warpgroup, at the start of each tile: the source offsets of its token rows.

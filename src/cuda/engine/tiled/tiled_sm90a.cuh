@@ -159,6 +159,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   int it = 0;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
     const TileCoord c = map.tile(t);
+    std::uint32_t out_ids[RowMap::kScatter ? BN / 128 : 1];
+    if constexpr (RowMap::kScatter) map.prefetch_out_rows(c, ctid, out_ids);
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int s = it % kStages;
       ptx::mbar_wait(&full[s], (it / kStages) & 1);
@@ -194,7 +196,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
     for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
       if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
-      ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk has been read
+      ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
+      if constexpr (RowMap::kScatter)
+        if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
 #pragma unroll
       for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
         const int j = chunk * (kTiledEpiTokens / 8) + jj;
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const int f = feat_base + col;
         if (tok < c.rows && f < p.n) {
           const float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
-          store4(out + map.out_row(c, tok) + f, v, min(4, p.n - f), p.vec_ok);
+          store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
         }
       }
     }
