@@ -86,12 +86,16 @@ _scratch_lock = threading.Lock()
 
 
 def _grouped_scratch(x: Tensor, n_experts: int, m: int, top_k: int):
-    """The (device, stream)'s scratch, grown to n_experts experts and m x top_k routed rows."""
+    """The (device, stream)'s scratch, grown to n_experts experts and m x top_k routed rows. On CUDA
+    with a 16-bit x it also has room to stage every routed row of x (the Hopper engine's fast path:
+    ~2x at large m; it costs m x top_k x k elements, as torch._grouped_mm's permuted input does)."""
     dev = llmm._device_name(x)
     stream = int(torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else 0
+    row_bytes = x.shape[-1] * x.element_size() if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) else 0
     with _scratch_lock:
         s = _scratch.get((dev, stream))
-        if s is None or s.max_experts < n_experts or s.max_tokens < m or s.max_top_k < top_k:
+        if (s is None or s.max_experts < n_experts or s.max_tokens < m or s.max_top_k < top_k
+                or s.staged_row_bytes < row_bytes):
             if x.is_cuda and torch.cuda.is_current_stream_capturing():
                 raise llmm.Error(
                     f"llmm.matmul_id: the grouped route needs scratch for {n_experts} experts x {m} tokens x {top_k} "
@@ -101,9 +105,11 @@ def _grouped_scratch(x: Tensor, n_experts: int, m: int, top_k: int):
             experts = max(n_experts, s.max_experts if s is not None else 1)
             tokens = max(1 << max(m - 1, 0).bit_length(), s.max_tokens if s is not None else 1)
             top = max(top_k, s.max_top_k if s is not None else 1, 1)
+            rb = max(row_bytes, s.staged_row_bytes if s is not None else 0)
             if s is not None:
                 _retired.append(s)
-            s = _scratch[(dev, stream)] = llmm.matmul_id_scratch(experts, tokens, dev, max_top_k=top)
+            s = _scratch[(dev, stream)] = llmm.matmul_id_scratch(experts, tokens, dev, max_top_k=top,
+                                                                   max_k=rb // 2, dtype="bf16")
     return s
 
 
