@@ -10,6 +10,7 @@
 #include "fuzz_util.hpp"
 #include "llmm/context.hpp"
 #include "llmm/ternary.hpp"
+#include "llmm/ternary_formats.hpp"
 
 using namespace llmm;
 using fuzz::attempt;
@@ -186,9 +187,45 @@ void check_quantize(FuzzedDataProvider& in) {
 
 }  // namespace
 
+// Other tools' formats: random bytes with small random shapes. A conversion either refuses with
+// InvalidArgument or returns blocks that tq2_dequantize accepts (no code 3, finite scales) with
+// the right count; a GGUF conversion keeps each 256-block's scale on both of its halves.
+void check_formats(FuzzedDataProvider& in) {
+  const int which = in.ConsumeIntegralInRange(0, 2);
+  const std::int64_t n = in.ConsumeIntegralInRange<std::int64_t>(-1, 9);
+  const std::int64_t k = 128 * in.ConsumeIntegralInRange<std::int64_t>(-1, 9);
+  const float scale = in.ConsumeFloatingPoint<float>();
+  const std::vector<std::uint8_t> bytes = in.ConsumeRemainingBytes<std::uint8_t>();
+  fuzz::Refusal why;
+  auto got = attempt(
+      [&] {
+        if (which == 0) return tq2_from_gguf_tq2_0(bytes.data(), bytes.size(), n, k);
+        if (which == 1) return tq2_from_gguf_tq1_0(bytes.data(), bytes.size(), n, k);
+        return tq2_from_bitnet(bytes.data(), bytes.size(), n, k, scale);
+      },
+      &why);
+  if (!got) {
+    FUZZ_CHECK(why.code == ErrorCode::InvalidArgument, "format conversion refused with ", why.message);
+    return;
+  }
+  FUZZ_CHECK(got->size() * kBlock == tq2_aos_bytes(n, k), "wrong block count");
+  auto w = attempt([&] { return tq2_dequantize(got->data(), got->size() * kBlock, n, k); }, &why);
+  FUZZ_CHECK(w.has_value(), "a converted weight does not decode: ", why.message);
+  if (which < 2) {
+    const std::size_t block = which == 0 ? 66 : 54, d_at = which == 0 ? 64 : 52;
+    for (std::size_t b = 0; b < got->size(); ++b) {
+      const unsigned char* src = bytes.data() + (b / 2) * block + d_at;
+      FUZZ_CHECK((*got)[b].d == static_cast<std::uint16_t>(src[0] | src[1] << 8), "scale not kept in block ", b);
+    }
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  if (in.ConsumeBool()) check_readers(in);
-  else check_quantize(in);
+  switch (in.ConsumeIntegralInRange(0, 2)) {
+    case 0: check_readers(in); break;
+    case 1: check_quantize(in); break;
+    default: check_formats(in); break;
+  }
   return 0;
 }

@@ -9,4 +9,5 @@
 #include "llmm/moe.hpp"
 #include "llmm/reference.hpp"
 #include "llmm/ternary.hpp"
+#include "llmm/ternary_formats.hpp"
 #include "llmm/view.hpp"

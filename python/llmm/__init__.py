@@ -28,6 +28,7 @@ from ._llmm import Error, MatmulIdScratch, TernaryWeight
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
     "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id",
+    "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
 ]
 
@@ -355,6 +356,84 @@ def dequantize_tq2(aos, n: int, k: int) -> np.ndarray:
     any C-contiguous bytes-like object (bytes, bytearray, memoryview, a uint8 array). Refuses a
     wrong byte count, an invalid code 3 or a non-finite scale, naming the row, block and byte."""
     return _llmm.tq2_dequantize(aos, n, k)
+
+
+def tq2_from_gguf(data, kind: str, n: int, k: int) -> bytes:
+    """TQ2_0_g128 AoS bytes of a GGUF tensor's raw bytes: kind "TQ2_0" (66-byte blocks of 256) or
+    "TQ1_0" (54-byte base-3 blocks of 256), n rows of k weights (k % 256 == 0). Lossless: every
+    weight keeps its code and its block's f16 scale. Refuses a wrong byte count, an invalid code 3
+    or a non-finite scale, naming the row and block."""
+    return _llmm.tq2_from_gguf(data, kind, n, k)
+
+
+def tq2_from_bitnet(packed, weight_scale: float) -> bytes:
+    """TQ2_0_g128 AoS bytes ([out, in] weights) of a Hugging Face BitNet packed weight: a uint8
+    [out / 4, in] array (weight row r in packed row r % (out / 4) at bits 2 * (r // (out / 4)),
+    code - 1 in {-1, 0, 1}) and the layer's per-tensor weight_scale, by which BitNet divides its
+    output: each block's scale is 1 / weight_scale rounded to f16 (the only rounding)."""
+    a = np.ascontiguousarray(np.asarray(packed))
+    if a.dtype != np.uint8 or a.ndim != 2:
+        raise Error(f"llmm.tq2_from_bitnet: packed must be a uint8 [out / 4, in] array, got {a.dtype} {a.shape}")
+    return _llmm.tq2_from_bitnet(a, 4 * a.shape[0], a.shape[1], float(weight_scale))
+
+
+def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
+    """A TQ2_0 or TQ1_0 tensor of a GGUF file (read with gguf-py's GGUFReader: pip install gguf)
+    as a TernaryWeight on `device` ([n, k] with k = the tensor's first GGUF dimension)."""
+    try:
+        import gguf
+    except ImportError as e:
+        raise ImportError("llmm.load_tq2_gguf needs the gguf package (pip install gguf)") from e
+    reader = gguf.GGUFReader(str(path))
+    t = next((t for t in reader.tensors if t.name == tensor_name), None)
+    if t is None:
+        raise Error(f"llmm.load_tq2_gguf: no tensor {tensor_name!r} in {path}")
+    kinds = {gguf.GGMLQuantizationType.TQ2_0: "TQ2_0", gguf.GGMLQuantizationType.TQ1_0: "TQ1_0"}
+    if t.tensor_type not in kinds:
+        raise Error(f"llmm.load_tq2_gguf: tensor {tensor_name!r} is {t.tensor_type.name}, not TQ2_0 or TQ1_0")
+    k = int(t.shape[0])
+    n = int(t.n_elements) // k
+    aos = tq2_from_gguf(np.ascontiguousarray(t.data).view(np.uint8).reshape(-1), kinds[t.tensor_type], n, k)
+    return upload_tq2(aos, n, k, device=device, key=key)
+
+
+def _safetensors_scalar(path, name: str) -> float:
+    """One scalar of a safetensors file, read off its header (f32, f16 or bf16: NumPy has no bf16)."""
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        if name not in header:
+            raise Error(f"llmm.load_bitnet_safetensors: no tensor {name!r} in {path}")
+        info = header[name]
+        begin, end = info["data_offsets"]
+        f.seek(8 + size + begin)
+        raw = f.read(end - begin)
+    dt = info["dtype"]
+    if dt == "F32" and len(raw) == 4:
+        return struct.unpack("<f", raw)[0]
+    if dt == "F16" and len(raw) == 2:
+        return float(np.frombuffer(raw, dtype=np.float16)[0])
+    if dt == "BF16" and len(raw) == 2:
+        return struct.unpack("<f", b"\x00\x00" + raw)[0]
+    raise Error(f"llmm.load_bitnet_safetensors: {name!r} must be one f32/f16/bf16 value, got {dt} {info['shape']}")
+
+
+def load_bitnet_safetensors(path, tensor_name: str, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
+    """A BitNet linear weight of a safetensors checkpoint (the packed uint8 `tensor_name` and its
+    `<tensor_name>_scale`, as Hugging Face's BitNet writes them; pip install safetensors) as a
+    TernaryWeight [out, in] on `device`."""
+    try:
+        from safetensors import safe_open
+    except ImportError as e:
+        raise ImportError("llmm.load_bitnet_safetensors needs the safetensors package (pip install safetensors)") from e
+    with safe_open(str(path), framework="numpy") as f:
+        packed = f.get_tensor(tensor_name)
+    scale = _safetensors_scalar(path, tensor_name + "_scale")
+    aos = tq2_from_bitnet(packed, scale)
+    return upload_tq2(aos, 4 * packed.shape[0], packed.shape[1], device=device, key=key)
 
 
 def upload_tq2(aos, n: int, k: int, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:

@@ -533,6 +533,36 @@ NB_MODULE(_llmm, m) {
       nb::arg("w").none(), nb::arg("rule").none() = "absmean",
       "TQ2_0_g128 AoS bytes of a C-contiguous float32 [n, k] host array (rule 'absmean' or 'absmax').");
   m.def(
+      "tq2_from_gguf",
+      [](nb::handle data, nb::handle kind_, nb::handle n_, nb::handle k_) {
+        constexpr const char* op = "llmm.tq2_from_gguf";
+        Blob b = blob_arg(data, op, "data");
+        const std::string kind = str_arg(kind_, op, "kind");
+        const std::int64_t n = size_arg(n_, op, "n"), k = size_arg(k_, op, "k");
+        std::vector<BlockTQ2_128> blocks;
+        if (kind == "TQ2_0") blocks = tq2_from_gguf_tq2_0(b.data, b.size, n, k);
+        else if (kind == "TQ1_0") blocks = tq2_from_gguf_tq1_0(b.data, b.size, n, k);
+        else fail(ErrorCode::InvalidArgument, op, ": kind must be 'TQ2_0' or 'TQ1_0', got '", kind, "'");
+        return nb::bytes(reinterpret_cast<const char*>(blocks.data()), blocks.size() * sizeof(BlockTQ2_128));
+      },
+      nb::arg("data").none(), nb::arg("kind").none(), nb::arg("n").none(), nb::arg("k").none(),
+      "TQ2_0_g128 AoS bytes of a GGUF TQ2_0 or TQ1_0 tensor's raw bytes (n rows of k weights). Lossless.");
+  m.def(
+      "tq2_from_bitnet",
+      [](nb::handle packed, nb::handle out_, nb::handle in_, nb::handle scale) {
+        constexpr const char* op = "llmm.tq2_from_bitnet";
+        Blob b = blob_arg(packed, op, "packed");
+        const std::int64_t o = size_arg(out_, op, "out_features"), i = size_arg(in_, op, "in_features");
+        double ws = 0;
+        if (!nb::try_cast(scale, ws, /*convert=*/true))
+          type_error(concat(op, ": weight_scale must be a number, got ", tp_name(scale)));
+        auto blocks = tq2_from_bitnet(static_cast<const std::uint8_t*>(b.data), b.size, o, i, static_cast<float>(ws));
+        return nb::bytes(reinterpret_cast<const char*>(blocks.data()), blocks.size() * sizeof(BlockTQ2_128));
+      },
+      nb::arg("packed").none(), nb::arg("out_features").none(), nb::arg("in_features").none(),
+      nb::arg("weight_scale").none(),
+      "TQ2_0_g128 AoS bytes of a Hugging Face BitNet packed uint8 [out/4, in] weight and its weight_scale.");
+  m.def(
       "tq2_dequantize",
       [](nb::handle aos, nb::handle n_, nb::handle k_, nb::handle out) -> nb::object {
         constexpr const char* op = "llmm.dequantize_tq2";

@@ -45,3 +45,8 @@ def test_examples_on_cuda(cuda_torch):
     for tokens in (2, 64):
         err = load("qwen3_moe_ffn").run("cuda", tokens=tokens, hidden=256, inter=96, experts=16, top_k=4, quiet=True)
         assert err < 1e-4
+
+
+def test_ternary_layer_example_from_gguf():
+    pytest.importorskip("gguf", reason="the example writes its layer with gguf-py")
+    assert load("ternary_layer").run("cpu", ms=(1, 3), small=True, quiet=True) < 1e-6

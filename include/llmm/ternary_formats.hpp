@@ -1,0 +1,35 @@
+// Ternary weights made by other tools, converted to TQ2_0_g128 blocks (llmm's AoS form, what
+// TernaryWeightCache::get_or_upload and llmm.upload_tq2 take). Pure host functions: each checks
+// the byte count against the shape first, then every block, and refuses bad input naming the
+// row and block (an invalid code, a non-finite scale); nothing is returned half-converted.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "llmm/ternary.hpp"
+
+namespace llmm {
+
+// GGUF TQ2_0 (llama.cpp): a row of k weights is k / 256 blocks of 66 bytes {qs[64], d (f16)};
+// weight j of a block is code (qs[32 * (j / 128) + j % 32] >> 2 * ((j % 128) / 32)) & 3, value
+// (code - 1) * d. Each 128-weight half becomes one TQ2_0_g128 block with the same d: lossless.
+// Requires k % 256 == 0 and bytes == n * k / 256 * 66; refuses code 3 and a non-finite d.
+std::vector<BlockTQ2_128> tq2_from_gguf_tq2_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
+
+// GGUF TQ1_0 (llama.cpp): k / 256 blocks of 54 bytes {qs[48], qh[4], d (f16)} holding 5 (qs) or
+// 4 (qh) base-3 digits a byte in fixed point (digit i of byte b: ((b * 3^i) mod 256) * 3 >> 8),
+// in llama.cpp's order (qs[0..31]: weights 32 i + m; qs[32..47]: 160 + 16 i + m; qh: 240 + 4 i
+// + j). Every byte decodes, so only d can be bad. Lossless. Requires k % 256 == 0.
+std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
+
+// Hugging Face BitNet packing (BitNet b1.58 2B4T, Falcon3-1.58bit): uint8 [out / 4, in], weight
+// row r in packed row r % (out / 4) at bits 2 * (r / (out / 4)), code - 1 in {-1, 0, 1}; the
+// layer divides its output by the per-tensor weight_scale, so every block gets d = 1 /
+// weight_scale rounded to f16: lossless but for that one rounding (relative error <= 2^-11).
+// Requires out % 4 == 0, in % 128 == 0, a finite weight_scale > 0 whose inverse is a normal f16;
+// refuses code 3 naming the packed row and column.
+std::vector<BlockTQ2_128> tq2_from_bitnet(const std::uint8_t* packed, std::size_t bytes, std::int64_t out,
+                                          std::int64_t in, float weight_scale);
+
+}  // namespace llmm
