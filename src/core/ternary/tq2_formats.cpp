@@ -36,70 +36,28 @@ std::vector<BlockTQ2_128> blocks_for(std::int64_t n, std::int64_t k, const char*
   return detail::host_vector<BlockTQ2_128>(tq2_aos_bytes(n, k) / kTq2BlockBytes, who);
 }
 
-}  // namespace
-
-std::vector<BlockTQ2_128> tq2_from_gguf_tq2_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k) {
-  constexpr const char* who = "tq2_from_gguf_tq2_0";
-  constexpr std::size_t kBlock = 66;
-  const std::size_t want = gguf_bytes(who, n, k, kBlock);
+// A GGUF ternary tensor of n rows of k / 256 blocks of `block_bytes`, each with its f16 scale at
+// `d_at`: decode(src, codes, row, block) writes a block's 256 codes (0..2, or refuses naming
+// where); each 128-weight half becomes one TQ2_0_g128 block with the same scale.
+template <class Decode>
+std::vector<BlockTQ2_128> from_gguf(const char* who, const char* kind, std::size_t block_bytes, std::size_t d_at,
+                                    const void* data, std::size_t bytes, std::int64_t n, std::int64_t k, Decode decode) {
+  const std::size_t want = gguf_bytes(who, n, k, block_bytes);
   if (bytes != want)
-    fail(ErrorCode::InvalidArgument, who, ": ", bytes, " bytes given, an [", n, ", ", k, "] TQ2_0 tensor is ", want,
-         " (", k / kQkK, " blocks of 66 bytes a row)");
+    fail(ErrorCode::InvalidArgument, who, ": ", bytes, " bytes given, an [", n, ", ", k, "] ", kind, " tensor is ", want,
+         " (", k / kQkK, " blocks of ", block_bytes, " bytes a row)");
   if (!data) fail(ErrorCode::InvalidArgument, who, ": null data");
   std::vector<BlockTQ2_128> out = blocks_for(n, k, who);
   const auto* p = static_cast<const std::uint8_t*>(data);
   const std::int64_t bpr = k / kQkK;
-  for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t b = 0; b < bpr; ++b) {
-      const std::uint8_t* src = p + static_cast<std::size_t>(r * bpr + b) * kBlock;
-      std::uint16_t d;
-      std::memcpy(&d, src + 64, 2);
-      check_scale(who, d, r, b);
-      for (int half = 0; half < 2; ++half) {
-        BlockTQ2_128& o = out[static_cast<std::size_t>((r * bpr + b) * 2 + half)];
-        std::memset(o.qs, 0, sizeof o.qs);
-        o.d = d;
-        for (int j = 0; j < 128; ++j) {
-          const int byte = 32 * half + (j % 32), code = (src[byte] >> (2 * (j / 32))) & 3;
-          if (code == 3)
-            fail(ErrorCode::InvalidArgument, who, ": invalid code 3 in row ", r, ", block ", b, ", byte ", byte);
-          put(o, j, code);
-        }
-      }
-    }
-  return out;
-}
-
-std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k) {
-  constexpr const char* who = "tq2_from_gguf_tq1_0";
-  constexpr std::size_t kBlock = 54;
-  const std::size_t want = gguf_bytes(who, n, k, kBlock);
-  if (bytes != want)
-    fail(ErrorCode::InvalidArgument, who, ": ", bytes, " bytes given, an [", n, ", ", k, "] TQ1_0 tensor is ", want,
-         " (", k / kQkK, " blocks of 54 bytes a row)");
-  if (!data) fail(ErrorCode::InvalidArgument, who, ": null data");
-  std::vector<BlockTQ2_128> out = blocks_for(n, k, who);
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  const std::int64_t bpr = k / kQkK;
-  static constexpr std::uint8_t kPow3[5] = {1, 3, 9, 27, 81};
-  // Digit i of a byte in llama.cpp's fixed-point base 3 (uint8 wrap-around is part of the format).
-  auto digit = [](std::uint8_t byte, int i) {
-    const std::uint8_t q = static_cast<std::uint8_t>(byte * kPow3[i]);
-    return (static_cast<std::uint16_t>(q) * 3) >> 8;
-  };
   int codes[256];
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
-      const std::uint8_t* src = p + static_cast<std::size_t>(r * bpr + b) * kBlock;
+      const std::uint8_t* src = p + static_cast<std::size_t>(r * bpr + b) * block_bytes;
       std::uint16_t d;
-      std::memcpy(&d, src + 52, 2);
+      std::memcpy(&d, src + d_at, 2);
       check_scale(who, d, r, b);
-      for (int i = 0; i < 5; ++i)
-        for (int m = 0; m < 32; ++m) codes[32 * i + m] = digit(src[m], i);
-      for (int i = 0; i < 5; ++i)
-        for (int m = 0; m < 16; ++m) codes[160 + 16 * i + m] = digit(src[32 + m], i);
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) codes[240 + 4 * i + j] = digit(src[48 + j], i);
+      decode(src, codes, r, b);
       for (int half = 0; half < 2; ++half) {
         BlockTQ2_128& o = out[static_cast<std::size_t>((r * bpr + b) * 2 + half)];
         std::memset(o.qs, 0, sizeof o.qs);
@@ -108,6 +66,39 @@ std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t byte
       }
     }
   return out;
+}
+
+}  // namespace
+
+std::vector<BlockTQ2_128> tq2_from_gguf_tq2_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k) {
+  constexpr const char* who = "tq2_from_gguf_tq2_0";
+  return from_gguf(who, "TQ2_0", 66, 64, data, bytes, n, k,
+                   [who](const std::uint8_t* src, int (&codes)[256], std::int64_t r, std::int64_t b) {
+                     for (int j = 0; j < 256; ++j) {
+                       const int byte = 32 * (j / 128) + j % 32, code = (src[byte] >> (2 * ((j % 128) / 32))) & 3;
+                       if (code == 3)
+                         fail(ErrorCode::InvalidArgument, who, ": invalid code 3 in row ", r, ", block ", b, ", byte ", byte);
+                       codes[j] = code;
+                     }
+                   });
+}
+
+std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k) {
+  static constexpr std::uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  // Digit i of a byte in llama.cpp's fixed-point base 3 (uint8 wrap-around is part of the format).
+  auto digit = [](std::uint8_t byte, int i) {
+    const std::uint8_t q = static_cast<std::uint8_t>(byte * kPow3[i]);
+    return (static_cast<std::uint16_t>(q) * 3) >> 8;
+  };
+  return from_gguf("tq2_from_gguf_tq1_0", "TQ1_0", 54, 52, data, bytes, n, k,
+                   [&](const std::uint8_t* src, int (&codes)[256], std::int64_t, std::int64_t) {
+                     for (int i = 0; i < 5; ++i)
+                       for (int m = 0; m < 32; ++m) codes[32 * i + m] = digit(src[m], i);
+                     for (int i = 0; i < 5; ++i)
+                       for (int m = 0; m < 16; ++m) codes[160 + 16 * i + m] = digit(src[32 + m], i);
+                     for (int i = 0; i < 4; ++i)
+                       for (int j = 0; j < 4; ++j) codes[240 + 4 * i + j] = digit(src[48 + j], i);
+                   });
 }
 
 std::vector<BlockTQ2_128> tq2_from_bitnet(const std::uint8_t* packed, std::size_t bytes, std::int64_t out_rows,
