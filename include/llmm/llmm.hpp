@@ -10,4 +10,5 @@
 #include "llmm/reference.hpp"
 #include "llmm/ternary.hpp"
 #include "llmm/ternary_formats.hpp"
+#include "llmm/version.hpp"
 #include "llmm/view.hpp"

@@ -25,6 +25,8 @@ import numpy as np
 from . import _llmm
 from ._llmm import Error, MatmulIdScratch, TernaryWeight
 
+__version__: str = _llmm.__version__  # from project(llmm VERSION ...) in CMakeLists.txt, like the wheel's
+
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
     "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id",

@@ -453,6 +453,7 @@ MatmulIdParams sizes_params(const char* op, nb::handle m_, nb::handle n, nb::han
 
 NB_MODULE(_llmm, m) {
   m.doc() = "llmm: matmul kernels for LLM and DiT inference (low-level bindings; use the llmm package)";
+  m.attr("__version__") = LLMM_VERSION_STRING;  // llmm/version.hpp, from CMakeLists.txt
   static nb::exception<Error> error(m, "Error", PyExc_RuntimeError);
   error.attr("__doc__") =
       "llmm::Error: an invalid or unsupported call, refused before anything was enqueued; the message names the op "

@@ -217,3 +217,13 @@ def test_torch_cuda_matmul_on_current_stream():
         ref = (a.double() @ w.double().T)
     s.synchronize()
     assert (out.double() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item()
+
+
+def test_version_is_the_packages():
+    """One version: CMakeLists.txt's project(VERSION), compiled into the extension and read by the
+    wheel's metadata (pyproject's regex provider)."""
+    import importlib.metadata
+    import re
+
+    assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", llmm.__version__)
+    assert importlib.metadata.version("llmm") == llmm.__version__

@@ -17,6 +17,7 @@ int main() {
       std::printf("llmm_consumer: c[%d] = %g, want %g\n", i, c[i], want[i]);
       return 1;
     }
-  std::printf("llmm_consumer: ok (llmm built %s CUDA)\n", llmm::built_with_cuda() ? "with" : "without");
+  static_assert(LLMM_VERSION == LLMM_VERSION_MAJOR * 10000 + LLMM_VERSION_MINOR * 100 + LLMM_VERSION_PATCH);
+  std::printf("llmm_consumer: ok (llmm %s, built %s CUDA)\n", LLMM_VERSION_STRING, llmm::built_with_cuda() ? "with" : "without");
   return 0;
 }
