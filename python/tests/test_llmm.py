@@ -227,3 +227,17 @@ def test_version_is_the_packages():
 
     assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", llmm.__version__)
     assert importlib.metadata.version("llmm") == llmm.__version__
+
+
+def test_llmm_log_names_the_route():
+    """LLMM_LOG=1: one stderr line per call with the op, the problem and the route (read at start)."""
+    import os
+
+    code = ("import numpy as np, llmm; "
+            "llmm.matmul(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), transpose_b=True)")
+    env = dict(os.environ, LLMM_LOG="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "llmm: matmul batch 1 m 2 n 4 k 3 f32 nt exact -> route cpu" in r.stderr, r.stderr
+    env["LLMM_LOG"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "llmm:" not in r.stderr

@@ -6,6 +6,7 @@
 
 #include "core/dense/dense_dispatch.hpp"
 #include "core/dense/dense_kernels.hpp"
+#include "core/log.hpp"
 #include "core/vec16.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
@@ -152,7 +153,16 @@ Receipt matmul(Context& ctx, const View& a, const View& b, const View& c, const 
   const std::int64_t a_rows = g.a_trans ? g.k : g.m, b_rows = g.b_trans ? g.n : g.k;
   d.batches_disjoint = (g.a_batch == 0 || g.a_batch >= a_rows * g.a_ld) && (g.b_batch == 0 || g.b_batch >= b_rows * g.b_ld);
   DensePlan plan = plan_matmul(d, ctx.arch(), opts.force_route);
-  if (plan.route != DenseRoute::Cpu) return detail::run_dense_cuda(ctx, plan, g);
+  auto logged = [&](Receipt r) {
+    if (log_level() > 0) {
+      std::ostringstream os;
+      os << "batch " << g.batch << " m " << g.m << " n " << g.n << " k " << g.k << " " << dtype_name(g.dtype) << " "
+         << (g.a_trans ? 't' : 'n') << (g.b_trans ? 't' : 'n') << " " << (g.exact ? "exact" : "fast");
+      detail::log_call(kOp, os.str(), r, plan.reason);
+    }
+    return r;
+  };
+  if (plan.route != DenseRoute::Cpu) return logged(detail::run_dense_cuda(ctx, plan, g));
 
   // CPU backend: the float64 reference, rounded once to c's dtype.
   auto view3 = [&](const void* p, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t bs) {
@@ -165,7 +175,7 @@ Receipt matmul(Context& ctx, const View& a, const View& b, const View& c, const 
   cpu::matmul(p, view3(g.c, g.m, g.n, g.c_ld, g.c_batch), ctx.arch().cpu_threads);
   ctx.note_launch("cpu_reference_matmul",
                   [&] { return LaunchRanges{{byte_range(a), byte_range(b)}, {byte_range(c)}}; });
-  return Receipt{route_name(DenseRoute::Cpu), "cpu_reference_matmul", 1};
+  return logged(Receipt{route_name(DenseRoute::Cpu), "cpu_reference_matmul", 1});
 }
 
 }  // namespace llmm

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/log.hpp"
 #include "core/moe/matmul_id_checks.hpp"
 #include "core/moe/moe_dispatch.hpp"
 #include "core/ranges.hpp"
@@ -88,11 +89,23 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   g.ids = ids.data, g.ids64 = p.ids_dtype == DType::I64;
   g.out_dtype = p.output_dtype, g.out = out.data;
   g.exact = opts.precision == Precision::Exact;
+  auto logged = [&](Receipt r) {
+    if (log_level() > 0)
+      detail::log_call(kOp,
+                       "m " + std::to_string(p.m) + " top_k " + std::to_string(p.top_k) + " n " + std::to_string(p.n) +
+                           " k " + std::to_string(p.k) + " experts " + std::to_string(p.n_experts) + " w " +
+                           std::string(dtype_name(weights.dtype)) + " in " + std::string(dtype_name(p.input_dtype)) +
+                           " out " + std::string(dtype_name(p.output_dtype)) + " ids " +
+                           std::string(dtype_name(p.ids_dtype)) +
+                           (p.input_layout == MatmulIdInputLayout::Slotted ? " slotted" : " shared"),
+                       r, zeros ? "k or n_experts is 0: zero rows" : "the caller's route");
+    return r;
+  };
   if (route == MatmulIdRoute::GroupedPrefill)
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
   if (route == MatmulIdRoute::GroupedPrefill && scratch->staged())
     g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
-  if (ctx.is_cuda()) return detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel);
+  if (ctx.is_cuda()) return logged(detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel));
 
   // CPU backend: the float64 reference (grouped also builds the scratch lists, as its map does).
   const bool grouped = route == MatmulIdRoute::GroupedPrefill;
@@ -119,7 +132,7 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   ctx.note_launch("cpu_matmul_id_reference", [&] {
     return LaunchRanges{{byte_range(weights), byte_range(input), byte_range(ids)}, {byte_range(out)}};
   });
-  return Receipt{matmul_id_route_name(route), "cpu_matmul_id_reference", grouped ? 2 : 1};
+  return logged(Receipt{matmul_id_route_name(route), "cpu_matmul_id_reference", grouped ? 2 : 1});
 }
 
 }  // namespace

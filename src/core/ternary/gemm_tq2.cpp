@@ -3,6 +3,7 @@
 #include <climits>
 #include <memory>
 
+#include "core/log.hpp"
 #include "core/ranges.hpp"
 #include "core/runtime.hpp"
 #include "core/ternary/tq2_dispatch.hpp"
@@ -96,6 +97,19 @@ Receipt run_cpu(Context& ctx, const TernaryWeight& w, const cuda_ternary::Tq2Arg
   return Receipt{tq2_route_name(Tq2Route::Cpu), "cpu_reference_tq2", 1};
 }
 
+// LLMM_LOG's line for a call (only when log_level() > 0).
+Receipt logged(const Checked& c, const Tq2Options& o, Receipt r) {
+  if (log_level() > 0) {
+    const cuda_ternary::Tq2Args& g = c.args;
+    detail::log_call(kOp,
+                     "m " + std::to_string(g.m) + " n " + std::to_string(g.n) + " k " + std::to_string(g.k) + " in " +
+                         std::string(dtype_name(g.in_dtype)) + " out " + std::string(dtype_name(g.out_dtype)) +
+                         (g.exact ? " exact" : " fast"),
+                     r, o.force_route == Tq2Route::Auto ? "plan_tq2" : "forced");
+  }
+  return r;
+}
+
 }  // namespace
 
 const char* tq2_route_name(Tq2Route r) noexcept {
@@ -166,8 +180,8 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
 Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& opts) {
   Checked c = validate(ctx, w, in, out, opts);
   if (c.args.m == 0) return Receipt{"none", "", 0};
-  if (c.route == Tq2Route::Cpu) return run_cpu(ctx, *w, c.args);
-  return detail::run_tq2_cuda(ctx, c.route, c.args);
+  if (c.route == Tq2Route::Cpu) return logged(c, opts, run_cpu(ctx, *w, c.args));
+  return logged(c, opts, detail::run_tq2_cuda(ctx, c.route, c.args));
 }
 
 Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, float* host_out, std::int64_t m,
@@ -200,8 +214,8 @@ Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, floa
   View in = View::contiguous(din, DType::F32, {m, k}, DeviceKind::CUDA, ctx.arch().device_index);
   View out = View::contiguous(dout, DType::F32, {m, n}, DeviceKind::CUDA, ctx.arch().device_index);
   Checked c = validate(ctx, w, in, out, opts);  // resolve the route before any copy
-  Receipt r = detail::run_tq2_cuda(ctx, c.route, c.args,
-                                   [&] { detail::cuda_copy_async(din, host_in, in_bytes, ctx.stream()); });
+  Receipt r = logged(c, opts, detail::run_tq2_cuda(ctx, c.route, c.args,
+                                                  [&] { detail::cuda_copy_async(din, host_in, in_bytes, ctx.stream()); }));
   detail::cuda_copy_async(host_out, dout, out_bytes, ctx.stream());
   ctx.synchronize();
   return r;
