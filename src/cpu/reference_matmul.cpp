@@ -3,11 +3,11 @@
 // the rows of B (the inner loop runs over n, which vectorises without reordering any sum).
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
+#include "cpu/parallel_for.hpp"
 #include "llmm/reference.hpp"
 
 namespace llmm::cpu {
@@ -47,48 +47,33 @@ double at(const View& v, std::int64_t bi, std::int64_t r, std::int64_t c) {
   return load_as_double(v.data, v.dtype, b * v.stride(0) + r * v.stride(1) + c * v.stride(2));
 }
 
-template <class RowFn>
-void parallel_rows(std::int64_t rows, int threads, RowFn fn) {
-  int t = std::max(1, std::min<int>(threads, static_cast<int>(std::min<std::int64_t>(rows, 256))));
-  if (t == 1) {
-    for (std::int64_t r = 0; r < rows; ++r) fn(r);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int w = 0; w < t; ++w)
-    pool.emplace_back([=] {
-      for (std::int64_t r = w; r < rows; r += t) fn(r);  // interleaved: balanced, deterministic
-    });
-  for (auto& th : pool) th.join();
-}
-
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw ? static_cast<int>(hw) : 1;
-}
-
-// Calls sink(batch, row, values, abs_sums) for every output row; abs_sums is empty unless asked.
+// Calls sink(batch, row, j0, values, abs_sums) for every block of output columns
+// (values[j - j0] for columns j0..j0 + values.size()); abs_sums is empty unless asked. Each output
+// accumulates over l in order, whatever the threads: the same bits on every run.
 template <class Sink>
 void compute(const MatmulProblem& p, const Dims& d, bool want_abs, int threads, Sink sink) {
   std::vector<double> bmat(static_cast<std::size_t>(d.k * d.n));
+  const std::int64_t block = detail::column_block(d.m, d.n, threads);
+  const std::int64_t col_blocks = (d.n + block - 1) / block;
   for (std::int64_t bi = 0; bi < d.batch; ++bi) {
-    if (bi == 0 || p.b.dim(0) != 1) {
-      for (std::int64_t l = 0; l < d.k; ++l)
+    if (bi == 0 || p.b.dim(0) != 1)  // b as doubles, [k][n]: at m = 1 this is most of the work
+      detail::parallel_for(d.k, threads, [&](std::int64_t l) {
         for (std::int64_t j = 0; j < d.n; ++j)
           bmat[static_cast<std::size_t>(l * d.n + j)] = p.transpose_b ? at(p.b, bi, j, l) : at(p.b, bi, l, j);
-    }
-    parallel_rows(d.m, resolve_threads(threads), [&](std::int64_t i) {
-      std::vector<double> acc(static_cast<std::size_t>(d.n), 0.0);
-      std::vector<double> abs(want_abs ? static_cast<std::size_t>(d.n) : 0, 0.0);
+      });
+    detail::parallel_for(d.m * col_blocks, threads, [&](std::int64_t item) {
+      const std::int64_t i = item / col_blocks, j0 = (item % col_blocks) * block;
+      const std::int64_t w = std::min(block, d.n - j0);
+      std::vector<double> acc(static_cast<std::size_t>(w), 0.0);
+      std::vector<double> abs(want_abs ? static_cast<std::size_t>(w) : 0, 0.0);
       for (std::int64_t l = 0; l < d.k; ++l) {
         double av = p.transpose_a ? at(p.a, bi, l, i) : at(p.a, bi, i, l);
-        const double* brow = &bmat[static_cast<std::size_t>(l * d.n)];
-        for (std::int64_t j = 0; j < d.n; ++j) acc[static_cast<std::size_t>(j)] += av * brow[j];
+        const double* brow = &bmat[static_cast<std::size_t>(l * d.n + j0)];
+        for (std::int64_t j = 0; j < w; ++j) acc[static_cast<std::size_t>(j)] += av * brow[j];
         if (want_abs)
-          for (std::int64_t j = 0; j < d.n; ++j) abs[static_cast<std::size_t>(j)] += std::fabs(av * brow[j]);
+          for (std::int64_t j = 0; j < w; ++j) abs[static_cast<std::size_t>(j)] += std::fabs(av * brow[j]);
       }
-      sink(bi, i, acc, abs);
+      sink(bi, i, j0, acc, abs);
     });
   }
 }
@@ -101,9 +86,9 @@ MatmulF64 matmul_f64(const MatmulProblem& p, int threads) {
   std::size_t total = static_cast<std::size_t>(d.batch * d.m * d.n);
   r.value.resize(total);
   r.abs_sum.resize(total);
-  compute(p, d, true, threads, [&](std::int64_t bi, std::int64_t i, const std::vector<double>& acc,
+  compute(p, d, true, threads, [&](std::int64_t bi, std::int64_t i, std::int64_t j0, const std::vector<double>& acc,
                                    const std::vector<double>& abs) {
-    std::size_t base = static_cast<std::size_t>((bi * d.m + i) * d.n);
+    std::size_t base = static_cast<std::size_t>((bi * d.m + i) * d.n + j0);
     std::copy(acc.begin(), acc.end(), r.value.begin() + static_cast<std::ptrdiff_t>(base));
     std::copy(abs.begin(), abs.end(), r.abs_sum.begin() + static_cast<std::ptrdiff_t>(base));
   });
@@ -117,11 +102,11 @@ void matmul(const MatmulProblem& p, const View& c, int threads) {
     fail(ErrorCode::InvalidArgument, kOp, ": c must be [", d.batch, ", ", d.m, ", ", d.n, "], got ", c.describe());
   if (!is_float(c.dtype) || c.device != DeviceKind::CPU)
     fail(ErrorCode::InvalidArgument, kOp, ": c must be a float CPU view, got ", c.describe());
-  compute(p, d, false, threads, [&](std::int64_t bi, std::int64_t i, const std::vector<double>& acc,
+  compute(p, d, false, threads, [&](std::int64_t bi, std::int64_t i, std::int64_t j0, const std::vector<double>& acc,
                                     const std::vector<double>&) {
-    for (std::int64_t j = 0; j < d.n; ++j)
-      store_from_double(c.data, c.dtype, bi * c.stride(0) + i * c.stride(1) + j * c.stride(2),
-                        acc[static_cast<std::size_t>(j)]);
+    for (std::size_t j = 0; j < acc.size(); ++j)
+      store_from_double(c.data, c.dtype, bi * c.stride(0) + i * c.stride(1) + (j0 + static_cast<std::int64_t>(j)) * c.stride(2),
+                        acc[j]);
   });
 }
 

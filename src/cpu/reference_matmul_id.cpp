@@ -1,8 +1,8 @@
 // Float64 expert-ID matmul reference: one plain dot product per output element.
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
+#include "cpu/parallel_for.hpp"
 #include "llmm/error.hpp"
 #include "llmm/reference.hpp"
 
@@ -23,31 +23,27 @@ MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const void* i
     const double v = load_as_double(ids, p.ids_dtype, row);  // exact: ids below 2^53 matter
     return v >= 0 && v < p.n_experts ? static_cast<std::uint64_t>(v) : p.n_experts;
   };
-  unsigned hw = std::thread::hardware_concurrency();
-  int t = std::max(1, std::min<int>(threads > 0 ? threads : static_cast<int>(hw ? hw : 1), static_cast<int>(std::min<std::int64_t>(rows, 64))));
-  auto work = [&](int w0) {
+  // Items: (routed row, block of outputs); each output is one dot product in l order.
+  const std::int64_t block = detail::column_block(rows, n, threads);
+  const std::int64_t col_blocks = (n + block - 1) / block;
+  detail::parallel_for(rows * col_blocks, threads, [&](std::int64_t item) {
+    const std::int64_t row = item / col_blocks, j0 = (item % col_blocks) * block;
+    const std::uint64_t e = expert(row);
+    if (e >= p.n_experts) return;  // zero row
+    const std::int64_t tok = row / p.top_k, slot = row % p.top_k;
     std::vector<double> x(static_cast<std::size_t>(k));
-    for (std::int64_t row = w0; row < rows; row += t) {
-      const std::uint64_t e = expert(row);
-      if (e >= p.n_experts) continue;  // zero row
-      const std::int64_t tok = row / p.top_k, slot = row % p.top_k;
-      for (std::int64_t l = 0; l < k; ++l)
-        x[static_cast<std::size_t>(l)] = load_as_double(in, p.input_dtype, tok * ts + slot * ss + l);
-      for (std::int64_t j = 0; j < n; ++j) {
-        double acc = 0, abs = 0;
-        for (std::int64_t l = 0; l < k; ++l) {
-          double prod = x[static_cast<std::size_t>(l)] * load_as_double(w, wt, static_cast<std::int64_t>(e) * wstride + j * k + l);
-          acc += prod;
-          abs += std::fabs(prod);
-        }
-        r.value[static_cast<std::size_t>(row * n + j)] = acc;
-        r.abs_sum[static_cast<std::size_t>(row * n + j)] = abs;
+    for (std::int64_t l = 0; l < k; ++l) x[static_cast<std::size_t>(l)] = load_as_double(in, p.input_dtype, tok * ts + slot * ss + l);
+    for (std::int64_t j = j0; j < std::min(n, j0 + block); ++j) {
+      double acc = 0, abs = 0;
+      for (std::int64_t l = 0; l < k; ++l) {
+        double prod = x[static_cast<std::size_t>(l)] * load_as_double(w, wt, static_cast<std::int64_t>(e) * wstride + j * k + l);
+        acc += prod;
+        abs += std::fabs(prod);
       }
+      r.value[static_cast<std::size_t>(row * n + j)] = acc;
+      r.abs_sum[static_cast<std::size_t>(row * n + j)] = abs;
     }
-  };
-  std::vector<std::thread> pool;
-  for (int i = 0; i < t; ++i) pool.emplace_back(work, i);
-  for (auto& th : pool) th.join();
+  });
   return r;
 }
 

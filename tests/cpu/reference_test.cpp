@@ -107,6 +107,28 @@ TEST(Reference, ThreadCountDoesNotChangeBits) {
   EXPECT_EQ(r1.abs_sum, r3.abs_sum);
 }
 
+// One row (m = 1) is cut into column blocks across threads: still the same bits, every column
+// written once, for widths that are not block multiples.
+TEST(Reference, OneRowSplitsOverColumnsWithTheSameBits) {
+  for (std::int64_t n : {1, 63, 64, 65, 1000}) {
+    HostTensor a = host_tensor_3d(DType::F32, 1, 1, 77);
+    HostTensor b = host_tensor_3d(DType::F32, 1, 77, n);
+    fill_random(a.view, 3);
+    fill_random(b.view, 4);
+    cpu::MatmulF64 r1 = cpu::matmul_f64({a.view, b.view}, 1);
+    for (int t : {2, 7, 64}) {
+      cpu::MatmulF64 rt = cpu::matmul_f64({a.view, b.view}, t);
+      EXPECT_EQ(r1.value, rt.value) << "n " << n << " threads " << t;
+      EXPECT_EQ(r1.abs_sum, rt.abs_sum) << "n " << n << " threads " << t;
+    }
+    double want = 0;  // column n - 1 by hand
+    for (std::int64_t l = 0; l < 77; ++l)
+      want += static_cast<double>(static_cast<float*>(a.view.data)[l]) *
+              static_cast<double>(static_cast<float*>(b.view.data)[l * n + n - 1]);
+    EXPECT_EQ(r1.value.back(), want) << n;
+  }
+}
+
 TEST(Reference, Refusals) {
   std::vector<float> x(64, 1.0f);
   std::vector<std::uint8_t> u(64, 1);
