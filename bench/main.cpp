@@ -15,9 +15,24 @@ using namespace llmm::bench;
 
 namespace {
 
-int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] [--filter TEXT] [--list]\n", argv0);
-  return 2;
+int usage(const char* argv0, bool help = false) {
+  std::fprintf(help ? stdout : stderr,
+               "usage: %s --suite NAME|all [--json FILE] [--device auto|cpu|cuda] [--quick] [--decode] [--prefill] "
+               "[--filter TEXT] [--list] [--help]\n",
+               argv0);
+  if (!help) return 2;
+  std::printf(
+      "Benchmarks llmm's ops against a baseline measured in the same run (cuBLASLt, cuBLAS loops), one row\n"
+      "per case; on a machine without a GPU the suites run the float64 CPU reference instead.\n"
+      "  --suite NAME   smoke (default), dense, moe, ternary, or all (--list names them)\n"
+      "  --json FILE    also write every row to FILE as JSON Lines (one JSON object per line, the first\n"
+      "                 the system record); scripts/bench-summary reads it\n"
+      "  --device D     auto (default: cuda where there is a GPU), cpu or cuda\n"
+      "  --quick        fewer shapes per suite\n"
+      "  --decode       the ternary suite's decode rows only (m <= 16)\n"
+      "  --prefill      the dense suite's large GEMMs and the MoE suite's m >= 16 only\n"
+      "  --filter TEXT  dense and MoE: only the cases whose name contains TEXT (profiling one case)\n");
+  return 0;
 }
 
 }  // namespace
@@ -39,6 +54,7 @@ int main(int argc, char** argv) {
       else if (a == "--decode") decode_only = true;
       else if (a == "--prefill") prefill_only = true;
       else if (a == "--filter") filter = value();
+      else if (a == "--help" || a == "-h") return usage(argv[0], true);
       else if (a == "--list") {
         for (const auto& s : kSuites) std::printf("%-10s %s\n", s.name, s.what);
         return 0;

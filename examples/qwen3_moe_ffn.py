@@ -107,13 +107,21 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--tokens", type=int, default=4)
-    ap.add_argument("--route", default="auto", choices=["auto", "direct", "grouped"])
-    ap.add_argument("--small", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda needs torch and a GPU")
+    ap.add_argument("--tokens", type=int, default=4, help="tokens in the batch")
+    ap.add_argument("--route", default="auto", choices=["auto", "direct", "grouped"],
+                    help="matmul_id route (auto: llmm.suggest_matmul_id_route)")
+    ap.add_argument("--small", action="store_true",
+                    help="hidden 256, expert 96, 16 experts, top 4 (the default on the CPU)")
+    ap.add_argument("--full", action="store_true", help="Qwen3-30B-A3B shapes on the CPU too (slow: the float64 "
+                                                        "reference backend)")
     a = ap.parse_args()
-    if a.small:
+    if a.small or (a.device == "cpu" and not a.full):
+        if a.device == "cpu" and not a.small:
+            print("qwen3_moe_ffn: small shapes on the CPU (its backend is the float64 reference, not a fast path; "
+                  "--full for Qwen3-30B-A3B's)")
         run(a.device, tokens=a.tokens, hidden=256, inter=96, experts=16, top_k=4, route=a.route)
     else:
         run(a.device, tokens=a.tokens, route=a.route)

@@ -10,9 +10,29 @@ float64 evaluation with the same routing, then both are timed.
 Inference only (no autograd formulas): run it under torch.inference_mode() or torch.no_grad().
 """
 import argparse
+import sys
 import time
 
-import torch
+
+def _parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda needs a GPU")
+    ap.add_argument("--backend", default=None, help="torch.compile backend: inductor (default on cuda), aot_eager "
+                                                   "(default on cpu), eager")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="dtype of the activations and experts")
+    ap.add_argument("--tokens", type=int, default=16, help="tokens in the batch")
+    return ap
+
+
+if __name__ == "__main__":
+    _args = _parser().parse_args()  # before importing torch: --help works without it
+
+try:
+    import torch
+except ImportError:
+    sys.exit("torch_compile_moe.py needs torch (pip install torch): it compiles llmm's torch ops")
 
 import llmm
 import llmm.torch_ops as T
@@ -102,10 +122,4 @@ def run(device="cpu", backend=None, dtype="float32", tokens=16, hidden=512, inte
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--backend", default=None, help="inductor (default on cuda), aot_eager (default on cpu), eager")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    ap.add_argument("--tokens", type=int, default=16)
-    a = ap.parse_args()
-    run(a.device, a.backend, a.dtype, a.tokens)
+    run(_args.device, _args.backend, _args.dtype, _args.tokens)
