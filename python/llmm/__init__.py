@@ -551,8 +551,9 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     zero rows. x is [m, k] (layout "shared": every slot of token t reads x[t]), [m * top_k, k]
     ("slotted": slot s of token t reads x[t * top_k + s]) or [m, top_k, k] (slotted). Weights may
     have a padded expert stride (a slice of a larger stack) and x padded rows, as long as the
-    innermost stride is 1; inputs may be read-only. route "direct" or "grouped" (needs a scratch
-    from matmul_id_scratch; correct for any ids, may_repeat is a hint). out is [m, top_k, n],
+    innermost stride is 1; inputs may be read-only. route "direct", "grouped" (needs a scratch
+    from matmul_id_scratch; correct for any ids, may_repeat is a hint) or "auto"
+    (suggest_matmul_id_route's choice; "grouped" only when a scratch is given). out is [m, top_k, n],
     float32 (default) or x's dtype; out=None allocates like x. m, top_k or n = 0 give an empty
     result; k = 0 or E = 0 give zeros.
     """
@@ -572,6 +573,10 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
         out = _empty(op, x, (ids_shape[0], ids_shape[1], ws[1]), out_dtype if out_dtype is not None else "float32")
     else:
         out = _out(op, out)
+    if route == "auto":  # the planner's choice, as matmul and gemm_tq2 take "auto"
+        route = "direct"
+        if scratch is not None:
+            route = suggest_matmul_id_route(ids_shape[0], ws[1], ws[2], ids_shape[1], ws[0], x, may_repeat=may_repeat)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
             scratch=scratch, precision=precision)
     return out

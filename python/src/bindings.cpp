@@ -349,7 +349,7 @@ MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
   const std::string s = str_arg(h, op, "route");
   if (s == "direct") return MatmulIdRoute::Direct;
   if (s == "grouped") return MatmulIdRoute::GroupedPrefill;
-  fail(ErrorCode::InvalidArgument, op, ": route must be 'direct' or 'grouped', got '", s, "'");
+  fail(ErrorCode::InvalidArgument, op, ": route must be 'direct', 'grouped' or 'auto', got '", s, "'");
 }
 
 DType dtype_code_of(nb::handle h, const char* op, const char* name) {
@@ -714,7 +714,7 @@ NB_MODULE(_llmm, m) {
         MatmulIdCapability c = matmul_id_capability(wd, p);
         nb::dict d;
         d["schema_version"] = c.schema_version;
-        d["route"] = std::string(matmul_id_route_name(c.route));
+        d["route"] = c.route == MatmulIdRoute::GroupedPrefill ? "grouped" : "direct";  // the names route= takes
         d["weight_bytes"] = c.required_weight_bytes;
         d["input_bytes"] = c.required_input_bytes;
         d["ids_bytes"] = c.required_ids_bytes;

@@ -514,7 +514,7 @@ def hostile_calls():
                                              np.full((3, 2, 5), 7, np.float16), np.full((6, 5), 7, np.float32)]):
         add(f"matmul_id out #{i}", lambda v=v: llmm.matmul_id(w, xm, ids, v), v if isinstance(v, np.ndarray) else None)
     small = llmm.matmul_id_scratch(2, 2)
-    for name, values in (("layout", bad_strs + ["slotted"]), ("route", bad_strs + ["auto", "grouped_prefill"]),
+    for name, values in (("layout", bad_strs + ["slotted"]), ("route", bad_strs + ["grouped_prefill"]),
                          ("precision", bad_strs), ("may_repeat", bad_bools),
                          ("scratch", ["big", 5, object(), small, held]),
                          ("out_dtype", ["bf16", "float7", 5, "int8"])):

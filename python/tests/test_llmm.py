@@ -241,3 +241,19 @@ def test_llmm_log_names_the_route():
     env["LLMM_LOG"] = "0"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert "llmm:" not in r.stderr
+
+
+def test_matmul_id_route_auto_and_capability_names():
+    """route="auto" is the planner's choice (grouped only with a scratch); the capability names
+    routes as route= takes them."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    ids = rng.integers(0, 4, size=(64, 2)).astype(np.int32)
+    want = llmm.matmul_id(w, x, ids, route="direct")
+    assert np.array_equal(llmm.matmul_id(w, x, ids, route="auto"), want)
+    scratch = llmm.matmul_id_scratch(4, 64, max_top_k=2)
+    assert llmm.suggest_matmul_id_route(64, 8, 16, 2, 4, x) == "grouped"  # 128 rows on 4 experts
+    np.testing.assert_allclose(llmm.matmul_id(w, x, ids, route="auto", scratch=scratch), want, rtol=1e-6, atol=1e-6)
+    cap = llmm.matmul_id_capability("f32", 64, 8, 16, 2, 4, 8 * 16 * 4, route="grouped")
+    assert cap["route"] == "grouped"
