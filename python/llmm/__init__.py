@@ -112,6 +112,33 @@ def _where(x: Any) -> Any:
 _KDL_CUDA = 2  # DLPack device type of CUDA memory
 
 
+def _bf16_capsule(a: np.ndarray) -> Any:
+    """A DLPack capsule of an ml_dtypes.bfloat16 NumPy array: NumPy exports its bits as uint16 and
+    the capsule's dtype code is set to bfloat (DLPack's kDLBfloat, 4) before anyone reads it. The
+    capsule keeps the array alive; no byte is copied."""
+    import ctypes
+
+    u16 = a.view(np.uint16)
+    try:
+        cap = u16.__dlpack__(max_version=(1, 0))  # versioned: carries the read-only flag
+    except TypeError:  # NumPy < 2.1: the legacy capsule (which cannot export read-only arrays)
+        cap = u16.__dlpack__()
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    name = get_name(cap)
+    # DLTensor.dtype.code sits 20 bytes into DLTensor (data 8, device 8, ndim 4), which starts the
+    # legacy DLManagedTensor and follows version, manager_ctx, deleter and flags (32 bytes) in the
+    # versioned one.
+    offset = {b"dltensor": 20, b"dltensor_versioned": 32 + 20}[name]
+    code = ctypes.c_uint8.from_address(get_ptr(cap, name) + offset)
+    if code.value != 1 or ctypes.c_uint8.from_address(get_ptr(cap, name) + offset + 1).value != 16:
+        raise Error(f"llmm: unexpected DLPack layout exporting a bfloat16 array ({name!r})")
+    code.value = 4
+    return cap
+
+
 def _export(a: Any, stream: int, torch_stream: bool, torch: Any) -> Any:
     """An argument as the bindings take it. Arrays of a framework other than the one whose stream
     the call runs on are exported through the DLPack protocol for that stream, so that their
@@ -121,7 +148,9 @@ def _export(a: Any, stream: int, torch_stream: bool, torch: Any) -> Any:
             # One C call (~0.3 us), where nanobind's generic path calls Tensor.__dlpack__, Python
             # code (~3 us a tensor). The call runs on torch's current stream: nothing to order.
             return torch.utils.dlpack.to_dlpack(a)
-    elif isinstance(a, np.ndarray) or not hasattr(a, "__dlpack_device__"):
+    elif isinstance(a, np.ndarray):
+        return _bf16_capsule(a) if a.dtype.name == "bfloat16" else a  # ml_dtypes' bfloat16
+    elif not hasattr(a, "__dlpack_device__"):
         return a
     try:
         if a.__dlpack_device__()[0] != _KDL_CUDA:
@@ -163,7 +192,15 @@ def _numpy_dtype(like: Any, dtype) -> np.dtype:
         return like.dtype
     code = _DTYPE_CODES.get(str(dtype), str(dtype))
     if code == "bf16":
-        raise Error(f"llmm: dtype {dtype!r} has no NumPy/CuPy equivalent (NumPy and CuPy have no bfloat16): pass out=")
+        if isinstance(like, np.ndarray):
+            try:
+                import ml_dtypes  # NumPy's bfloat16 (JAX's, TensorFlow's)
+
+                return np.dtype(ml_dtypes.bfloat16)
+            except ImportError:
+                pass
+        raise Error(f"llmm: dtype {dtype!r} has no NumPy/CuPy equivalent (NumPy and CuPy have no bfloat16; "
+                    f"pip install ml_dtypes for NumPy's): pass out=")
     try:
         return np.dtype(_DTYPE_NAMES.get(code, dtype))
     except (TypeError, ValueError):

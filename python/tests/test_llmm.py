@@ -88,7 +88,12 @@ def test_out_dtype_codes_and_names_allocate_numpy_outputs():
         assert y.dtype == np.float16, out_dtype
         close(y, want, 2e-3)
     assert llmm.gemm_tq2(weight, x, out_dtype="f32").dtype == np.float32
-    with pytest.raises(llmm.Error, match="NumPy and CuPy have no bfloat16"):
+    try:  # with ml_dtypes, NumPy has a bfloat16 and the op itself refuses a bf16 output of f32 input
+        import ml_dtypes  # noqa: F401
+        why = "output dtype bf16 must be f32 or the input's"
+    except ImportError:
+        why = "NumPy and CuPy have no bfloat16"
+    with pytest.raises(llmm.Error, match=why):
         llmm.gemm_tq2(weight, x, out_dtype="bf16")
     with pytest.raises(llmm.Error, match="unknown dtype 'float7'"):
         llmm.gemm_tq2(weight, x, out_dtype="float7")
@@ -257,3 +262,24 @@ def test_matmul_id_route_auto_and_capability_names():
     np.testing.assert_allclose(llmm.matmul_id(w, x, ids, route="auto", scratch=scratch), want, rtol=1e-6, atol=1e-6)
     cap = llmm.matmul_id_capability("f32", 64, 8, 16, 2, 4, 8 * 16 * 4, route="grouped")
     assert cap["route"] == "grouped"
+
+
+def test_ml_dtypes_bfloat16_round_trips_through_numpy_calls():
+    """NumPy has no bfloat16 of its own; ml_dtypes' (JAX's) is taken as bf16 data, in and out,
+    read-only inputs included, and out=None allocates it for bf16 outputs."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 64)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((7, 64)).astype(ml_dtypes.bfloat16)
+    a.flags.writeable = False
+    c = llmm.matmul(a, w, transpose_b=True)
+    assert c.dtype == ml_dtypes.bfloat16 and c.shape == (5, 7)
+    ref = a.astype(np.float64) @ w.astype(np.float64).T
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    assert np.all(np.abs(c.astype(np.float64) - ref) <= 2.0 ** -8 * scale + 1e-30)  # one bf16 rounding
+    out = np.full((5, 7), np.nan, ml_dtypes.bfloat16)
+    llmm.matmul(a, w, out, transpose_b=True)
+    assert np.array_equal(out.view(np.uint16), c.view(np.uint16))
+    y = llmm.matmul_id(rng.standard_normal((3, 8, 64)).astype(ml_dtypes.bfloat16), a[:2],
+                       np.array([[0, 2], [1, 1]], np.int32), out_dtype="bf16")
+    assert y.dtype == ml_dtypes.bfloat16 and y.shape == (2, 2, 8)
