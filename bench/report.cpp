@@ -22,6 +22,14 @@ std::string num(double v) {
   return b;
 }
 
+// A number for the table: 3 significant digits, so columns keep their width.
+std::string short_num(double v) {
+  if (!std::isfinite(v)) return "inf/nan";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
 }  // namespace
 
 Reporter::Reporter(std::string json_path) {
@@ -40,21 +48,29 @@ void Reporter::system_line(const std::string& line) {
   if (json_) std::fprintf(json_, "{\"system\": \"%s\"}\n", json_escape(line).c_str());
 }
 
+// The table's text columns are cut to their width ("..." at the end); the JSON keeps them whole.
+std::string cell(const std::string& s, std::size_t width) {
+  return s.size() <= width ? s : s.substr(0, width - 3) + "...";
+}
+
 void Reporter::header() {
-  std::printf("\n%-8s %-28s %-5s %-5s %5s %6s %6s %6s %-30s %10s %8s %8s %-18s %10s %7s %9s\n", "suite", "case", "dtype",
-              "prec", "batch", "m", "n", "k", "route/kernel", "us", "TFLOP/s", "GB/s", "baseline", "base_us",
-              "speedup", "max_err");
+  std::printf("\n%-8s %-32s %-5s %-5s %5s %6s %6s %6s %-40s %10s %8s %8s %-20s %10s %7s %9s %9s\n", "suite", "case",
+              "dtype", "prec", "batch", "m", "n", "k", "route/kernel", "us", "TFLOP/s", "GB/s", "baseline", "base_us",
+              "speedup", "max_err", "rel_err");
   header_done_ = true;
 }
 
 void Reporter::add(const Row& r) {
   if (!header_done_) header();
   std::string rk = r.route == r.kernel || r.kernel.empty() ? r.route : r.route + "/" + r.kernel;
-  std::printf("%-8s %-28s %-5s %-5s %5lld %6lld %6lld %6lld %-30s %10.2f %8.1f %8.1f %-18s %10s %7s %9s\n",
-              r.suite.c_str(), r.name.c_str(), r.dtype.c_str(), r.precision.c_str(), static_cast<long long>(r.batch),
-              static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k), rk.c_str(), r.us,
-              r.tflops(), r.gbps(), r.baseline.c_str(), r.baseline_us > 0 ? num(r.baseline_us).c_str() : "-",
-              r.speedup() > 0 ? num(r.speedup()).c_str() : "-", r.max_abs_err >= 0 ? num(r.max_abs_err).c_str() : "-");
+  std::printf("%-8s %-32s %-5s %-5s %5lld %6lld %6lld %6lld %-40s %10.2f %8.1f %8.1f %-20s %10s %7s %9s %9s\n",
+              r.suite.c_str(), cell(r.name, 32).c_str(), r.dtype.c_str(), r.precision.c_str(),
+              static_cast<long long>(r.batch), static_cast<long long>(r.m), static_cast<long long>(r.n),
+              static_cast<long long>(r.k), cell(rk, 40).c_str(), r.us, r.tflops(), r.gbps(), cell(r.baseline, 20).c_str(),
+              r.baseline_us > 0 ? short_num(r.baseline_us).c_str() : "-",
+              r.speedup() > 0 ? short_num(r.speedup()).c_str() : "-",
+              r.max_abs_err >= 0 ? short_num(r.max_abs_err).c_str() : "-",
+              r.max_rel_err >= 0 ? short_num(r.max_rel_err).c_str() : "-");
   std::fflush(stdout);
   rows_.push_back(r);
   if (!json_) return;
