@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   try {
     Context ctx = use_cuda ? Context::cuda(0) : Context::cpu();
     Reporter out(json);
-    out.system_line(system_line(ctx));
+    out.system_line(system_line(ctx), system_json(ctx));
     BenchEnv env{ctx, out, quick, device_label(ctx), decode_only, prefill_only, filter};
     bool ran = false;
     for (const auto& s : kSuites) {

@@ -43,9 +43,9 @@ Reporter::~Reporter() {
   if (json_) std::fclose(json_);
 }
 
-void Reporter::system_line(const std::string& line) {
+void Reporter::system_line(const std::string& line, const std::string& record) {
   std::printf("%s\n", line.c_str());
-  if (json_) std::fprintf(json_, "{\"system\": \"%s\"}\n", json_escape(line).c_str());
+  if (json_) std::fprintf(json_, "%s\n", record.c_str());
 }
 
 // The table's text columns are cut to their width ("..." at the end); the JSON keeps them whole.

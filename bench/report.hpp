@@ -27,7 +27,8 @@ class Reporter {
  public:
   explicit Reporter(std::string json_path);
   ~Reporter();
-  void system_line(const std::string& line);
+  // Prints `line`; with --json writes `record` (one JSON object) as the first line.
+  void system_line(const std::string& line, const std::string& record);
   void add(const Row& r);        // prints the row at once and appends it to the JSON file
   const std::vector<Row>& rows() const { return rows_; }
 
