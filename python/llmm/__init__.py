@@ -340,11 +340,12 @@ def matmul(a, b, out=None, *, transpose_a: bool = False, transpose_b: bool = Fal
     return out
 
 
-def plan_matmul(m: int, n: int, k: int, like, *, transpose_a: bool = False, transpose_b: bool = True,
+def plan_matmul(m: int, n: int, k: int, like, *, transpose_a: bool = False, transpose_b: bool = False,
                 precision: str = "exact") -> dict:
     """The route llmm.matmul would take for an [m, k] x [k, n] product with like's dtype on like's
     device (like: an array, or "cpu"/"cuda:N" for float32): {"route": name, "reason": text}. Pure:
-    launches nothing."""
+    launches nothing. The flags default as matmul's do (before 0.2, transpose_b defaulted to True:
+    pass transpose_b=True for x . w^T, the layout of LLM weights)."""
     return _llmm.plan_matmul(m, n, k, _where(like), transpose_a=transpose_a, transpose_b=transpose_b,
                              precision=precision)
 

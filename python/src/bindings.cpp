@@ -510,7 +510,7 @@ NB_MODULE(_llmm, m) {
         return r;
       },
       nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("like").none(), nb::arg("transpose_a").none() = false,
-      nb::arg("transpose_b").none() = true, nb::arg("precision").none() = "exact",
+      nb::arg("transpose_b").none() = false, nb::arg("precision").none() = "exact",
       "The dense route for an [m, k] x [k, n] product with like's dtype on like's device (like: an array, or 'cpu' / "
       "'cuda:N' for float32): {route, reason}. Pure.");
 

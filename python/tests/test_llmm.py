@@ -75,6 +75,17 @@ def test_plan_on_cpu():
     assert p["route"] == "cpu" and p["reason"]
 
 
+def test_plan_matmul_flags_default_like_matmul():
+    """plan_matmul's transpose flags default as matmul's (False): the plan of a default matmul call
+    is the plan of its own sizes; transpose_b=True asks for x . w^T."""
+    import inspect
+
+    sig_plan, sig_mm = inspect.signature(llmm.plan_matmul), inspect.signature(llmm.matmul)
+    for flag in ("transpose_a", "transpose_b"):
+        assert sig_plan.parameters[flag].default == sig_mm.parameters[flag].default is False
+    assert llmm.plan_matmul(8, 64, 32, "cpu", transpose_b=True)["route"] == "cpu"
+
+
 def test_out_dtype_codes_and_names_allocate_numpy_outputs():
     n, k = 40, 256
     t = RNG.integers(-1, 2, (n, k)).astype(np.float32)
