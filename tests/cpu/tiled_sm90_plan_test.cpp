@@ -102,6 +102,12 @@ TEST(TiledSm90Plan, MoeTakesAlignedSixteenBitGroupedCalls) {
   EXPECT_NE(tiled_sm90_moe_refusal(g, h200()).find("input strides"), std::string::npos);
   g = moe(64, 8, 2048);
   EXPECT_NE(tiled_sm90_moe_refusal(g, h200()).find("1..1024 experts"), std::string::npos);
+  // 2^31 routed rows would overflow the kernel's 32-bit row positions even where the tile count
+  // fits (n <= 128: one feature tile): refused, so the router takes the mma.sync kernel.
+  g = moe(std::int64_t{1} << 28, 8, 128, 128, 2048);
+  EXPECT_NE(tiled_sm90_moe_refusal(g, h200()).find("2^31 - 1 routed rows"), std::string::npos);
+  g = moe((std::int64_t{1} << 28) - 1, 8, 128, 128, 2048);
+  EXPECT_EQ(tiled_sm90_moe_refusal(g, h200()), "");
   g = moe(64, 8, 128);
   g.counts = nullptr;
   EXPECT_NE(tiled_sm90_moe_refusal(g, h200()).find("scratch"), std::string::npos);

@@ -69,6 +69,8 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
     return "needs a 16-byte aligned input and input strides";
   if (!g.counts || !g.rows) return "needs the grouped route's scratch";
   const std::int64_t routed = g.m * g.top_k;
+  // The kernel keeps row positions and TMA row coordinates in 32-bit ints.
+  if (routed > kMaxTiles) return "more than 2^31 - 1 routed rows";
   const std::int64_t row_tiles = ceil_div(routed, 64) + g.n_experts;
   if (row_tiles > kMaxTiles / ceil_div(g.n, kTiledBM)) return "more than 2^31 tiles";
   return "";

@@ -46,7 +46,8 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
 // ---- moe (grouped route)
 // Why the moe instance cannot take `g` ("" when it can): sm_90, weights and input of one 16-bit
 // dtype, output f32 or that dtype, k % 8 == 0, 16-byte aligned weights, expert stride, input base
-// and strides, n_experts <= 1024, tiles (m * top_k / 64 + n_experts) x ceil(n / 128) below 2^31.
+// and strides, n_experts <= 1024, m * top_k and the tiles (m * top_k / 64 + n_experts) x
+// ceil(n / 128) below 2^31 (the kernel's row positions and TMA coordinates are 32-bit).
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch);
 // Tiles of 256 tokens and, for an expert's last rows or an expert with few, of 64 (chosen on the
 // device from the counts: the host cannot see the routing). Grid: the SMs. Staged when the scratch has room for every
