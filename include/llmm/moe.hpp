@@ -84,10 +84,13 @@ MatmulIdParams matmul_id_params(const View& weights, const View& input, const Vi
                                 MatmulIdMultiplicity multiplicity = MatmulIdMultiplicity::DistinctPerToken,
                                 MatmulIdRoute route = MatmulIdRoute::Direct);
 
-// A route suggestion calibrated on one H200 (docs/performance.md, MoE, run 5): Direct while the
-// average routed rows per active expert, m * top_k / min(n_experts, m * top_k), is at most 4
-// (each weight row then feeds few rows, and streaming it per row wins: 1.03-2.3x over Grouped
-// at the measured points), GroupedPrefill above. More experts than the grouped route takes
+// A route suggestion calibrated on one H200 (docs/performance.md, MoE): Direct while the average
+// routed rows per active expert, m * top_k / min(n_experts, m * top_k), is at most 4 (run 5: each
+// weight row then feeds few rows, and streaming it per row won 1.03-2.3x over the mma.sync grouped
+// kernel), GroupedPrefill above. On sm_90 with a 16-bit input and m >= 16, where the grouped route
+// runs the Hopper engine, Direct only while that average is at most 1 (session 6, run 9, bf16:
+// grouped 1.1-2.2x faster at m = 64 on every suite model and routing, and at m = 16 whenever
+// experts get more than one row; equal at one row). More experts than the grouped route takes
 // always get Direct. Separate from matmul_id_capability, which never guesses.
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& params, const ArchInfo& arch);
 

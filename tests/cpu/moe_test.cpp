@@ -404,6 +404,31 @@ TEST(MatmulIdSuggest, CrossoverMatchesTheMeasuredPoints) {
   EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // beyond the grouped limit
 }
 
+// bf16 input on sm_90 (the grouped route runs the Hopper engine): run 9's points, us (direct vs
+// grouped with a staging scratch, uniform routing).
+TEST(MatmulIdSuggest, HopperEngineCrossover) {
+  ArchInfo h200;
+  h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.cc_minor = 0, h200.sm_count = 132;
+  auto route = [&](std::uint32_t m, std::uint32_t top_k, std::uint32_t e, DType in = DType::BF16) {
+    MatmulIdParams p;
+    p.m = m, p.n = 1024, p.k = 1024, p.top_k = top_k, p.n_experts = e, p.input_dtype = in, p.output_dtype = in;
+    return suggest_matmul_id_route(p, h200);
+  };
+  EXPECT_EQ(route(16, 8, 128), MatmulIdRoute::Direct);          // Qwen3 gate_up: 148.9 vs 145.0 (one row an expert)
+  EXPECT_EQ(route(16, 8, 256), MatmulIdRoute::Direct);          // DeepSeek: 1369.7 vs 1368.4
+  EXPECT_EQ(route(16, 2, 8), MatmulIdRoute::GroupedPrefill);    // Mixtral: 485.8 vs 274.2
+  EXPECT_EQ(route(64, 8, 128), MatmulIdRoute::GroupedPrefill);  // Qwen3 gate_up: 443.7 vs 205.9
+  EXPECT_EQ(route(64, 8, 256), MatmulIdRoute::GroupedPrefill);  // DeepSeek: 4244.7 vs 3073.8
+  // Below m = 16 (not measured on the engine) and for f32 input, the run-5 rule.
+  EXPECT_EQ(route(8, 2, 8), MatmulIdRoute::Direct);
+  EXPECT_EQ(route(64, 8, 256, DType::F32), MatmulIdRoute::Direct);
+  ArchInfo a100 = h200;
+  a100.cc_major = 8;
+  MatmulIdParams p;
+  p.m = 64, p.n = 1024, p.k = 1024, p.top_k = 8, p.n_experts = 256, p.input_dtype = DType::BF16;
+  EXPECT_EQ(suggest_matmul_id_route(p, a100), MatmulIdRoute::Direct);
+}
+
 TEST(MatmulIdCpu, NonFiniteInputsPropagate) {
   Context ctx = Context::cpu(2);
   MatmulIdScratch scratch(ctx, 4, 9);

@@ -66,12 +66,16 @@ const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
 }
 
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& p, const ArchInfo& arch) {
-  (void)arch;  // one calibration so far (H200); other devices get the same rule until measured
   if (p.n_experts > kMatmulIdGroupedMaxExperts) return MatmulIdRoute::Direct;
   const std::uint64_t rows = static_cast<std::uint64_t>(p.m) * p.top_k;
   const std::uint64_t active = std::min<std::uint64_t>(p.n_experts, rows);
   if (active == 0) return MatmulIdRoute::Direct;
-  return rows <= 4 * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
+  // The Hopper engine's grouped route (16-bit input on sm_90) wins from two rows an expert on
+  // (measured from m = 16; below that the run-5 rule stands until measured).
+  const bool engine = arch.kind == DeviceKind::CUDA && arch.cc_major == 9 && arch.cc_minor == 0 &&
+                      (p.input_dtype == DType::F16 || p.input_dtype == DType::BF16);
+  const std::uint64_t rows_per_expert = engine && p.m >= 16 ? 1 : 4;
+  return rows <= rows_per_expert * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
 }
 
 MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams& p) {
