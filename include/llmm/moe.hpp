@@ -89,7 +89,7 @@ MatmulIdParams matmul_id_params(const View& weights, const View& input, const Vi
 // weight row then feeds few rows, and streaming it per row won 1.03-2.3x over the mma.sync grouped
 // kernel), GroupedPrefill above. On sm_90 with a 16-bit input and m >= 16, where the grouped route
 // runs the Hopper engine, Direct only while that average is at most 1 (session 6, run 9, bf16:
-// grouped 1.1-2.2x faster at m = 64 on every suite model and routing, and at m = 16 whenever
+// grouped 1.4-22x faster at m = 64 on every suite model and routing, and at m = 16 whenever
 // experts get more than one row; equal at one row). More experts than the grouped route takes
 // always get Direct. Separate from matmul_id_capability, which never guesses.
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& params, const ArchInfo& arch);
