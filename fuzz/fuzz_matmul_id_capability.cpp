@@ -57,10 +57,14 @@ std::optional<Expected> expected_capability(DType w, const MatmulIdParams& p) {
 }
 
 // suggest_matmul_id_route's documented rule (moe.hpp).
-MatmulIdRoute expected_suggestion(const MatmulIdParams& p) {
+// moe.hpp: Direct while rows <= 4 x active experts; on sm_90 (cc 9.0) with a 16-bit input and
+// m >= 16 (the Hopper engine's grouped route), while rows <= active experts.
+MatmulIdRoute expected_suggestion(const MatmulIdParams& p, const ArchInfo& arch) {
   if (p.n_experts > kMatmulIdGroupedMaxExperts) return MatmulIdRoute::Direct;
   const u128 rows = u128{p.m} * p.top_k, active = std::min<u128>(p.n_experts, rows);
-  return active == 0 || rows <= 4 * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
+  const bool engine = arch.kind == DeviceKind::CUDA && arch.cc() == 90 &&
+                      (p.input_dtype == DType::F16 || p.input_dtype == DType::BF16) && p.m >= 16;
+  return active == 0 || rows <= (engine ? 1u : 4u) * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
 }
 // ---- end of the contract.
 
@@ -151,10 +155,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_capability(w, p);
 
   ArchInfo arch;
-  if (in.ConsumeBool()) arch.kind = DeviceKind::CUDA, arch.cc_major = 9, arch.sm_count = 132;
+  if (in.ConsumeBool()) {
+    arch.kind = DeviceKind::CUDA, arch.sm_count = 132;
+    arch.cc_major = in.ConsumeIntegralInRange(8, 9);
+    arch.cc_minor = in.ConsumeBool() ? 0 : 1;
+  }
   const auto s = attempt([&] { return suggest_matmul_id_route(p, arch); });
   FUZZ_CHECK(s.has_value(), "suggest_matmul_id_route refused: ", describe(w, p));
-  FUZZ_CHECK(*s == expected_suggestion(p), "suggested ", matmul_id_route_name(*s), ": ", describe(w, p));
+  FUZZ_CHECK(*s == expected_suggestion(p, arch), "suggested ", matmul_id_route_name(*s), " on cc ", arch.cc(), ": ",
+             describe(w, p));
   // A suggestion is always runnable: if the call is valid on some route, it is on the suggested one.
   MatmulIdParams direct = p, suggested = p;
   direct.route = MatmulIdRoute::Direct, suggested.route = *s;
