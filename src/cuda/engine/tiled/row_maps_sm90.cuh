@@ -39,7 +39,6 @@ struct DenseRows {
   using Params = DenseRowsParams;
   static constexpr bool kGather = false;
   static constexpr std::uint32_t kFullArrivals = 1;  // the TMA thread's expect_tx arrival
-  static constexpr int extra_smem_bytes(int /*n_experts*/) { return 0; }
   static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
 
   const Params& p;
@@ -97,9 +96,9 @@ struct ExpertRows {
   // rows of the stage have landed.
   static constexpr std::uint32_t kFullArrivals = 1 + 128;
   // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
-  // The source offsets of a tile's rows (gather), each consumer's copy of the tile's output rows,
-  // the tile and row starts per expert (n_experts + 1 each).
-  static constexpr int extra_smem_bytes(int n_experts) { return tiled_sm90_moe_extra_bytes(BN, n_experts); }
+  // Its shared memory after the fixed part: tiled_sm90_moe_extra_bytes (tiled_sm90_shape.hpp), which
+  // the host plan also uses: a tile's row sources, each consumer's copy of its output rows, the
+  // tile and row starts per expert.
   // Output rows come from the routed-row list: each consumer thread loads its share when a tile
   // starts (the loads fly during the mainloop) and publishes them in shared memory for the
   // epilogue, instead of one dependent global load per stored row.

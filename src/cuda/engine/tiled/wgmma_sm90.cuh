@@ -61,10 +61,4 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* tmap) {
 // the async proxy (wgmma operand reads, TMA).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// Arrives on `bar` once all of this thread's earlier cp.async copies have landed; the arrival
-// counts toward the barrier's expected count (noinc).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(std::uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
 }  // namespace llmm::ptx
