@@ -30,8 +30,8 @@ int usage(const char* argv0, bool help = false) {
       "  --device D     auto (default: cuda where there is a GPU), cpu or cuda\n"
       "  --quick        fewer shapes per suite\n"
       "  --decode       the ternary suite's decode rows only (m <= 16)\n"
-      "  --prefill      the dense suite's large GEMMs and the MoE suite's m >= 16 only\n"
-      "  --filter TEXT  dense and MoE: only the cases whose name contains TEXT (profiling one case)\n");
+      "  --prefill      the dense suite's large GEMMs, the MoE suite's m >= 16, the ternary suite's m > 16 only\n"
+      "  --filter TEXT  dense, MoE and ternary: only the cases whose name contains TEXT (profiling one case)\n");
   return 0;
 }
 

@@ -69,6 +69,64 @@ struct Prepared {
   std::vector<float> host_w;              // dequantized, for error checks
 };
 
+// Prefill with bf16 activations and bf16 output (what a DiT or LLM prefill runs): llmm's Auto
+// route, the Hopper tiled engine and tq2_dequant_lt, each against cuBLAS bf16 dense on the
+// dequantized weight (bf16 out), with the max error of 128 sampled outputs against float64.
+void run_bf16_prefill(BenchEnv& env, const char* shape, std::int64_t m, std::int64_t n, std::int64_t k, const Prepared& p,
+                      int copies, double packed, const void* in_bf16, void* lt_ws) {
+  StreamHandle s = env.ctx.stream();
+  DeviceBuffer out(static_cast<std::size_t>(m * n) * 2), out_base(static_cast<std::size_t>(m * n) * 2);
+  std::vector<std::uint16_t> hin(static_cast<std::size_t>(m * k)), hout(static_cast<std::size_t>(m * n));
+  copy_to_host(hin.data(), in_bf16, hin.size() * 2);
+  cuda_dense::DenseArgs g;
+  g.dtype = DType::BF16, g.m = m, g.n = n, g.k = k, g.a_ld = k, g.b_trans = true, g.b_ld = k, g.c_ld = n;
+  g.a = in_bf16, g.b = p.wbf16[0].data(), g.c = out_base.data();
+  cuda_dense::CublasLtGemm lt(env.ctx.cublaslt_handle(), g, cuda_dense::LtMath::Default, Context::kCublasLtWorkspaceBytes);
+  const bool hopper = env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0;
+  struct R { Tq2Route route; const char* suffix; };
+  for (R r : {R{Tq2Route::Auto, "_bf16"}, R{Tq2Route::TiledSm90, "_bf16_tiled_sm90"}, R{Tq2Route::DequantLt, "_bf16_dequant_lt"}}) {
+    if (r.route == Tq2Route::TiledSm90 && !hopper) continue;
+    Tq2Options o;
+    o.force_route = r.route;
+    Receipt receipt;
+    auto call = [&](int i) {
+      const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
+      receipt = gemm_tq2(env.ctx, w, View::contiguous(const_cast<void*>(in_bf16), DType::BF16, {m, k}, DeviceKind::CUDA),
+                         View::contiguous(out.data(), DType::BF16, {m, n}, DeviceKind::CUDA), o);
+    };
+    call(0);
+    env.ctx.synchronize();
+    copy_to_host(hout.data(), out.data(), hout.size() * 2);
+    double max_abs = 0, max_ref = 0;
+    for (int smp = 0; smp < 128; ++smp) {
+      const std::int64_t i = (smp * 7919) % m, j = (smp * 104729) % n;
+      double want = 0;
+      for (std::int64_t l = 0; l < k; ++l)
+        want += static_cast<double>(bf16_bits_to_f32(hin[static_cast<std::size_t>(i * k + l)])) *
+                p.host_w[static_cast<std::size_t>(j * k + l)];
+      max_abs = std::max(max_abs, std::abs(bf16_bits_to_f32(hout[static_cast<std::size_t>(i * n + j)]) - want));
+      max_ref = std::max(max_ref, std::abs(want));
+    }
+    auto [t, tb] = time_pair(s, call, [&](int i) {
+      cuda_dense::DenseArgs gi = g;
+      gi.b = p.wbf16[static_cast<std::size_t>(i) % p.wbf16.size()].data();
+      lt.run(gi, lt_ws, s);
+    });
+    Row row;
+    row.suite = "ternary", row.name = std::string(shape) + "_m" + std::to_string(m) + r.suffix, row.route = receipt.route;
+    row.kernel = receipt.kernel, row.dtype = "bf16", row.precision = "fast";
+    row.m = m, row.n = n, row.k = k;
+    row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+    row.flops = 2.0 * m * n * k;
+    row.bytes = packed + 2.0 * static_cast<double>(m * k + m * n);
+    row.baseline = "cublas_bf16_dense", row.baseline_us = tb.median_us;
+    row.max_abs_err = max_abs, row.max_rel_err = max_ref > 0 ? max_abs / max_ref : 0;
+    row.err_note = "128 samples vs float64, relative to the largest";
+    row.device = env.device_label;
+    env.out.add(row);
+  }
+}
+
 void run_gpu(BenchEnv& env) {
   StreamHandle s = env.ctx.stream();
   const double l2 = static_cast<double>(env.ctx.arch().l2_bytes);
@@ -87,6 +145,7 @@ void run_gpu(BenchEnv& env) {
   if (env.quick) shapes = {{"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
   for (const Shape& sh : shapes) {
     const bool prefill_shape = sh.k == 3072;  // the seed's DiT shapes
+    if (env.prefill_only && !prefill_shape) continue;
     auto blocks = random_blocks(sh.n, sh.k, 11);
     const double packed = static_cast<double>(sh.n * sh.k / 4 + sh.n * (sh.k / 128) * 2);
     const int copies = rotation_copies(packed, l2);
@@ -111,6 +170,8 @@ void run_gpu(BenchEnv& env) {
     }
     for (std::int64_t m : ms) {
       if (env.decode_only && m > 16) continue;
+      if (env.prefill_only && m <= 16) continue;
+      if (env.skip(std::string(sh.name) + "_m" + std::to_string(m))) continue;
       std::vector<Precision> precs = {Precision::Exact};
       if (m > 16) precs.push_back(Precision::Fast);
       DeviceBuffer in(static_cast<std::size_t>(m * sh.k) * 4), out(static_cast<std::size_t>(m * sh.n) * 4),
@@ -209,6 +270,7 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
+        if (m > 16 && prec == Precision::Fast) run_bf16_prefill(env, sh.name, m, sh.n, sh.k, p, copies, packed, in_bf16.data(), ws.data());
         if (m > 16 && receipt.route == tq2_route_name(Tq2Route::DequantLt)) {
           // A/B: the tq2_tiled kernel the route replaced, and the route with 24 MiB (L2-sized)
           // weight chunks instead of the automatic rule's (calibrates the chunk rule).
@@ -246,7 +308,7 @@ void run_gpu(BenchEnv& env) {
         }
       }
     }
-    if (std::string(sh.name) == "dit_proj") {  // host-I/O API: pool vs fresh buffers per call
+    if (std::string(sh.name) == "dit_proj" && !env.prefill_only && env.filter.empty()) {  // host-I/O API: pool vs fresh buffers per call
       const std::int64_t m = env.quick ? 256 : 1536;
       std::vector<float> hin(static_cast<std::size_t>(m * sh.k), 0.01f), hout(static_cast<std::size_t>(m * sh.n));
       auto time_host = [&](bool pool) {

@@ -17,7 +17,7 @@ struct BenchEnv {
   // --prefill: the dense suite runs only its large GEMMs and the MoE suite only M >= 16 (the
   // tiled engine's rows), for short GPU sessions.
   bool prefill_only = false;
-  // --filter TEXT: the dense and MoE suites run only the cases whose name contains TEXT (profiling).
+  // --filter TEXT: the dense, MoE and ternary suites run only the cases whose name contains TEXT (profiling).
   std::string filter;
   bool skip(const std::string& name) const { return !filter.empty() && name.find(filter) == std::string::npos; }
 };

@@ -21,7 +21,8 @@ constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,   
                                        DenseRoute::Gemv,     DenseRoute::GemvWide,  DenseRoute::SkinnyMma,
                                        DenseRoute::Tiled,    DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
-                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled, Tq2Route::DequantLt};
+                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled, Tq2Route::DequantLt,
+                                   Tq2Route::TiledSm90};
 
 ArchInfo consume_arch(FuzzedDataProvider& in) {
   ArchInfo a;
@@ -159,6 +160,13 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
+  if (force == Tq2Route::TiledSm90) {
+    // The tiled engine: sm_90 exactly, m, n, k below 2^31 and at most 2^31 - 1 tiles of 64 x 128
+    // (m = 0 counted as 1); the input's dtype is checked with precision by gemm_tq2 itself.
+    constexpr std::int64_t kI32 = 0x7fffffff;
+    const std::int64_t tm = (m1 + 63) / 64, tn = n / 128 + (n % 128 != 0);
+    accepts = accepts && sm90 && m1 <= kI32 && n <= kI32 && k <= kI32 && tm <= kI32 / tn;
+  }
   FUZZ_CHECK(r.has_value() == accepts, "forced ", tq2_route_name(force), r ? " accepted" : " refused", ctx(), " ", why.message);
   if (r) FUZZ_CHECK(*r == force, "forced ", tq2_route_name(force), " returned ", tq2_route_name(*r));
   else FUZZ_CHECK(why.code == ErrorCode::Unsupported, why.message);
@@ -196,7 +204,11 @@ void check_workspace(FuzzedDataProvider& in) {
   for (Tq2Route r : kTq2Routes) {
     fuzz::Refusal why;
     auto b = ws(r, &why);
-    if (!b) {
+    // The tiled engine takes no f32 Exact (it would need the activation's second f16 part).
+    const bool f32_exact = in_dt == DType::F32 && o.precision == Precision::Exact;
+    if (!b && r == Tq2Route::TiledSm90 && f32_exact) {
+      FUZZ_CHECK(why.code == ErrorCode::Unsupported, why.message);
+    } else if (!b) {
       FUZZ_CHECK(!small, "valid sizes refused for ", tq2_route_name(r), ": ", why.message, ctx());
       FUZZ_CHECK(why.code == ErrorCode::InvalidArgument || why.code == ErrorCode::Unsupported, why.message);
     } else if (m < 0 || n < 1 || k < 128 || k % 128 != 0) {
@@ -214,6 +226,11 @@ void check_workspace(FuzzedDataProvider& in) {
       FUZZ_CHECK(*b % 256 == 0 && *b >= static_cast<u128>(k) * 2 &&
                      *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2,
                  "dequant_lt workspace ", *b, ctx());
+    } else if (r == Tq2Route::TiledSm90) {
+      // The activation's f16 copy and two 256-byte sections (bf16, f32 Fast); none for f16.
+      const u128 copy = static_cast<u128>(m) * static_cast<u128>(k) * 2;
+      FUZZ_CHECK(!f32_exact, "tiled_sm90 workspace given for f32 Exact, which the engine refuses", ctx());
+      FUZZ_CHECK(in_dt == DType::F16 ? *b == 0 : (*b % 256 == 0 && *b >= copy + 512), "tiled_sm90 workspace ", *b, ctx());
     } else if (r == Tq2Route::StreamV4) {
       // The staged image: 4m + 1 record columns of k + 64 bytes (m <= 8 where it fits, else 0).
       if (*b > 0) FUZZ_CHECK(m >= 1 && m <= 8 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64),

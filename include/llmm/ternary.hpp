@@ -136,13 +136,15 @@ enum class Tq2Route {
   StreamV4,   // decode v4: int8 digits on the sm_90 streaming engine (copy-engine ring; m <= 8, sm_90)
   Tiled,      // prefill: tensor cores on decoded tiles
   DequantLt,  // prefill: weight dequantized to f16 chunk by chunk, cuBLASLt GEMMs (any m)
+  TiledSm90,  // prefill: the Hopper tiled engine decoding TQ2 to f16 in its producer (sm_90; f16,
+              // bf16, or f32 Fast input: bf16/f32 go through a scaled f16 copy in the workspace)
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 
 struct Tq2Options {
   Precision precision = Precision::Exact;  // f32 input: Exact keeps f32 accuracy
   Tq2Route force_route = Tq2Route::Auto;
-  // Device workspace of DequantLt, of StreamV2 at m >= 3 and of StreamV4 (tq2_workspace_bytes; 256-byte
+  // Device workspace of DequantLt, of TiledSm90 (bf16/f32 input), of StreamV2 at m >= 3 and of StreamV4 (tq2_workspace_bytes; 256-byte
   // aligned, on the context's device, not used by any other work in flight). nullptr: the context's grow-only buffer, allocated by
   // the first call that needs more: a CUDA-graph capture must follow a warm-up call at the
   // largest shape (which also creates the context's cuBLASLt handle and workspace).

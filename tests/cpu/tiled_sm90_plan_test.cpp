@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "core/engine/tiled_sm90_plan.hpp"
+#include "core/ternary/tq2_tiled_sm90_plan.hpp"
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
+#include "llmm/ternary.hpp"
 
 using namespace llmm;
 using namespace llmm::engine;
@@ -134,4 +136,65 @@ TEST(TiledSm90Plan, MoeWideTilesWithNarrowOnesChosenOnTheDevice) {
   EXPECT_EQ(tiled_sm90_moe_kernel_name(g, s), "tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged");
   g.staged_bytes -= 1;
   EXPECT_FALSE(tiled_sm90_moe_launch(g, 132).staged);
+}
+
+// gemm_tq2's tq2_tiled_sm90 route: the instance's refusals, its workspace (an f16 copy of bf16
+// and f32 activations beside tq2_dequant_lt's absmax sections; none for f16) and kernel names.
+TEST(TiledSm90Plan, Tq2TakesF16Bf16AndF32FastOnSm90Only) {
+  const ArchInfo a = h200();
+  EXPECT_EQ(tiled_sm90_tq2_refusal(1536, 27648, 3072, DType::BF16, DType::BF16, true, a), "");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(1, 8, 128, DType::F16, DType::F32, true, a), "");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, 8, 128, DType::F32, DType::F32, false, a), "");
+  EXPECT_NE(tiled_sm90_tq2_refusal(7, 8, 128, DType::F32, DType::F32, true, a).find("f32 Exact is not on the engine"),
+            std::string::npos);
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, 8, 128, DType::BF16, DType::F16, false, a), "needs an f32 or input-dtype output");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, 8, 192, DType::BF16, DType::F32, false, a), "needs k a positive multiple of 128");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, std::int64_t{1} << 31, 128, DType::BF16, DType::F32, false, a),
+            "needs 1 <= m, n, k < 2^31");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(0x7fffffff, 0x7fffffff, 128, DType::BF16, DType::F32, false, a),
+            "more than 2^31 - 1 tiles");
+  ArchInfo ampere = a;
+  ampere.cc_major = 8;
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, 8, 128, DType::BF16, DType::F32, false, ampere),
+            "the Hopper tiled engine is built for sm_90a only");
+  EXPECT_EQ(tiled_sm90_tq2_kernel_name(DType::BF16, 256), "tiled_sm90_tq2_f16_bf16_bn256");
+}
+
+TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
+  using cuda_ternary::tq2_tiled_sm90_plan;
+  const auto f16 = tq2_tiled_sm90_plan(4, 64, 256, DType::F16, DType::F16, true, 132);
+  EXPECT_FALSE(f16.scaled);
+  EXPECT_EQ(f16.bytes, 0u);
+  EXPECT_EQ(f16.absmax_kernel, "");
+  EXPECT_EQ(f16.engine_kernel, "tiled_sm90_tq2_f16_f16_bn64");
+  const auto bf = tq2_tiled_sm90_plan(1536, 27648, 3072, DType::BF16, DType::F32, true, 132);
+  EXPECT_TRUE(bf.scaled);
+  EXPECT_EQ(bf.absmax_blocks, 1024);
+  EXPECT_EQ(bf.partial_off, 256u);
+  EXPECT_EQ(bf.part_off, 256u + 4096u);
+  EXPECT_EQ(bf.bytes, 256u + 4096u + 1536u * 3072u * 2u);
+  EXPECT_EQ(bf.absmax_kernel, "tq2_lt_absmax_bf16");
+  EXPECT_EQ(bf.split_kernel, "tq2_lt_split_bf16_f16x1");
+  EXPECT_EQ(bf.launch, tiled_sm90_dense_launch(1, 1536, 27648, 132));
+  EXPECT_EQ(bf.engine_kernel, tiled_sm90_tq2_kernel_name(DType::F32, bf.launch.bn));
+  Tq2Options o;
+  o.force_route = Tq2Route::TiledSm90;
+  o.precision = Precision::Fast;
+  EXPECT_EQ(tq2_workspace_bytes(1536, 27648, 3072, DType::F32, DType::F32, o), bf.bytes);
+  EXPECT_EQ(tq2_workspace_bytes(1536, 27648, 3072, DType::F16, DType::F32, o), 0u);
+  o.precision = Precision::Exact;
+  try {
+    (void)tq2_workspace_bytes(4, 64, 256, DType::F32, DType::F32, o);
+    ADD_FAILURE() << "f32 Exact workspace for tq2_tiled_sm90 was not refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("route tq2_tiled_sm90 cannot run"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)tq2_tiled_sm90_plan(4, 64, 256, DType::F32, DType::F32, true, 132), Error);
+  // The route's forced plan: sm_90 only, any m; Auto never picks it before it is calibrated.
+  EXPECT_EQ(plan_tq2(4, 64, 256, DType::BF16, h200(), Tq2Route::TiledSm90), Tq2Route::TiledSm90);
+  ArchInfo ampere = h200();
+  ampere.cc_major = 8;
+  EXPECT_THROW((void)plan_tq2(4, 64, 256, DType::BF16, ampere, Tq2Route::TiledSm90), Error);
+  EXPECT_STREQ(tq2_route_name(Tq2Route::TiledSm90), "tq2_tiled_sm90");
 }

@@ -122,8 +122,10 @@ TEST(BatchInvarianceGpu, Ternary) {
     for (const R& r : {R{Tq2Route::Naive, {1, 5, 40}, true}, R{Tq2Route::Tiled, {1, 17, 100}, true},
                        R{Tq2Route::Stream, {1, 5, 16}, true}, R{Tq2Route::StreamV3, {1, 2}, true},
                        R{Tq2Route::StreamV4, {1, 2, 5, 8}, true},
-                       R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false}}) {
-      if (r.route == Tq2Route::StreamV4 && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
+                       R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false},
+                       R{Tq2Route::TiledSm90, {1, 17, 100, 300}, true}}) {
+      const bool engine = r.route == Tq2Route::TiledSm90;
+      if ((r.route == Tq2Route::StreamV4 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
       HostTensor x0 = host_tensor(t, {1, k});
       fill_random(x0.view, 21);
       auto row_of = [&](std::int64_t m) {
@@ -134,6 +136,8 @@ TEST(BatchInvarianceGpu, Ternary) {
         DeviceTensor da = to_device(a), dc = to_device(c);
         Tq2Options o;
         o.force_route = r.route;
+        // The engine takes f32 in Fast only; its global power-of-two scale changes no product.
+        if (engine) o.precision = Precision::Fast;
         gemm_tq2(ctx, wh, da.view, dc.view, o);
         ctx.synchronize();
         to_host(dc, c);

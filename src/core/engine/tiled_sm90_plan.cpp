@@ -94,4 +94,25 @@ std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm
          (l.staged ? "_staged" : "");
 }
 
+std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
+                                   const ArchInfo& arch) {
+  if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
+  return tiled_sm90_tq2_shape_refusal(m, n, k, in, out, exact);
+}
+
+std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
+                                         bool exact) {
+  if (!is_float(in)) return "needs an f32, f16 or bf16 input";
+  if (in == DType::F32 && exact) return "f32 Exact is not on the engine yet (it needs the activation's second f16 part)";
+  if (out != DType::F32 && out != in) return "needs an f32 or input-dtype output";
+  if (k < 128 || k % 128 != 0) return "needs k a positive multiple of 128";
+  if (m < 1 || n < 1 || n > kMaxTiles || k > kMaxTiles || m > kMaxTiles) return "needs 1 <= m, n, k < 2^31";
+  if (ceil_div(m, 64) > kMaxTiles / ceil_div(n, kTiledBM)) return "more than 2^31 - 1 tiles";
+  return "";
+}
+
+std::string tiled_sm90_tq2_kernel_name(DType out, int bn) {
+  return "tiled_sm90_tq2_f16_" + std::string(dtype_name(out)) + "_bn" + std::to_string(bn);
+}
+
 }  // namespace llmm::engine

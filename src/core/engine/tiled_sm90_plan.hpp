@@ -8,6 +8,9 @@
 //           dtype; a batch stride of 0 broadcasts.
 //   moe     matmul_id's grouped route: w [E][n, k] f16/bf16, input of the weights' dtype
 //           gathered by routed row, output f32 or the input dtype.
+//   tq2     gemm_tq2's tiled_sm90 route: W [n, k] TQ2_0_g128 codes decoded to f16 by the
+//           producer (Tq2Weights), x [m, k] f16 (the input, or its f16 copy scaled by a power of
+//           two), output f32, f16 or bf16; the dense row map and tile shapes.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -55,5 +58,18 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
 // tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged], e.g. tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l);
+
+// ---- tq2
+// Why the tq2 instance cannot take gemm_tq2's problem ("" when it can): sm_90; input f16, bf16,
+// or f32 with Fast precision (f32 Exact would need the activation's second f16 part); output f32
+// or the input's dtype; k % 128 == 0; n, k and the tiles below 2^31. The f16 input's own
+// alignment is checked by the route (tq2_tiled_sm90_plan), which sees the pointers.
+std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
+                                   const ArchInfo& arch);
+// The same without the arch check (what the sizes and dtypes alone rule out).
+std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
+                                         bool exact);
+// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256 (the launch: the dense one's)
+std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
 
 }  // namespace llmm::engine

@@ -3,6 +3,7 @@
 #include <climits>
 #include <memory>
 
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "core/log.hpp"
 #include "core/ranges.hpp"
 #include "core/runtime.hpp"
@@ -84,6 +85,13 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   c.args.workspace = o.workspace, c.args.workspace_bytes = o.workspace_bytes;
   c.args.chunk_rows = o.dequant_chunk_rows;
   c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
+  if (c.route == Tq2Route::TiledSm90) {
+    const std::string why =
+        engine::tiled_sm90_tq2_refusal(m, w->n(), w->k(), in.dtype, out.dtype, c.args.exact, ctx.arch());
+    if (!why.empty())
+      fail(ErrorCode::Unsupported, kOp, ": route tq2_tiled_sm90 cannot run (m: ", m, ", n: ", w->n(), ", k: ", w->k(),
+           ", ", dtype_name(in.dtype), " -> ", dtype_name(out.dtype), c.args.exact ? ", exact" : ", fast", "): ", why);
+  }
   return c;
 }
 
@@ -123,6 +131,7 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::StreamV4: return "tq2_stream_v4";
     case Tq2Route::Tiled: return "tq2_tiled";
     case Tq2Route::DequantLt: return "tq2_dequant_lt";
+    case Tq2Route::TiledSm90: return "tq2_tiled_sm90";
   }
   return "?";
 }
@@ -151,6 +160,12 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
       else if (n >= (std::int64_t{1} << 31)) why = "the sm_90 streaming engine's tensor maps take n < 2^31";
       else if (cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0)
         why = "the whole K's activation does not fit in shared memory beside the ring";
+    }
+    std::string engine_why;
+    if (force == Tq2Route::TiledSm90 && cuda) {
+      // Precision is not known here: the engine's f32 Exact refusal comes from validate().
+      engine_why = engine::tiled_sm90_tq2_refusal(m < 1 ? 1 : m, n, k, in_dtype, in_dtype, false, arch);
+      if (!engine_why.empty()) why = engine_why.c_str();
     }
     if (why)
       fail(ErrorCode::Unsupported, "gemm_tq2: route ", tq2_route_name(force), " cannot run (m: ", m, ", n: ", n, ", k: ",

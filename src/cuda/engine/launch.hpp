@@ -7,6 +7,7 @@
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "cuda/dense/dense_args.hpp"
 #include "cuda/moe/moe_args.hpp"
+#include "cuda/ternary/tq2_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::engine {
@@ -17,5 +18,11 @@ void launch_tiled_sm90_dense(const cuda_dense::DenseArgs& g, const TiledSm90Laun
 // The grouped route's GEMM, after launch_moe_map on the same stream (counts and rows written);
 // `l` from tiled_sm90_moe_launch.
 void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream);
+
+// out = x . W^T with W [n, k] decoded from g.codes / g.scales in the producer; g.in is the f16
+// activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;
+// alpha: nullptr or a device float that multiplies every output. `l` from tq2_tiled_sm90_plan.
+void launch_tiled_sm90_tq2(const cuda_ternary::Tq2Args& g, const float* alpha, const TiledSm90Launch& l,
+                           StreamHandle stream);
 
 }  // namespace llmm::engine

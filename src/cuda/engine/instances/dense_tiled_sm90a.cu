@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/common/tensor_map.hpp"
 #include "cuda/engine/launch.hpp"
 #include "cuda/engine/tiled/launch_tiled_sm90.cuh"
 #include "cuda/engine/tiled/tiled_sm90a.cuh"
@@ -13,22 +12,10 @@ namespace {
 
 using cuda_dense::DenseArgs;
 
-// A [batch][rows][k] operand with row stride ld and batch stride bs (elements; 0 broadcasts).
-CUtensorMap operand_map(const void* base, std::int64_t rows, std::int64_t k, std::int64_t ld, std::int64_t bs,
-                        std::int64_t batch, std::uint32_t box_rows, const char* who) {
-  const bool batched = bs != 0 && batch > 1;
-  const std::uint64_t dims[3] = {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(rows),
-                                 static_cast<std::uint64_t>(batched ? batch : 1)};
-  const std::uint64_t row_bytes = static_cast<std::uint64_t>(ld) * 2;
-  const std::uint64_t strides[2] = {row_bytes, batched ? static_cast<std::uint64_t>(bs) * 2 : row_bytes * rows};
-  const std::uint32_t box[3] = {kTiledBK, box_rows, 1};
-  return cuda_common::make_tensor_map_u16_3d_sw128(base, dims, strides, box, who);
-}
-
 template <int BN, class T>
 void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
-  const CUtensorMap tm_w = operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, kTiledBM, name.c_str());
-  const CUtensorMap tm_x = operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, name.c_str());
+  const CUtensorMap tm_w = tiled_sm90_operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, kTiledBM, name.c_str());
+  const CUtensorMap tm_x = tiled_sm90_operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, name.c_str());
   DenseRowsParams p;
   p.m = static_cast<int>(g.m), p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
   p.batch = static_cast<int>(g.batch);
@@ -41,7 +28,7 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
   p.out_ld = g.c_ld, p.out_batch = g.c_batch;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.c) % (4 * sizeof(T)) == 0 && g.c_ld % 4 == 0 && g.c_batch % 4 == 0;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, l, stream, name);
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
 }
 
 template <class T>

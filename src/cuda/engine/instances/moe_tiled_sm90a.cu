@@ -32,7 +32,7 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   if (!l.staged) {
-    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, l, stream, name);
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream, name);
     return;
   }
   // The staged rows as one [m * top_k][k] matrix (a 3D map with one batch entry).
@@ -42,7 +42,7 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   const std::uint32_t xbox[3] = {kTiledBK, BN, 1}, nbox[3] = {kTiledBK, kTiledNarrowBN, 1};
   const CUtensorMap tm_x = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, xbox, name.c_str());
   const CUtensorMap tm_n = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, nbox, name.c_str());
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, tm_n, p, l, stream, name);
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, tm_n, p, TmaWeightsParams{}, l, stream, name);
 }
 
 template <class T, class OutT>

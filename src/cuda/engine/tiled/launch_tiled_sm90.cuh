@@ -7,23 +7,37 @@
 #include <string>
 
 #include "core/engine/tiled_sm90_plan.hpp"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/dense/dense_common.cuh"
 #include "llmm/error.hpp"
 
 namespace llmm::engine {
 
-template <class Params>
-void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params), const CUtensorMap& tm_w,
-                       const CUtensorMap& tm_x, const CUtensorMap& tm_x_narrow, const Params& p, const TiledSm90Launch& l,
-                       StreamHandle stream, const std::string& name) {
+template <class Params, class WParams>
+void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, WParams), const CUtensorMap& tm_w,
+                       const CUtensorMap& tm_x, const CUtensorMap& tm_x_narrow, const Params& p, const WParams& wp,
+                       const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
   // Per device and cheap (not a stream operation, fine under graph capture): set every launch.
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem_bytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     fail(ErrorCode::Cuda, name, ": cannot reserve ", l.smem_bytes, " bytes of shared memory: ", cudaGetErrorString(e));
   }
-  kernel<<<l.grid, kTiledThreads, l.smem_bytes, stream>>>(tm_w, tm_x, tm_x_narrow, p);
+  kernel<<<l.grid, kTiledThreads, l.smem_bytes, stream>>>(tm_w, tm_x, tm_x_narrow, p, wp);
   cuda_dense::host::check_launch(name);
+}
+
+// A 16-bit [batch][rows][k] operand with row stride ld and batch stride bs (elements; bs 0
+// broadcasts one entry), read in boxes of 64 k x box_rows with the 128-byte swizzle.
+inline CUtensorMap tiled_sm90_operand_map(const void* base, std::int64_t rows, std::int64_t k, std::int64_t ld,
+                                          std::int64_t bs, std::int64_t batch, std::uint32_t box_rows, const char* who) {
+  const bool batched = bs != 0 && batch > 1;
+  const std::uint64_t dims[3] = {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(rows),
+                                 static_cast<std::uint64_t>(batched ? batch : 1)};
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(ld) * 2;
+  const std::uint64_t strides[2] = {row_bytes, batched ? static_cast<std::uint64_t>(bs) * 2 : row_bytes * rows};
+  const std::uint32_t box[3] = {kTiledBK, box_rows, 1};
+  return cuda_common::make_tensor_map_u16_3d_sw128(base, dims, strides, box, who);
 }
 
 }  // namespace llmm::engine

@@ -38,7 +38,6 @@ template <int BN>
 struct DenseRows {
   using Params = DenseRowsParams;
   static constexpr bool kGather = false;
-  static constexpr std::uint32_t kFullArrivals = 1;  // the TMA thread's expect_tx arrival
   static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
 
   const Params& p;
@@ -92,9 +91,6 @@ template <int BN>
 struct ExpertRows {
   using Params = ExpertRowsParams;
   static constexpr bool kGather = true;
-  // The TMA thread's expect_tx arrival plus one arrival per producer thread once its gathered
-  // rows of the stage have landed.
-  static constexpr std::uint32_t kFullArrivals = 1 + 128;
   // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
   // Its shared memory after the fixed part: tiled_sm90_moe_extra_bytes (tiled_sm90_shape.hpp), which
   // the host plan also uses: a tile's row sources, each consumer's copy of its output rows, the
@@ -241,7 +237,6 @@ struct ExpertRows {
 template <int BN>
 struct ExpertRowsStaged : ExpertRows<BN> {
   static constexpr bool kGather = false;
-  static constexpr std::uint32_t kFullArrivals = 1;
   using ExpertRows<BN>::ExpertRows;
   // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles.
   __device__ void tma_tokens(const void* tm_x, const void* tm_x_narrow, const TileCoord& c, int kb, void* dst,

@@ -1,9 +1,10 @@
 // The Hopper tiled engine: one warp-specialized, persistent wgmma kernel under every tiled
 // family; a RowMap (row_maps_sm90.cuh) says which tiles exist and where rows come from and go.
 //
-//   warpgroup 0   producer (40 registers): per stage, the weight box [128 rows][64 k] by TMA
-//                 and the token rows [BN][64 k] by TMA (dense) or a cp.async gather (MoE), into
-//                 a ring of stages with full/empty mbarriers;
+//   warpgroup 0   producer (40 registers): per stage, the weight box [128 rows][64 k] (a
+//                 Weights policy, weights_sm90.cuh: by TMA, or ternary codes decoded to f16 by
+//                 the producer threads) and the token rows [BN][64 k] by TMA (dense) or a
+//                 cp.async gather (MoE), into a ring of stages with full/empty mbarriers;
 //   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight, f32 accumulators; then the
 //                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
@@ -22,6 +23,7 @@
 
 #include "core/engine/tiled_sm90_shape.hpp"
 #include "cuda/engine/tiled/row_maps_sm90.cuh"
+#include "cuda/engine/tiled/weights_sm90.cuh"
 #include "cuda/engine/tiled/wgmma_sm90.cuh"
 
 namespace llmm::engine {
@@ -57,11 +59,16 @@ __device__ __forceinline__ void store4(OutT* dst, float4 v, int valid, bool vec)
   }
 }
 
-template <int BN, bool BF16, class OutT, template <int> class RowMapT>
+template <int BN, bool BF16, class OutT, template <int> class RowMapT, class Weights = TmaWeights>
 __global__ void __launch_bounds__(kTiledThreads, 1)
     tiled_sm90_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
-                      const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p) {
+                      const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p,
+                      const typename Weights::Params wp) {
   using RowMap = RowMapT<BN>;
+  // Producer threads that write stage memory themselves (a gather, a decode) each arrive on the
+  // full barrier once their writes are fenced, beside the TMA thread's expect_tx arrival.
+  constexpr bool kThreadsWrite = RowMap::kGather || Weights::kDecode;
+  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 128 : 1;
   constexpr TiledSm90Shape S = tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
   extern __shared__ std::uint8_t smem_raw[];
@@ -76,11 +83,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   const int wg = tid >> 7;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], RowMap::kFullArrivals);
+      ptx::mbar_init(&full[s], kFullArrivals);
       ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
     }
     ptx::mbar_init_fence();
-    ptx::prefetch_tensor_map(&tm_w);
+    if constexpr (!Weights::kDecode) ptx::prefetch_tensor_map(&tm_w);
     if constexpr (!RowMap::kGather) ptx::prefetch_tensor_map(&tm_x);
   }
   RowMap map(p, extra);
@@ -93,7 +100,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     // ------------------------------------------------------------------ producer
     ptx::setmaxnreg_dec<40>();
     const int ptid = tid;
-    if constexpr (!RowMap::kGather) {
+    if constexpr (!kThreadsWrite) {
       if (ptid != 0) return;
       int it = 0;
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -108,37 +115,56 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         }
       }
     } else {
-      // The gathered rows of iteration i are announced once kLag later iterations have been
-      // issued (cp.async groups land in order: wait_group<kLag> leaves only those in flight), each
-      // thread first fencing them into the async proxy that wgmma reads. kLag = stages - 2 keeps
-      // as many gathers in flight as the ring allows without a deadlock: the consumers, waiting on
-      // iteration i, have released i - 2, which is what the producer needs to issue i + kLag.
+      // What the threads copy (gathered token rows, ternary codes) is used once kLag later
+      // iterations have been issued (cp.async groups land in order: wait_group<kLag> leaves only
+      // those in flight): then each thread decodes its weight row, fences its writes into the
+      // async proxy that wgmma reads, and arrives. kLag = stages - 2 keeps as many copies in
+      // flight as the ring allows without a deadlock: the consumers, waiting on iteration i, have
+      // released i - 2, which is what the producer needs to issue i + kLag.
       constexpr int kLag = kStages - 2;
+      // Bytes the TMA thread's arrival expects: the weight box unless decoded, the token box
+      // unless gathered.
+      constexpr int kTmaA = Weights::kDecode ? 0 : S.a_bytes();
       int it = 0, landed = 0;
+      std::uint32_t upper = 0;  // Tq2Weights: bit i % 32 says which half of iteration i's scale word
+      auto land = [&](int i) {
+        if constexpr (Weights::kDecode)
+          Weights::decode(ring + (i % kStages) * S.stage_bytes(), ptid, (upper >> (i & 31)) & 1u);
+        ptx::fence_proxy_async_smem();
+        ptx::mbar_arrive(&full[i % kStages]);
+      };
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const TileCoord c = map.tile(t);
-        map.load_sources(c, ptid);
+        if constexpr (RowMap::kGather) map.load_sources(c, ptid);
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           const int s = it % kStages;
           ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           std::uint8_t* const st = ring + s * S.stage_bytes();
           if (ptid == 0) {
-            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
-            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
+            if constexpr (RowMap::kGather) {
+              if constexpr (kTmaA > 0) ptx::mbar_arrive_expect_tx(&full[s], kTmaA);
+              else ptx::mbar_arrive(&full[s]);
+            } else {
+              ptx::mbar_arrive_expect_tx(&full[s], kTmaA + c.bn * kTiledBK * 2);
+              map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
+            }
+            if constexpr (!Weights::kDecode)
+              ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
           }
-          map.gather_tokens(c, kb, st + S.a_bytes(), ptid);
+          if constexpr (RowMap::kGather) map.gather_tokens(c, kb, st + S.a_bytes(), ptid);
+          if constexpr (Weights::kDecode) {
+            const std::uint32_t bit = Weights::issue(wp, map.w_group(c), c.feat0, kb, st, ptid);
+            upper = (upper & ~(1u << (it & 31))) | (bit << (it & 31));
+          }
           ptx::cp_async_commit();
           if (it + 1 - landed > kLag) {
             ptx::cp_async_wait<kLag>();
-            ptx::fence_proxy_async_smem();
-            ptx::mbar_arrive(&full[landed % kStages]);
-            ++landed;
+            land(landed++);
           }
         }
       }
       ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async_smem();
-      for (; landed < it; ++landed) ptx::mbar_arrive(&full[landed % kStages]);
+      while (landed < it) land(landed++);
     }
     return;
   }
@@ -155,6 +181,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  float alpha = 1.0f;  // Tq2Weights: the activation's power-of-two scale, undone at the store
+  if constexpr (Weights::kDecode)
+    if (wp.alpha) alpha = *wp.alpha;
 
   int it = 0;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -216,7 +245,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const int tok = chunk * kTiledEpiTokens + row;
         const int f = feat_base + col;
         if (tok < c.rows && f < p.n) {
-          const float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
+          float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
+          if constexpr (Weights::kDecode) v.x *= alpha, v.y *= alpha, v.z *= alpha, v.w *= alpha;
           store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
         }
       }

@@ -1,0 +1,41 @@
+#include "core/ternary/tq2_tiled_sm90_plan.hpp"
+
+#include <algorithm>
+
+#include "core/ternary/tq2_dequant_lt_plan.hpp"
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+
+namespace llmm::cuda_ternary {
+namespace {
+
+constexpr const char* kWhat = "tq2_tiled_sm90 workspace";
+
+std::uint64_t align_up(std::uint64_t v) { return checked_add(v, kTq2LtAlign - 1, kWhat) / kTq2LtAlign * kTq2LtAlign; }
+
+}  // namespace
+
+Tq2TiledSm90Plan tq2_tiled_sm90_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
+                                     int sm_count) {
+  const std::string why = engine::tiled_sm90_tq2_shape_refusal(m, n, k, in, out, exact);
+  if (!why.empty())
+    fail(ErrorCode::InvalidArgument, "tq2_tiled_sm90: m ", m, ", n ", n, ", k ", k, " (", dtype_name(in), " -> ",
+         dtype_name(out), exact ? ", exact" : ", fast", "): ", why);
+  Tq2TiledSm90Plan p;
+  p.scaled = in != DType::F16;
+  p.launch = engine::tiled_sm90_dense_launch(1, m, n, sm_count);
+  p.engine_kernel = engine::tiled_sm90_tq2_kernel_name(out, p.launch.bn);
+  if (!p.scaled) return p;
+  // The same sections as tq2_dequant_lt's (its absmax and split kernels write them).
+  p.absmax_blocks = static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks));
+  p.scalars_off = 0;
+  p.partial_off = kTq2LtAlign;
+  p.part_off = static_cast<std::size_t>(align_up(kTq2LtAlign + 4u * static_cast<std::uint64_t>(p.absmax_blocks)));
+  const std::uint64_t part = checked_mul(checked_mul(to_u64(m, kWhat), to_u64(k, kWhat), kWhat), 2, kWhat);
+  p.bytes = to_usize(checked_add(p.part_off, align_up(part), kWhat), kWhat);
+  p.absmax_kernel = "tq2_lt_absmax_" + std::string(dtype_name(in));
+  p.split_kernel = "tq2_lt_split_" + std::string(dtype_name(in)) + "_f16x1";
+  return p;
+}
+
+}  // namespace llmm::cuda_ternary

@@ -1,0 +1,43 @@
+// Host-side plan of gemm_tq2's tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder in
+// its producer, src/cuda/engine): which kernels run and the workspace they share. Pure
+// functions of sizes and dtypes; the router, tq2_workspace_bytes, CPU tests and the CUDA runner
+// use this one plan.
+//
+// The route, per call:
+//   f16 input:   the engine reads the input itself (16-byte aligned base and row stride), no
+//                workspace: one kernel.
+//   bf16 input, or f32 with Fast precision: tq2_lt_absmax and tq2_lt_split (the dequant_lt
+//                route's kernels) write x * 2^-e as one f16 part into the workspace, with e such
+//                that max |x| lands in [2^14, 2^15): exact for bf16 (8 significant bits) down to
+//                2^-31 max |x|, f32 rounded to 11 bits (Fast); the engine's epilogue multiplies
+//                by 2^e (a device float beside the part). Three kernels.
+// The weight is decoded to f16 (code - 1) * scale, exact, so every product is exact and the
+// accumulation is f32, in one fixed order per output (batch-invariant, run-to-run identical).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/engine/tiled_sm90_plan.hpp"
+#include "llmm/dtype.hpp"
+
+namespace llmm::cuda_ternary {
+
+struct Tq2TiledSm90Plan {
+  bool scaled = false;      // the absmax and split kernels run, the engine reads the f16 part
+  int absmax_blocks = 0;
+  // Workspace layout (scaled only): byte offsets from a 256-byte aligned base.
+  std::size_t scalars_off = 0;  // 4 floats from tq2_lt_split: {2^e, 2^(e - 11), 0, 1}
+  std::size_t partial_off = 0;  // absmax_blocks floats
+  std::size_t part_off = 0;     // [m][k] f16
+  std::size_t bytes = 0;
+  engine::TiledSm90Launch launch;
+  std::string absmax_kernel, split_kernel, engine_kernel;  // the first two empty unless scaled
+};
+
+// Plan for a problem tiled_sm90_tq2_refusal accepts (throws InvalidArgument naming the reason
+// otherwise); sm_count 0 = 132.
+Tq2TiledSm90Plan tq2_tiled_sm90_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
+                                     int sm_count);
+
+}  // namespace llmm::cuda_ternary

@@ -1,0 +1,62 @@
+// Ternary instance of the Hopper tiled engine (gemm_tq2's tiled_sm90 route): the dense row map,
+// the f16 activation by TMA, the weight box decoded from TQ2_0_g128 codes by the producer
+// threads (Tq2Weights), the activation's power-of-two scale undone in the epilogue.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/engine/launch.hpp"
+#include "cuda/engine/tiled/launch_tiled_sm90.cuh"
+#include "cuda/engine/tiled/tiled_sm90a.cuh"
+
+namespace llmm::engine {
+namespace {
+
+using cuda_ternary::Tq2Args;
+
+template <int BN, class OutT>
+void launch_bn(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, StreamHandle stream,
+               const std::string& name) {
+  const CUtensorMap tm_x = tiled_sm90_operand_map(g.in, g.m, g.k, g.in_ld, 0, 1, BN, name.c_str());
+  DenseRowsParams p;
+  p.m = static_cast<int>(g.m), p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
+  p.batch = 1;
+  p.tiles_tok = static_cast<int>((g.m + BN - 1) / BN);
+  p.tiles_feat = static_cast<int>((g.n + kTiledBM - 1) / kTiledBM);
+  p.total_tiles = static_cast<int>(l.tiles);
+  p.out = g.out;
+  p.out_ld = g.out_ld, p.out_batch = 0;
+  p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.out_ld % 4 == 0;
+  Tq2WeightsParams w;
+  w.codes = g.codes, w.scales = g.scales;
+  w.group_rows = g.n, w.n = static_cast<int>(g.n), w.k = static_cast<int>(g.k);
+  w.alpha = alpha;
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, false, OutT, DenseRows, Tq2Weights>, tm_x, tm_x, tm_x, p, w, l, stream, name);
+}
+
+template <class OutT>
+void launch_t(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, StreamHandle stream,
+              const std::string& name) {
+  switch (l.bn) {
+    case 256: launch_bn<256, OutT>(g, alpha, l, stream, name); break;
+    case 128: launch_bn<128, OutT>(g, alpha, l, stream, name); break;
+    case 64: launch_bn<64, OutT>(g, alpha, l, stream, name); break;
+    default: fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
+  }
+}
+
+}  // namespace
+
+void launch_tiled_sm90_tq2(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, StreamHandle stream) {
+  const std::string name = tiled_sm90_tq2_kernel_name(g.out_dtype, l.bn);
+  if (g.in_dtype != DType::F16 || g.k % 128 != 0 || g.m < 1 || g.n < 1 || l.tiles < 1 || l.tiles > 0x7fffffff ||
+      reinterpret_cast<std::uintptr_t>(g.in) % 16 != 0 || g.in_ld % 8 != 0)
+    fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
+  switch (g.out_dtype) {
+    case DType::F32: launch_t<float>(g, alpha, l, stream, name); break;
+    case DType::F16: launch_t<__half>(g, alpha, l, stream, name); break;
+    case DType::BF16: launch_t<__nv_bfloat16>(g, alpha, l, stream, name); break;
+    default: fail(ErrorCode::Internal, name, ": unsupported output dtype ", dtype_name(g.out_dtype));
+  }
+}
+
+}  // namespace llmm::engine

@@ -1,0 +1,60 @@
+#include "cuda/ternary/tq2_tiled_sm90.hpp"
+
+#include <string>
+
+#include "core/ranges.hpp"
+#include "core/ternary/tq2_tiled_sm90_plan.hpp"
+#include "core/ternary/tq2_workspace.hpp"
+#include "cuda/engine/launch.hpp"
+#include "cuda/ternary/tq2_dequant.hpp"
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+
+namespace llmm::detail {
+
+Receipt run_tq2_tiled_sm90(Context& ctx, const cuda_ternary::Tq2Args& g, const std::function<void()>& before) {
+  const cuda_ternary::Tq2TiledSm90Plan p =
+      cuda_ternary::tq2_tiled_sm90_plan(g.m, g.n, g.k, g.in_dtype, g.out_dtype, g.exact, ctx.arch().sm_count);
+  if (!p.scaled && (reinterpret_cast<std::uintptr_t>(g.in) % 16 != 0 || g.in_ld % 8 != 0))
+    fail(ErrorCode::Unsupported, "gemm_tq2: route tq2_tiled_sm90 reads an f16 input by TMA: it needs a 16-byte aligned "
+         "base and a row stride that is a multiple of 8 elements, got ", g.in, " and ", g.in_ld);
+  unsigned char* ws = nullptr;
+  if (p.scaled)
+    ws = static_cast<unsigned char*>(tq2_route_workspace(ctx, g, p.bytes, Tq2Route::TiledSm90,
+                                                         "m " + std::to_string(g.m) + ", k " + std::to_string(g.k) +
+                                                             " (" + std::string(dtype_name(g.in_dtype)) + ")"));
+  std::string names;
+  for (const std::string& n : {p.absmax_kernel, p.split_kernel, p.engine_kernel})
+    if (!n.empty()) {
+      ctx.check_launchable(n);
+      names += (names.empty() ? "" : "+") + n;
+    }
+  if (before) before();
+
+  StreamHandle s = ctx.stream();
+  const ByteRange route_ws{ws, p.scaled ? p.bytes : 0};
+  cuda_ternary::Tq2Args e = g;  // the engine's view: an f16 activation
+  const float* alpha = nullptr;
+  int launched = 0;
+  if (p.scaled) {
+    float* const scalars = reinterpret_cast<float*>(ws + p.scalars_off);
+    float* const partial = reinterpret_cast<float*>(ws + p.partial_off);
+    const cuda_ternary::Tq2LtInput x{g.in, g.in_dtype, g.m, g.k, g.in_ld};
+    cuda_ternary::launch_tq2_lt_absmax(x, partial, p.absmax_blocks, s);
+    ctx.note_launch(p.absmax_kernel, [&] { return LaunchRanges{{tq2_ranges(g).reads[0]}, {route_ws}}; });
+    cuda_ternary::launch_tq2_lt_split(x, partial, p.absmax_blocks, 1, ws + p.part_off, p.bytes - p.part_off, scalars, s);
+    ctx.note_launch(p.split_kernel, [&] { return LaunchRanges{{tq2_ranges(g).reads[0], route_ws}, {route_ws}}; });
+    e.in = ws + p.part_off, e.in_dtype = DType::F16, e.in_ld = g.k;
+    alpha = scalars;
+    launched = 2;
+  }
+  engine::launch_tiled_sm90_tq2(e, alpha, p.launch, s);
+  ctx.note_launch(p.engine_kernel, [&] {
+    LaunchRanges r = tq2_ranges(g);
+    if (p.scaled) r.reads.push_back(route_ws);
+    return r;
+  });
+  return Receipt{tq2_route_name(Tq2Route::TiledSm90), names, launched + 1};
+}
+
+}  // namespace llmm::detail

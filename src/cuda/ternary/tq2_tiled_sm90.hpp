@@ -1,0 +1,17 @@
+// gemm_tq2's tiled_sm90 route: the Hopper tiled engine with the TQ2 decoder in its producer
+// (plan: core/ternary/tq2_tiled_sm90_plan.hpp). Host header.
+#pragma once
+#include <functional>
+
+#include "cuda/ternary/tq2_args.hpp"
+#include "llmm/matmul.hpp"
+
+namespace llmm::detail {
+
+// Resolves the plan, the workspace (bf16 and f32 inputs) and every kernel name through
+// ctx.check_launchable; only then runs `before` and enqueues on ctx.stream(). Refuses (Unsupported)
+// an f16 input that is not 16-byte aligned or whose row stride is not a multiple of 8, and a
+// caller workspace smaller than tq2_workspace_bytes or not 256-byte aligned.
+Receipt run_tq2_tiled_sm90(Context& ctx, const cuda_ternary::Tq2Args& args, const std::function<void()>& before);
+
+}  // namespace llmm::detail

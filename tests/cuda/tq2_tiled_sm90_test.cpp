@@ -1,0 +1,175 @@
+// gemm_tq2's tq2_tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder in its
+// producer) on the GPU: random sweeps against float64 over input/output dtypes, shapes that are
+// not tile multiples, every tile width, strides with poisoned padding, wide input ranges and an
+// all-zero scale group; NaN/Inf propagation; the caller-workspace rule; determinism; and each
+// refusal (f32 Exact, a misaligned f16 input, another GPU) before anything is launched.
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/engine/tiled_sm90_plan.hpp"
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"
+#include "support/expect_error.hpp"
+#include "support/gpu.hpp"
+#include "support/random.hpp"
+#include "support/tensor.hpp"
+#include "support/tq2_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+constexpr Tq2Route kRoute = Tq2Route::TiledSm90;
+bool hopper(const Context& ctx) { return ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0; }
+std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
+}  // namespace
+
+TEST(Tq2TiledSm90Gpu, SweepDtypesShapesStridesTileWidths) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct Shape { std::int64_t m, n, k; };
+  // Small m, non-multiples of the 128-row weight box and of every tile width, long K, and shapes
+  // large enough that the launch picks 128- and 256-wide tiles (checked below).
+  const Shape shapes[] = {{1, 200, 384},  {17, 1000, 128},  {65, 333, 1024}, {300, 136, 2048},
+                          {600, 520, 256}, {1024, 4224, 128}, {250, 8400, 128}};
+  std::set<std::string> widths;
+  std::uint64_t seed = 3000;
+  for (const Shape& s : shapes)
+    for (DType in : {DType::F16, DType::BF16, DType::F32})
+      for (DType out : {DType::F32, in}) {
+        if (in == DType::F32 && out != DType::F32) continue;
+        Tq2Case c;
+        c.m = s.m, c.n = s.n, c.k = s.k, c.route = kRoute, c.in_dtype = in, c.out_dtype = out;
+        c.precision = Precision::Fast;
+        // f16 rows are read by TMA straight from the input: strides stay multiples of 8.
+        c.pad = in == DType::F16 ? 8 * (s.m % 2) : s.m % 5;
+        c.seed_input = false, c.seed = ++seed;
+        c.wide_exp = in == DType::F16 ? 4 : 12;  // f16 holds 2^+-4 comfortably; bf16 and f32 far more
+        c.zero_group = s.k >= 256;
+        Tq2Outcome o = run_tq2_case(ctx, cache, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_TRUE(o.padding_untouched) << c.describe();
+        EXPECT_TRUE(o.any_nonzero) << c.describe();
+        EXPECT_EQ(o.receipt.route, "tq2_tiled_sm90");
+        EXPECT_EQ(o.receipt.kernels_launched, in == DType::F16 ? 1 : 3) << o.receipt.kernel;
+        const std::string& kn = o.receipt.kernel;
+        widths.insert(kn.substr(kn.rfind("_bn")));
+      }
+  EXPECT_EQ(widths, (std::set<std::string>{"_bn64", "_bn128", "_bn256"}));
+}
+
+// The seed's own weight and input (f16 through the engine's f16 path, where every product is
+// exact): the seed's bound, max abs error < 1e-3.
+TEST(Tq2TiledSm90Gpu, SeedParityF16AndBf16) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  for (DType in : {DType::F16, DType::BF16})
+    for (std::int64_t n : {8, 40, 3072})
+      for (std::int64_t k : {128, 256, 3072})
+        for (std::int64_t m : {1, 7, 8, 9, 32, 33, 100, 1536}) {
+          Tq2Case c;
+          c.m = m, c.n = n, c.k = k, c.route = kRoute, c.in_dtype = in;
+          Tq2Outcome o = run_tq2_case(ctx, cache, c);
+          EXPECT_LT(o.max_abs_err, 1e-3) << c.describe() << " [" << o.receipt.kernel << "]";
+          EXPECT_TRUE(o.any_nonzero) << c.describe();
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        }
+}
+
+TEST(Tq2TiledSm90Gpu, NonFiniteInputsPropagate) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 4000;
+  for (std::int64_t m : {1, 40, 300})
+    for (DType in : {DType::F16, DType::BF16, DType::F32}) {
+      Tq2Case c;
+      c.m = m, c.n = 200, c.k = 384, c.route = kRoute, c.precision = Precision::Fast, c.in_dtype = in;
+      c.seed_input = false, c.nonfinite_every = m == 1 ? 1 : 3, c.seed = ++seed;
+      Tq2Outcome o = run_tq2_case(ctx, cache, c);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+      EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
+    }
+}
+
+TEST(Tq2TiledSm90Gpu, DeterministicWithCallerWorkspace) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  for (DType in : {DType::F16, DType::BF16}) {
+    Tq2Case c;
+    c.m = 500, c.n = 3072, c.k = 3072, c.route = kRoute, c.in_dtype = in, c.out_dtype = in;
+    c.seed_input = false, c.caller_workspace = true;
+    const std::uint64_t allocs = BufferPool::alloc_count();
+    Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
+    EXPECT_EQ(BufferPool::alloc_count(), allocs) << "a caller workspace must leave the pool alone";
+    EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
+    EXPECT_EQ(a.out_bytes, b.out_bytes) << "tq2_tiled_sm90 " << dtype_name(in) << " is not bitwise deterministic";
+  }
+}
+
+// Refusals come before anything is launched or written: f32 Exact (the engine has no second
+// f16 part yet), an f16 input whose row stride TMA cannot read, a short or misaligned caller
+// workspace, an injected launch failure of the first kernel; and the route off sm_90.
+TEST(Tq2TiledSm90Gpu, RefusalsLaunchNothing) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) {
+    expect_error([&] { plan_tq2(64, 64, 256, DType::BF16, ctx.arch(), kRoute); }, ErrorCode::Unsupported,
+                 "the Hopper tiled engine is built for sm_90a only");
+    return;
+  }
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(64, 256, 5);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 64, 256);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  auto run = [&](DType in_dt, std::int64_t in_ld, Tq2Options o, ErrorCode code, const std::string& what) {
+    HostTensor in = host_tensor(in_dt, {4, in_ld}), out = host_tensor(DType::F32, {4, 64});
+    fill_random(in.view, 11);
+    std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
+    out.bytes = poison_bytes;
+    out.view.data = out.bytes.data();
+    DeviceTensor din = to_device(in), dout = to_device(out);
+    View x = View::strided(din.view.data, in_dt, {4, 256}, {in_ld, 1}, DeviceKind::CUDA, 0);
+    o.force_route = kRoute;
+    expect_error([&] { gemm_tq2(ctx, w, x, dout.view, o); }, code, what);
+    ctx.synchronize();
+    std::vector<unsigned char> back(out.bytes.size());
+    copy_to_host(back.data(), dout.buffer.data(), back.size());
+    EXPECT_EQ(back, poison_bytes) << what;
+  };
+  Tq2Options exact;
+  exact.precision = Precision::Exact;
+  run(DType::F32, 256, exact, ErrorCode::Unsupported,
+      "gemm_tq2: route tq2_tiled_sm90 cannot run (m: 4, n: 64, k: 256, f32 -> f32, exact): f32 Exact is not on the engine");
+  run(DType::F16, 260, {}, ErrorCode::Unsupported, "it needs a 16-byte aligned base and a row stride that is a multiple of 8");
+  Tq2Options small;
+  small.precision = Precision::Fast;
+  const std::size_t need = tq2_workspace_bytes(4, 64, 256, DType::BF16, DType::F32, [] {
+    Tq2Options o;
+    o.force_route = kRoute;
+    return o;
+  }());
+  ASSERT_GT(need, 0u);
+  DeviceBuffer ws(need + 256);
+  small.workspace = ws.data(), small.workspace_bytes = need - 1;
+  run(DType::BF16, 256, small, ErrorCode::InvalidArgument,
+      "bytes route tq2_tiled_sm90 needs for m 4, k 256 (bf16)");
+  small.workspace = static_cast<unsigned char*>(ws.data()) + 16, small.workspace_bytes = need;
+  run(DType::BF16, 256, small, ErrorCode::InvalidArgument, "is not 256-byte aligned (route tq2_tiled_sm90)");
+  rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
+  run(DType::BF16, 256, {}, ErrorCode::Cuda, "injected: tq2_lt_absmax_bf16");
+  run(DType::F16, 256, {}, ErrorCode::Cuda, "injected: tiled_sm90_tq2_f16_f32_bn64");
+  EXPECT_TRUE(rec.launched.empty());
+  ctx.set_launch_recorder(nullptr);
+}
