@@ -59,34 +59,42 @@ struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
 
-  // Where thread r's codes and scale word wait inside its own 128-byte row of the stage: 16-byte
-  // units picked by r % 8 so that the 8 threads of a shared-memory phase use different banks.
-  __device__ static int code_off(int r) { return r * 128 + ((r & 7) << 4); }
-  __device__ static int scale_off(int r) { return r * 128 + (((r & 7) ^ 4) << 4); }
+  // Where thread r's codes and scale word wait: in place, inside its own 128-byte row of the
+  // stage (16-byte units picked by r % 8, so that the 8 threads of a shared-memory phase use
+  // different banks), or in a slot of the code ring (kTiledCodeSlotBytes: codes, then scales).
+  __device__ static std::uint8_t* code_in_place(std::uint8_t* a_stage, int r) { return a_stage + r * 128 + ((r & 7) << 4); }
+  __device__ static std::uint8_t* scale_in_place(std::uint8_t* a_stage, int r) {
+    return a_stage + r * 128 + (((r & 7) ^ 4) << 4);
+  }
+  __device__ static std::uint8_t* code_in_slot(std::uint8_t* slot, int r) { return slot + r * 16; }
+  __device__ static std::uint8_t* scale_in_slot(std::uint8_t* slot, int r) { return slot + kTiledBM * 16 + r * 4; }
 
   // Producer thread r, at stage kb of a tile whose weight rows start at feat0 of group `group`:
   // the cp.asyncs of its row (zero-filled past n: codes 0 with scale 0 decode to zero). Returns
   // which f16 half of the 4-byte word is the scale (1: the upper).
-  __device__ static std::uint32_t issue(const Params& w, int group, int feat0, int kb, std::uint8_t* a_stage, int r) {
+  __device__ static std::uint32_t issue(const Params& w, int group, int feat0, int kb, std::uint8_t* code_dst,
+                                        std::uint8_t* scale_dst, int r) {
     const int f = feat0 + r;
     const bool ok = f < w.n;
     const std::int64_t row = static_cast<std::int64_t>(group) * w.group_rows + (ok ? f : 0);
     const std::uint8_t* codes = w.codes + row * (w.k / 4) + kb * (kTiledBK / 4);
     const std::uintptr_t sa = reinterpret_cast<std::uintptr_t>(w.scales + row * (w.k / 128) + (kb >> 1));
-    ptx::cp_async16(a_stage + code_off(r), codes, ok ? 16 : 0);
-    tq2_detail::cp_async4(a_stage + scale_off(r), reinterpret_cast<const void*>(sa & ~std::uintptr_t{3}), ok ? 4 : 0);
+    ptx::cp_async16(code_dst, codes, ok ? 16 : 0);
+    tq2_detail::cp_async4(scale_dst, reinterpret_cast<const void*>(sa & ~std::uintptr_t{3}), ok ? 4 : 0);
     return static_cast<std::uint32_t>(sa >> 1) & 1u;
   }
 
   // Thread r, after its cp.asyncs of this stage have landed: row r of the stage becomes its 64
   // f16 weights, unit u (k 8u .. 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it.
-  // The codes and scale are read before the row is overwritten (one thread, program order).
-  __device__ static void decode(std::uint8_t* a_stage, int r, std::uint32_t upper) {
+  // The codes and scale are read before the row is overwritten (one thread, program order), so
+  // they may wait in place.
+  __device__ static void decode(const std::uint8_t* code_src, const std::uint8_t* scale_src, std::uint8_t* a_stage, int r,
+                                std::uint32_t upper) {
     std::uint32_t q[4], sw;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(q[0]), "=r"(q[1]), "=r"(q[2]), "=r"(q[3])
-                 : "r"(ptx::smem_addr(a_stage + code_off(r))));
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sw) : "r"(ptx::smem_addr(a_stage + scale_off(r))));
+                 : "r"(ptx::smem_addr(code_src)));
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sw) : "r"(ptx::smem_addr(scale_src)));
     const std::uint32_t s = upper ? sw >> 16 : sw & 0xffffu;
     const std::uint32_t s2 = s | (s << 16);
     std::uint8_t* const row = a_stage + r * 128;
