@@ -1,11 +1,11 @@
 // The Hopper tiled engine: one warp-specialized, persistent wgmma kernel under every tiled
 // family; a RowMap (row_maps_sm90.cuh) says which tiles exist and where rows come from and go.
 //
-//   warpgroup 0   producer (40 registers): per stage, the weight box [128 rows][64 k] (a
+//   warpgroup 0   producer (40 registers, 96 when it decodes): per stage, the weight box [128 rows][64 k] (a
 //                 Weights policy, weights_sm90.cuh: by TMA, or ternary codes decoded to f16 by
 //                 the producer threads) and the token rows [BN][64 k] by TMA (dense) or a
 //                 cp.async gather (MoE), into a ring of stages with full/empty mbarriers;
-//   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
+//   warpgroups 1-2 consumers (232 registers, 208): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight, f32 accumulators; then the
 //                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
 //                 stores whole output rows (4 columns a thread, vectorized where aligned).
@@ -69,6 +69,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // full barrier once their writes are fenced, beside the TMA thread's expect_tx arrival.
   constexpr bool kThreadsWrite = RowMap::kGather || Weights::kDecode;
   constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 128 : 1;
+  // Registers per thread after the split (128 P + 256 C <= 65536): a TMA-issuing producer needs
+  // few; a decoding one needs room for several words in flight (at 40 it ran as a serial chain).
+  constexpr int kProducerRegs = Weights::kDecode ? 96 : 40;
+  constexpr int kConsumerRegs = Weights::kDecode ? 208 : 232;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536);
   constexpr TiledSm90Shape S = tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
   extern __shared__ std::uint8_t smem_raw[];
@@ -101,7 +106,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
-    ptx::setmaxnreg_dec<40>();
+    ptx::setmaxnreg_dec<kProducerRegs>();
     const int ptid = tid;
     if constexpr (!kThreadsWrite) {
       if (ptid != 0) return;
@@ -125,15 +130,25 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       constexpr int D = kTiledCodeStages;
       std::uint8_t* const code_ring = extra_base;
       int ti = blockIdx.x, kbi = 0;  // the iteration whose codes are copied next
-      std::uint32_t upper = 0;        // bit d: which half of code slot d's scale word is the scale
+      int wgroup = 0, wfeat0 = 0;     // its tile's weight group and first row (map.tile once a tile)
+      if (ti < total) {
+        const TileCoord ci = map.tile(ti);
+        wgroup = map.w_group(ci), wfeat0 = ci.feat0;
+      }
+      std::uint32_t upper = 0;  // bit d: which half of code slot d's scale word is the scale
       auto copy_next = [&](int slot) {
         if (ti < total) {
-          const TileCoord ci = map.tile(ti);
           std::uint8_t* const cs = code_ring + slot * kTiledCodeSlotBytes;
-          const std::uint32_t bit = Weights::issue(wp, map.w_group(ci), ci.feat0, kbi, Weights::code_in_slot(cs, ptid),
+          const std::uint32_t bit = Weights::issue(wp, wgroup, wfeat0, kbi, Weights::code_in_slot(cs, ptid),
                                                    Weights::scale_in_slot(cs, ptid), ptid);
           upper = (upper & ~(1u << slot)) | (bit << slot);
-          if (++kbi == kblocks) kbi = 0, ti += gridDim.x;
+          if (++kbi == kblocks) {
+            kbi = 0, ti += gridDim.x;
+            if (ti < total) {
+              const TileCoord ci = map.tile(ti);
+              wgroup = map.w_group(ci), wfeat0 = ci.feat0;
+            }
+          }
         }
         ptx::cp_async_commit();  // possibly empty: one group per iteration keeps the count exact
       };
@@ -213,7 +228,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   }
 
   // -------------------------------------------------------------------- consumers
-  ptx::setmaxnreg_inc<232>();
+  ptx::setmaxnreg_inc<kConsumerRegs>();
   using Mma = ptx::Wgmma<BN, BF16>;
   constexpr int kNarrow = BN > kTiledNarrowBN ? kTiledNarrowBN : BN;
   using MmaNarrow = ptx::Wgmma<kNarrow, BF16>;
