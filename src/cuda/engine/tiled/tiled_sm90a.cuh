@@ -5,7 +5,7 @@
 //                 Weights policy, weights_sm90.cuh: by TMA, or ternary codes decoded to f16 by
 //                 the producer threads) and the token rows [BN][64 k] by TMA (dense) or a
 //                 cp.async gather (MoE), into a ring of stages with full/empty mbarriers;
-//   warpgroups 1-2 consumers (232 registers, 208): 64 weight rows each x BN tokens, four
+//   warpgroups 1-2 consumers (232 registers, 200): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight, f32 accumulators; then the
 //                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
 //                 stores whole output rows (4 columns a thread, vectorized where aligned).
@@ -69,11 +69,16 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // full barrier once their writes are fenced, beside the TMA thread's expect_tx arrival.
   constexpr bool kThreadsWrite = RowMap::kGather || Weights::kDecode;
   constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 128 : 1;
-  // Registers per thread after the split (128 P + 256 C <= 65536): a TMA-issuing producer needs
-  // few; a decoding one needs room for several words in flight (at 40 it ran as a serial chain).
+  // Registers per thread after the split: a TMA-issuing producer needs few; a decoding one needs
+  // room for several words in flight (at 40 it ran as a serial chain). The block launches with
+  // kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the producer's
+  // .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever (seen: a hang
+  // with P 96, C 208).
+  constexpr int kLaunchRegs = 65536 / kTiledThreads / 8 * 8;  // 168
   constexpr int kProducerRegs = Weights::kDecode ? 96 : 40;
-  constexpr int kConsumerRegs = Weights::kDecode ? 208 : 232;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536);
+  constexpr int kConsumerRegs = Weights::kDecode ? 200 : 232;
+  static_assert(128 * (kLaunchRegs - kProducerRegs) >= 256 * (kConsumerRegs - kLaunchRegs),
+                "the consumers would wait for registers the producer never releases");
   constexpr TiledSm90Shape S = tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
   extern __shared__ std::uint8_t smem_raw[];
