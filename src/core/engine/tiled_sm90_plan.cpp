@@ -111,12 +111,6 @@ std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::in
   return "";
 }
 
-TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count) {
-  TiledSm90Launch l = tiled_sm90_dense_launch(1, m, n, sm_count);
-  l.smem_bytes = smem_for(l.bn, kTiledCodeRingBytes);
-  return l;
-}
-
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn) {
   return "tiled_sm90_tq2_f16_" + std::string(dtype_name(out)) + "_bn" + std::to_string(bn);
 }

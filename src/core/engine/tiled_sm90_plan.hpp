@@ -69,9 +69,7 @@ std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t 
 // The same without the arch check (what the sizes and dtypes alone rule out).
 std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
                                          bool exact);
-// The dense launch (tile width, grid) with the code ring's shared memory added.
-TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count);
-// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256
+// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256 (the launch: the dense one's)
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
 
 }  // namespace llmm::engine

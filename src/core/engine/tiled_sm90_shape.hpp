@@ -20,12 +20,6 @@ inline constexpr int kTiledEpiTokens = 32;
 inline constexpr int kTiledEpiStride = 68;
 // Width of the narrow tiles a row map may mix with its wide ones (MoE: experts with few rows).
 inline constexpr int kTiledNarrowBN = 64;
-// Ternary weights (Tq2Weights) with TMA tokens: the codes (16 bytes a row) and scale words (4
-// bytes a row) of the next kTiledCodeStages stages land in their own small ring, so that the
-// producer decodes a stage as soon as its slot of the main ring is free.
-inline constexpr int kTiledCodeStages = 4;
-inline constexpr int kTiledCodeSlotBytes = kTiledBM * (16 + 4);
-inline constexpr int kTiledCodeRingBytes = kTiledCodeStages * kTiledCodeSlotBytes;
 
 struct TiledSm90Shape {
   int bn = 0;      // tokens per tile: 64, 128 or 256 (the wgmma N)

@@ -87,10 +87,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   float* const epi = reinterpret_cast<float*>(smem + S.ring_bytes());
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + S.ring_bytes() + S.epi_bytes());
   std::uint64_t* const empty = full + kStages;
-  // After the barriers: the code ring (Tq2Weights with TMA tokens), then the row map's own bytes.
-  std::uint8_t* const extra_base = reinterpret_cast<std::uint8_t*>(empty + kStages);
-  constexpr bool kCodeRing = Weights::kDecode && !RowMap::kGather;
-  std::uint8_t* const extra = extra_base + (kCodeRing ? kTiledCodeRingBytes : 0);
+  std::uint8_t* const extra = reinterpret_cast<std::uint8_t*>(empty + kStages);
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
@@ -128,73 +125,66 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         }
       }
     } else if constexpr (!RowMap::kGather) {
-      // Ternary weights, TMA tokens: the codes of iteration it + kTiledCodeStages are copied into
-      // the code ring as soon as iteration it has been decoded out of it (each thread reads and
-      // writes only its own row's bytes there, so no barrier), and iteration it is decoded as
-      // soon as its stage is free: the decode, not the copy latency, is what the consumers wait on.
-      constexpr int D = kTiledCodeStages;
-      std::uint8_t* const code_ring = extra_base;
-      int ti = blockIdx.x, kbi = 0;  // the iteration whose codes are copied next
-      int wgroup = 0, wfeat0 = 0;     // its tile's weight group and first row (map.tile once a tile)
-      if (ti < total) {
-        const TileCoord ci = map.tile(ti);
-        wgroup = map.w_group(ci), wfeat0 = ci.feat0;
+      // Ternary weights, TMA tokens: each thread's row of codes and scale for iteration it + D
+      // is loaded into registers as iteration it is decoded (a queue unrolled by D, so that
+      // every slot has a static register index); a stage is decoded as soon as it is free.
+      constexpr int D = Weights::kLoadAhead;
+      const int my_tiles = static_cast<int>(blockIdx.x) < total ? (total - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
+      const int iters = my_tiles * kblocks;
+      int lt = blockIdx.x, lkb = 0, lgroup = 0, lfeat0 = 0;  // the next iteration to load
+      if (lt < total) {
+        const TileCoord c = map.tile(lt);
+        lgroup = map.w_group(c), lfeat0 = c.feat0;
       }
-      std::uint32_t upper = 0;  // bit d: which half of code slot d's scale word is the scale
-      auto copy_next = [&](int slot) {
-        if (ti < total) {
-          std::uint8_t* const cs = code_ring + slot * kTiledCodeSlotBytes;
-          const std::uint32_t bit = Weights::issue(wp, wgroup, wfeat0, kbi, Weights::code_in_slot(cs, ptid),
-                                                   Weights::scale_in_slot(cs, ptid), ptid);
-          upper = (upper & ~(1u << slot)) | (bit << slot);
-          if (++kbi == kblocks) {
-            kbi = 0, ti += gridDim.x;
-            if (ti < total) {
-              const TileCoord ci = map.tile(ti);
-              wgroup = map.w_group(ci), wfeat0 = ci.feat0;
+      auto load_next = [&](typename Weights::Row& dst) {
+        if (lt >= total) return;
+        dst = Weights::load(wp, lgroup, lfeat0, lkb, ptid);
+        if (++lkb == kblocks) {
+          lkb = 0, lt += gridDim.x;
+          if (lt < total) {
+            const TileCoord c = map.tile(lt);
+            lgroup = map.w_group(c), lfeat0 = c.feat0;
+          }
+        }
+      };
+      typename Weights::Row q[D];
+#pragma unroll
+      for (int j = 0; j < D; ++j) load_next(q[j]);
+      int t = blockIdx.x, kb = 0;
+      TileCoord c = t < total ? map.tile(t) : TileCoord{};
+      for (int base = 0; base < iters; base += D) {
+#pragma unroll
+        for (int j = 0; j < D; ++j) {
+          const int it = base + j;
+          if (it < iters) {
+            const int s = it % kStages;
+            ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+            std::uint8_t* const st = ring + s * S.stage_bytes();
+            if (ptid == 0) {
+              ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
+              map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
+            }
+            Weights::decode(q[j], st, ptid);
+            ptx::fence_proxy_async_smem();
+            ptx::mbar_arrive(&full[s]);
+            load_next(q[j]);
+            if (++kb == kblocks) {
+              kb = 0, t += gridDim.x;
+              if (t < total) c = map.tile(t);
             }
           }
         }
-        ptx::cp_async_commit();  // possibly empty: one group per iteration keeps the count exact
-      };
-#pragma unroll 1
-      for (int d = 0; d < D; ++d) copy_next(d);
-      int it = 0;
-      for (int t = blockIdx.x; t < total; t += gridDim.x) {
-        const TileCoord c = map.tile(t);
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          const int s = it % kStages, slot = it % D;
-          ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-          std::uint8_t* const st = ring + s * S.stage_bytes();
-          if (ptid == 0) {
-            ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
-            map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
-          }
-          ptx::cp_async_wait<D - 1>();  // this iteration's group: the D - 1 after it may still fly
-          std::uint8_t* const cs = code_ring + slot * kTiledCodeSlotBytes;
-          Weights::decode(Weights::code_in_slot(cs, ptid), Weights::scale_in_slot(cs, ptid), st, ptid, (upper >> slot) & 1u);
-          ptx::fence_proxy_async_smem();
-          ptx::mbar_arrive(&full[s]);
-          copy_next(slot);
-        }
       }
-      ptx::cp_async_wait<0>();
     } else {
-      // Gathered token rows (and ternary codes, in place in their weight rows) are used once kLag
-      // later iterations have been issued (cp.async groups land in order: wait_group<kLag> leaves
-      // only those in flight): then each thread decodes its weight row, fences its writes into
-      // the async proxy that wgmma reads, and arrives. kLag = stages - 2 keeps as many copies in
+      // Gathered token rows are used once kLag later iterations have been issued (cp.async groups
+      // land in order: wait_group<kLag> leaves only those in flight): then each thread fences its
+      // writes into the async proxy that wgmma reads, and arrives. kLag = stages - 2 keeps as many copies in
       // flight as the ring allows without a deadlock: the consumers, waiting on iteration i, have
       // released i - 2, which is what the producer needs to issue i + kLag.
       constexpr int kLag = kStages - 2;
+      static_assert(!Weights::kDecode, "no instance decodes weights beside a gather yet");
       int it = 0, landed = 0;
-      std::uint32_t upper = 0;  // Tq2Weights: bit i % 32 says which half of iteration i's scale word
       auto land = [&](int i) {
-        if constexpr (Weights::kDecode) {
-          std::uint8_t* const st = ring + (i % kStages) * S.stage_bytes();
-          Weights::decode(Weights::code_in_place(st, ptid), Weights::scale_in_place(st, ptid), st, ptid,
-                          (upper >> (i & 31)) & 1u);
-        }
         ptx::fence_proxy_async_smem();
         ptx::mbar_arrive(&full[i % kStages]);
       };
@@ -206,19 +196,10 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           std::uint8_t* const st = ring + s * S.stage_bytes();
           if (ptid == 0) {
-            if constexpr (Weights::kDecode) {
-              ptx::mbar_arrive(&full[s]);
-            } else {
-              ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
-              ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
-            }
+            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
+            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
           }
           map.gather_tokens(c, kb, st + S.a_bytes(), ptid);
-          if constexpr (Weights::kDecode) {
-            const std::uint32_t bit = Weights::issue(wp, map.w_group(c), c.feat0, kb, Weights::code_in_place(st, ptid),
-                                                     Weights::scale_in_place(st, ptid), ptid);
-            upper = (upper & ~(1u << (it & 31))) | (bit << (it & 31));
-          }
           ptx::cp_async_commit();
           if (it + 1 - landed > kLag) {
             ptx::cp_async_wait<kLag>();

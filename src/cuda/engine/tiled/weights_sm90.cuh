@@ -4,10 +4,9 @@
 //   TmaWeights  16-bit weights: one TMA box a stage from a 3D map [group][rows][k].
 //   Tq2Weights  ternary TQ2_0_g128 weights (codes [rows][k/4], f16 scales [rows][k/128]; the
 //               TernaryWeightCache's layout, tq2_args.hpp). Producer thread r owns weight row r of
-//               the box: it copies the row's 16 bytes of codes and the 4-byte word holding its
-//               scale by cp.async into its own 128-byte row of the stage, and once they have
-//               landed decodes them in place into f16 (code - 1) * scale: exact, since an f16
-//               scale times -1, 0 or +1 is an f16. The activation must then be f16 as well.
+//               the box: it loads the row's 16 bytes of codes and its scale into registers a few
+//               stages ahead, then writes the stage's row as f16 (code - 1) * scale: exact, since
+//               an f16 scale times -1, 0 or +1 is an f16. The activation must then be f16 too.
 // A group is a batch entry (dense) or an expert (MoE): weight row f of group g is row
 // g * group_rows + f of the stack.
 #pragma once
@@ -38,10 +37,6 @@ struct Tq2WeightsParams {
 };
 
 namespace tq2_detail {
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(ptx::smem_addr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
 __device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
   std::uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
@@ -58,45 +53,35 @@ __device__ __forceinline__ std::uint32_t scale_pair(std::uint32_t pair, std::uin
 struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
+  // How many stages ahead a producer thread loads its row's codes and scale into registers
+  // (plain loads: a cp.async into shared memory would make every stage's proxy fence wait for
+  // the copies still in flight, which is what the first versions measured).
+  static constexpr int kLoadAhead = 6;
 
-  // Where thread r's codes and scale word wait: in place, inside its own 128-byte row of the
-  // stage (16-byte units picked by r % 8, so that the 8 threads of a shared-memory phase use
-  // different banks), or in a slot of the code ring (kTiledCodeSlotBytes: codes, then scales).
-  __device__ static std::uint8_t* code_in_place(std::uint8_t* a_stage, int r) { return a_stage + r * 128 + ((r & 7) << 4); }
-  __device__ static std::uint8_t* scale_in_place(std::uint8_t* a_stage, int r) {
-    return a_stage + r * 128 + (((r & 7) ^ 4) << 4);
-  }
-  __device__ static std::uint8_t* code_in_slot(std::uint8_t* slot, int r) { return slot + r * 16; }
-  __device__ static std::uint8_t* scale_in_slot(std::uint8_t* slot, int r) { return slot + kTiledBM * 16 + r * 4; }
+  struct Row {
+    uint4 codes = {0u, 0u, 0u, 0u};  // 64 codes, k 64 kb .. 64 kb + 63 (zero past n)
+    std::uint32_t scale = 0;         // f16 bits of the row's scale (zero past n)
+  };
 
   // Producer thread r, at stage kb of a tile whose weight rows start at feat0 of group `group`:
-  // the cp.asyncs of its row (zero-filled past n: codes 0 with scale 0 decode to zero). Returns
-  // which f16 half of the 4-byte word is the scale (1: the upper).
-  __device__ static std::uint32_t issue(const Params& w, int group, int feat0, int kb, std::uint8_t* code_dst,
-                                        std::uint8_t* scale_dst, int r) {
+  // its row's 16 bytes of codes and its scale, as loads still in flight (used D stages later).
+  __device__ static Row load(const Params& w, int group, int feat0, int kb, int r) {
+    Row x;
     const int f = feat0 + r;
-    const bool ok = f < w.n;
-    const std::int64_t row = static_cast<std::int64_t>(group) * w.group_rows + (ok ? f : 0);
-    const std::uint8_t* codes = w.codes + row * (w.k / 4) + kb * (kTiledBK / 4);
-    const std::uintptr_t sa = reinterpret_cast<std::uintptr_t>(w.scales + row * (w.k / 128) + (kb >> 1));
-    ptx::cp_async16(code_dst, codes, ok ? 16 : 0);
-    tq2_detail::cp_async4(scale_dst, reinterpret_cast<const void*>(sa & ~std::uintptr_t{3}), ok ? 4 : 0);
-    return static_cast<std::uint32_t>(sa >> 1) & 1u;
+    if (f < w.n) {
+      const std::int64_t row = static_cast<std::int64_t>(group) * w.group_rows + f;
+      x.codes = __ldg(reinterpret_cast<const uint4*>(w.codes + row * (w.k / 4) + kb * (kTiledBK / 4)));
+      x.scale = __ldg(w.scales + row * (w.k / 128) + (kb >> 1));
+    }
+    return x;
   }
 
-  // Thread r, after its cp.asyncs of this stage have landed: row r of the stage becomes its 64
-  // f16 weights, unit u (k 8u .. 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it.
-  // The codes and scale are read before the row is overwritten (one thread, program order), so
-  // they may wait in place.
-  __device__ static void decode(const std::uint8_t* code_src, const std::uint8_t* scale_src, std::uint8_t* a_stage, int r,
-                                std::uint32_t upper) {
-    std::uint32_t q[4], sw;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(q[0]), "=r"(q[1]), "=r"(q[2]), "=r"(q[3])
-                 : "r"(ptx::smem_addr(code_src)));
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sw) : "r"(ptx::smem_addr(scale_src)));
-    const std::uint32_t s = upper ? sw >> 16 : sw & 0xffffu;
-    const std::uint32_t s2 = s | (s << 16);
+  // Thread r: row r of the stage becomes its 64 f16 weights (code - 1) * scale, unit u (k 8u ..
+  // 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it. Past n: codes 0 with scale 0
+  // give -0 * ... = zero weights.
+  __device__ static void decode(const Row& x, std::uint8_t* a_stage, int r) {
+    const std::uint32_t q[4] = {x.codes.x, x.codes.y, x.codes.z, x.codes.w};
+    const std::uint32_t s2 = (x.scale & 0xffffu) | (x.scale << 16);
     std::uint8_t* const row = a_stage + r * 128;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
