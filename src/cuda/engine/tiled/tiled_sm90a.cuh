@@ -65,10 +65,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
                       const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p,
                       const typename Weights::Params wp) {
   using RowMap = RowMapT<BN>;
-  // Producer threads that write stage memory themselves (a gather, a decode) each arrive on the
-  // full barrier once their writes are fenced, beside the TMA thread's expect_tx arrival.
+  // Producer warps that write stage memory themselves (a gather, a decode) arrive on the full
+  // barrier once per warp, after every lane has fenced its writes (one arrival a thread made 128
+  // atomics on one barrier word a stage), beside the TMA thread's expect_tx arrival.
   constexpr bool kThreadsWrite = RowMap::kGather || Weights::kDecode;
-  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 128 : 1;
+  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1;
   // Registers per thread after the split: a TMA-issuing producer needs few; a decoding one needs
   // room for several words in flight (at 40 it ran as a serial chain). The block launches with
   // kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the producer's
@@ -166,7 +167,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             }
             Weights::decode(q[j], st, ptid);
             ptx::fence_proxy_async_smem();
-            ptx::mbar_arrive(&full[s]);
+            __syncwarp();
+            if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
             load_next(q[j]);
             if (++kb == kblocks) {
               kb = 0, t += gridDim.x;
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     } else {
       // Gathered token rows are used once kLag later iterations have been issued (cp.async groups
       // land in order: wait_group<kLag> leaves only those in flight): then each thread fences its
-      // writes into the async proxy that wgmma reads, and arrives. kLag = stages - 2 keeps as many copies in
+      // writes into the async proxy that wgmma reads, and each warp arrives. kLag = stages - 2 keeps as many copies in
       // flight as the ring allows without a deadlock: the consumers, waiting on iteration i, have
       // released i - 2, which is what the producer needs to issue i + kLag.
       constexpr int kLag = kStages - 2;
@@ -186,7 +188,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       int it = 0, landed = 0;
       auto land = [&](int i) {
         ptx::fence_proxy_async_smem();
-        ptx::mbar_arrive(&full[i % kStages]);
+        __syncwarp();
+        if ((ptid & 31) == 0) ptx::mbar_arrive(&full[i % kStages]);
       };
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const TileCoord c = map.tile(t);
