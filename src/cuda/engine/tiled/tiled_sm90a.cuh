@@ -137,9 +137,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const TileCoord c = map.tile(lt);
         lgroup = map.w_group(c), lfeat0 = c.feat0;
       }
+      // Past this CTA's last iteration the loads repeat valid addresses (never used): no branch
+      // around a load whose register is still in flight.
       auto load_next = [&](typename Weights::Row& dst) {
-        if (lt >= total) return;
         dst = Weights::load(wp, lgroup, lfeat0, lkb, ptid);
+        if (lt >= total) return;
         if (++lkb == kblocks) {
           lkb = 0, lt += gridDim.x;
           if (lt < total) {

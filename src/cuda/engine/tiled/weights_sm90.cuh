@@ -59,29 +59,31 @@ struct Tq2Weights {
   static constexpr int kLoadAhead = 6;
 
   struct Row {
-    uint4 codes = {0u, 0u, 0u, 0u};  // 64 codes, k 64 kb .. 64 kb + 63 (zero past n)
-    std::uint32_t scale = 0;         // f16 bits of the row's scale (zero past n)
+    uint4 codes;           // 64 codes, k 64 kb .. 64 kb + 63
+    std::uint32_t scale;   // f16 bits of the row's scale
+    bool valid;            // the row exists (feat0 + r < n): else it decodes to zeros
   };
 
   // Producer thread r, at stage kb of a tile whose weight rows start at feat0 of group `group`:
   // its row's 16 bytes of codes and its scale, as loads still in flight (used D stages later).
+  // The loads are unconditional (a row past n reads row n - 1 and is masked at the decode): a
+  // conditional load would be merged with a default value right away, waiting for the data.
   __device__ static Row load(const Params& w, int group, int feat0, int kb, int r) {
     Row x;
     const int f = feat0 + r;
-    if (f < w.n) {
-      const std::int64_t row = static_cast<std::int64_t>(group) * w.group_rows + f;
-      x.codes = __ldg(reinterpret_cast<const uint4*>(w.codes + row * (w.k / 4) + kb * (kTiledBK / 4)));
-      x.scale = __ldg(w.scales + row * (w.k / 128) + (kb >> 1));
-    }
+    x.valid = f < w.n;
+    const std::int64_t row = static_cast<std::int64_t>(group) * w.group_rows + (x.valid ? f : w.n - 1);
+    x.codes = __ldg(reinterpret_cast<const uint4*>(w.codes + row * (w.k / 4) + kb * (kTiledBK / 4)));
+    x.scale = __ldg(w.scales + row * (w.k / 128) + (kb >> 1));
     return x;
   }
 
   // Thread r: row r of the stage becomes its 64 f16 weights (code - 1) * scale, unit u (k 8u ..
-  // 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it. Past n: codes 0 with scale 0
-  // give -0 * ... = zero weights.
+  // 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it. Past n: scale 0, so zeros.
   __device__ static void decode(const Row& x, std::uint8_t* a_stage, int r) {
     const std::uint32_t q[4] = {x.codes.x, x.codes.y, x.codes.z, x.codes.w};
-    const std::uint32_t s2 = (x.scale & 0xffffu) | (x.scale << 16);
+    const std::uint32_t s = x.valid ? x.scale & 0xffffu : 0u;
+    const std::uint32_t s2 = s | (s << 16);
     std::uint8_t* const row = a_stage + r * 128;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
