@@ -164,7 +164,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     // The tiled engine: sm_90 exactly, m, n, k below 2^31 and at most 2^31 - 1 tiles of 64 x 128
     // (m = 0 counted as 1); the input's dtype is checked with precision by gemm_tq2 itself.
     constexpr std::int64_t kI32 = 0x7fffffff;
-    const std::int64_t tm = (m1 + 63) / 64, tn = n / 128 + (n % 128 != 0);
+    const std::int64_t tm = m1 / 64 + (m1 % 64 != 0), tn = n / 128 + (n % 128 != 0);
     accepts = accepts && sm90 && m1 <= kI32 && n <= kI32 && k <= kI32 && tm <= kI32 / tn;
   }
   FUZZ_CHECK(r.has_value() == accepts, "forced ", tq2_route_name(force), r ? " accepted" : " refused", ctx(), " ", why.message);
@@ -207,7 +207,9 @@ void check_workspace(FuzzedDataProvider& in) {
     // The tiled engine takes no f32 Exact (it would need the activation's second f16 part).
     const bool f32_exact = in_dt == DType::F32 && o.precision == Precision::Exact;
     if (!b && r == Tq2Route::TiledSm90 && f32_exact) {
-      FUZZ_CHECK(why.code == ErrorCode::Unsupported, why.message);
+      // Invalid sizes are refused first (InvalidArgument); valid ones for the precision.
+      FUZZ_CHECK(why.code == ErrorCode::Unsupported || why.code == ErrorCode::InvalidArgument, why.message);
+      if (small) FUZZ_CHECK(why.code == ErrorCode::Unsupported, "f32 Exact refused as ", why.message, ctx());
     } else if (!b) {
       FUZZ_CHECK(!small, "valid sizes refused for ", tq2_route_name(r), ": ", why.message, ctx());
       FUZZ_CHECK(why.code == ErrorCode::InvalidArgument || why.code == ErrorCode::Unsupported, why.message);
