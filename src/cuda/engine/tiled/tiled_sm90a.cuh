@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // atomics on one barrier word a stage), beside the TMA thread's expect_tx arrival.
   constexpr bool kThreadsWrite = RowMap::kGather || Weights::kDecode;
   constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1;
-  // Registers per thread after the split: a TMA-issuing producer needs few; a decoding one needs
-  // room for several words in flight (at 40 it ran as a serial chain). The block launches with
+  // Registers per thread after the split: a TMA-issuing producer needs few; a decoding one holds
+  // its loads in flight and the decode's temporaries. The block launches with
   // kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the producer's
   // .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever (seen: a hang
   // with P 96, C 208).
@@ -129,8 +129,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       // Ternary weights, TMA tokens: each thread's row of codes and scale for iteration it + D
       // is loaded into registers as iteration it is decoded (a queue unrolled by D, so that
       // every slot has a static register index); a stage is decoded as soon as it is free.
+      // Measured limit (docs/performance.md, "Ternary prefill on the engine"): ptxas puts every
+      // load in flight on one scoreboard, so each decode waits for the newest load.
       constexpr int D = Weights::kLoadAhead;
-      const int my_tiles = static_cast<int>(blockIdx.x) < total ? (total - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
+      const int bx = static_cast<int>(blockIdx.x), gx = static_cast<int>(gridDim.x);
+      const int my_tiles = bx < total ? (total - 1 - bx) / gx + 1 : 0;
       const int iters = my_tiles * kblocks;
       int lt = blockIdx.x, lkb = 0, lgroup = 0, lfeat0 = 0;  // the next iteration to load
       if (lt < total) {

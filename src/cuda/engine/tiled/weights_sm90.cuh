@@ -53,9 +53,9 @@ __device__ __forceinline__ std::uint32_t scale_pair(std::uint32_t pair, std::uin
 struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
-  // How many stages ahead a producer thread loads its row's codes and scale into registers
-  // (plain loads: a cp.async into shared memory would make every stage's proxy fence wait for
-  // the copies still in flight, which is what the first versions measured).
+  // How many stages ahead a producer thread loads its row's codes and scale into registers.
+  // (Measured: no faster than the cp.async versions before it, because all these loads share one
+  // scoreboard; the next version copies codes and scales by TMA: docs/performance.md.)
   static constexpr int kLoadAhead = 6;
 
   struct Row {
