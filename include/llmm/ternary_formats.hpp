@@ -23,6 +23,15 @@ std::vector<BlockTQ2_128> tq2_from_gguf_tq2_0(const void* data, std::size_t byte
 // + j). Every byte decodes, so only d can be bad. Lossless. Requires k % 256 == 0.
 std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
 
+// Q2_0 with 128-weight groups as PrismML writes it (the Ternary-Bonsai GGUFs: GGML type 42 in
+// PrismML's llama.cpp branch; not mainline ggml's Q2_0, whose groups are 64 weights in 18 bytes):
+// a row of k weights is k / 128 blocks of 34 bytes {d (f16), qs[32]}, weight j at bits
+// 2 * (j % 4) of qs[j / 4], value (code - 1) * d. TQ2_0_g128 is the same block with the scale
+// last: a reorder, lossless. The format also allows code 3 (+2), which a ternary block cannot
+// hold: refused, naming the row, block and byte, as is a non-finite d. Requires k % 128 == 0 and
+// bytes == n * k / 128 * 34.
+std::vector<BlockTQ2_128> tq2_from_q2_0_g128(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
+
 // Hugging Face BitNet packing (BitNet b1.58 2B4T, Falcon3-1.58bit): uint8 [out / 4, in], weight
 // row r in packed row r % (out / 4) at bits 2 * (r / (out / 4)), code - 1 in {-1, 0, 1}; the
 // layer divides its output by the per-tensor weight_scale, so every block gets d = 1 /

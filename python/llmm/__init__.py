@@ -399,10 +399,13 @@ def dequantize_tq2(aos, n: int, k: int) -> np.ndarray:
 
 
 def tq2_from_gguf(data, kind: str, n: int, k: int) -> bytes:
-    """TQ2_0_g128 AoS bytes of a GGUF tensor's raw bytes: kind "TQ2_0" (66-byte blocks of 256) or
-    "TQ1_0" (54-byte base-3 blocks of 256), n rows of k weights (k % 256 == 0). Lossless: every
-    weight keeps its code and its block's f16 scale. Refuses a wrong byte count, an invalid code 3
-    or a non-finite scale, naming the row and block."""
+    """TQ2_0_g128 AoS bytes of a GGUF tensor's raw bytes: kind "TQ2_0" (66-byte blocks of 256),
+    "TQ1_0" (54-byte base-3 blocks of 256), both with k % 256 == 0, or "Q2_0_g128" (PrismML's
+    Ternary-Bonsai Q2_0, GGML type 42 in their llama.cpp branch: 34-byte blocks {d, qs[32]} of 128,
+    k % 128 == 0; gguf-py does not know type 42, so read its bytes yourself); n rows of k weights.
+    Lossless: every weight keeps its code and its block's f16 scale. Refuses a wrong byte count, a
+    code 3 (invalid in TQ2_0; +2 in Q2_0, which a ternary block cannot hold) or a non-finite scale,
+    naming the row and block."""
     return _llmm.tq2_from_gguf(data, kind, n, k)
 
 

@@ -152,6 +152,24 @@ def test_ternary_roundtrip_and_gemm():
         llmm.gemm_tq2(weight, rand(3, 128))
 
 
+def test_prism_q2_0_group128_converts_losslessly_and_refuses_plus_two():
+    # PrismML's Q2_0 (group 128): the same 34-byte block as TQ2_0_g128 with the f16 scale first.
+    n, k = 6, 384
+    w = (RNG.integers(-1, 2, (n, k)) * 0.125).astype(np.float32)
+    w[:, ::128] = 0.125  # every block has a nonzero: absmax recovers the scale exactly
+    ours = np.frombuffer(llmm.quantize_tq2(w, "absmax"), np.uint8).reshape(-1, 34)
+    prism = np.concatenate([ours[:, 32:], ours[:, :32]], axis=1).tobytes()
+    back = llmm.tq2_from_gguf(prism, "Q2_0_g128", n, k)
+    assert back == ours.tobytes()
+    np.testing.assert_array_equal(llmm.dequantize_tq2(back, n, k), w)
+    bad = bytearray(prism)
+    bad[34 * 2 + 2] |= 0x03  # row 0, block 2, byte 0: code 3, i.e. +2
+    with pytest.raises(llmm.Error, match=r"code 3 \(\+2\) in row 0, block 2, byte 0"):
+        llmm.tq2_from_gguf(bytes(bad), "Q2_0_g128", n, k)
+    with pytest.raises(llmm.Error, match="kind must be 'TQ2_0', 'TQ1_0' or 'Q2_0_g128'"):
+        llmm.tq2_from_gguf(prism, "Q2_0", n, k)
+
+
 @pytest.mark.parametrize("route", ["direct", "grouped"])
 @pytest.mark.parametrize("layout", ["shared", "slotted"])
 def test_matmul_id_numpy(route, layout):

@@ -152,3 +152,45 @@ TEST(Tq2Formats, BadInputIsRefusedNamingWhere) {
   expect_error([&] { tq2_from_bitnet(p.data(), p.size(), 12, 128, 1.0f); }, ErrorCode::InvalidArgument,
                "invalid code 3 at packed row 1, column 7, bits 6");
 }
+
+// PrismML's Q2_0 with 128-weight groups ({d, qs[32]}, weight j at bits 2 (j % 4) of qs[j / 4],
+// value (code - 1) d), written here from that description: every weight keeps its code and
+// scale; code 3 (+2 in that format, not ternary), a non-finite d and a wrong size are refused.
+TEST(Tq2Formats, PrismQ2_0Group128IsLosslessAndRefusesPlusTwo) {
+  std::mt19937_64 g(11);
+  for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{1, 128}, {5, 384}, {9, 2560}}) {
+    std::vector<int> code(static_cast<std::size_t>(n * k));
+    for (int& c : code) c = static_cast<int>(g() % 3);
+    std::vector<std::uint16_t> d;
+    for (std::int64_t i = 0; i < n * (k / 128); ++i) d.push_back(f32_to_f16_bits(std::ldexp(static_cast<float>(g() % 999 + 1), -11)));
+    std::vector<std::uint8_t> q;
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t b = 0; b < k / 128; ++b) {
+        std::uint8_t blk[34] = {};
+        std::memcpy(blk, &d[static_cast<std::size_t>(r * (k / 128) + b)], 2);
+        for (int j = 0; j < 128; ++j) blk[2 + j / 4] |= static_cast<std::uint8_t>(code[static_cast<std::size_t>(r * k + b * 128 + j)] << (2 * (j % 4)));
+        q.insert(q.end(), blk, blk + 34);
+      }
+    const std::vector<BlockTQ2_128> got = tq2_from_q2_0_g128(q.data(), q.size(), n, k);
+    const std::vector<float> w = tq2_dequantize(got.data(), got.size() * sizeof(BlockTQ2_128), n, k);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t j = 0; j < k; ++j)
+        ASSERT_EQ(w[static_cast<std::size_t>(r * k + j)],
+                  static_cast<float>(code[static_cast<std::size_t>(r * k + j)] - 1) *
+                      f16_bits_to_f32(d[static_cast<std::size_t>(r * (k / 128) + j / 128)]))
+            << n << "x" << k << " row " << r << " column " << j;
+    if (n != 5) continue;
+    expect_error([&] { tq2_from_q2_0_g128(q.data(), q.size() - 1, n, k); }, ErrorCode::InvalidArgument,
+                 "509 bytes given, an [5, 384] Q2_0 (group 128) tensor is 510");
+    expect_error([&] { tq2_from_q2_0_g128(q.data(), q.size(), n, 320); }, ErrorCode::InvalidArgument,
+                 "not a multiple of 128");
+    std::vector<std::uint8_t> bad = q;
+    bad[34 * 4 + 2 + 9] |= 0x0c;  // row 1, block 1, byte 9: a code 3 at bits 2
+    expect_error([&] { tq2_from_q2_0_g128(bad.data(), bad.size(), n, k); }, ErrorCode::InvalidArgument,
+                 "code 3 (+2) in row 1, block 1, byte 9: TQ2_0_g128 holds ternary weights only");
+    bad = q;
+    bad[34 * 3] = 0x01, bad[34 * 3 + 1] = 0xfc;  // row 1, block 0: d = NaN
+    expect_error([&] { tq2_from_q2_0_g128(bad.data(), bad.size(), n, k); }, ErrorCode::InvalidArgument,
+                 "non-finite scale (f16 bits 0xfc01) in row 1, block 0");
+  }
+}

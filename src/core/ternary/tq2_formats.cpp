@@ -101,6 +101,37 @@ std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t byte
                    });
 }
 
+std::vector<BlockTQ2_128> tq2_from_q2_0_g128(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k) {
+  constexpr const char* who = "tq2_from_q2_0_g128";
+  if (n < 1 || k < 1) fail(ErrorCode::InvalidArgument, who, ": n ", n, " and k ", k, " must be >= 1");
+  const std::size_t want = tq2_aos_bytes(n, k);  // k % 128, sizes: the same 34 bytes a block as ours
+  if (bytes != want)
+    fail(ErrorCode::InvalidArgument, who, ": ", bytes, " bytes given, an [", n, ", ", k, "] Q2_0 (group 128) tensor is ",
+         want, " (", k / kTq2BlockWeights, " blocks of 34 bytes a row)");
+  if (!data) fail(ErrorCode::InvalidArgument, who, ": null data");
+  std::vector<BlockTQ2_128> out = blocks_for(n, k, who);
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  const std::int64_t bpr = k / kTq2BlockWeights;
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t b = 0; b < bpr; ++b) {
+      const std::size_t i = static_cast<std::size_t>(r * bpr + b);
+      const std::uint8_t* src = p + i * kTq2BlockBytes;
+      std::uint16_t d;
+      std::memcpy(&d, src, 2);
+      check_scale(who, d, r, b);
+      for (int byte = 0; byte < 32; ++byte) {
+        const std::uint8_t q = src[2 + byte];
+        // A code 3 has both bits of its pair set: (q & (q >> 1)) & 0x55 marks the pairs.
+        if ((q & (q >> 1) & 0x55u) != 0)
+          fail(ErrorCode::InvalidArgument, who, ": code 3 (+2) in row ", r, ", block ", b, ", byte ", byte,
+               ": TQ2_0_g128 holds ternary weights only");
+      }
+      std::memcpy(out[i].qs, src + 2, 32);
+      out[i].d = d;
+    }
+  return out;
+}
+
 std::vector<BlockTQ2_128> tq2_from_bitnet(const std::uint8_t* packed, std::size_t bytes, std::int64_t out_rows,
                                           std::int64_t in, float weight_scale) {
   constexpr const char* who = "tq2_from_bitnet";
