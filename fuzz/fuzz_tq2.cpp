@@ -189,9 +189,10 @@ void check_quantize(FuzzedDataProvider& in) {
 
 // Other tools' formats: random bytes with small random shapes. A conversion either refuses with
 // InvalidArgument or returns blocks that tq2_dequantize accepts (no code 3, finite scales) with
-// the right count; a GGUF conversion keeps each 256-block's scale on both of its halves.
+// the right count; a GGUF conversion keeps each 256-block's scale on both of its halves; the
+// Q2_0 group-128 one is the same 34 bytes with the scale moved to the end.
 void check_formats(FuzzedDataProvider& in) {
-  const int which = in.ConsumeIntegralInRange(0, 2);
+  const int which = in.ConsumeIntegralInRange(0, 3);
   const std::int64_t n = in.ConsumeIntegralInRange<std::int64_t>(-1, 9);
   const std::int64_t k = 128 * in.ConsumeIntegralInRange<std::int64_t>(-1, 9);
   const float scale = in.ConsumeFloatingPoint<float>();
@@ -201,6 +202,7 @@ void check_formats(FuzzedDataProvider& in) {
       [&] {
         if (which == 0) return tq2_from_gguf_tq2_0(bytes.data(), bytes.size(), n, k);
         if (which == 1) return tq2_from_gguf_tq1_0(bytes.data(), bytes.size(), n, k);
+        if (which == 3) return tq2_from_q2_0_g128(bytes.data(), bytes.size(), n, k);
         return tq2_from_bitnet(bytes.data(), bytes.size(), n, k, scale);
       },
       &why);
@@ -211,6 +213,12 @@ void check_formats(FuzzedDataProvider& in) {
   FUZZ_CHECK(got->size() * kBlock == tq2_aos_bytes(n, k), "wrong block count");
   auto w = attempt([&] { return tq2_dequantize(got->data(), got->size() * kBlock, n, k); }, &why);
   FUZZ_CHECK(w.has_value(), "a converted weight does not decode: ", why.message);
+  if (which == 3)
+    for (std::size_t b = 0; b < got->size(); ++b) {
+      const unsigned char* src = bytes.data() + b * kBlock;
+      FUZZ_CHECK(std::memcmp((*got)[b].qs, src + 2, 32) == 0 && (*got)[b].d == static_cast<std::uint16_t>(src[0] | src[1] << 8),
+                 "Q2_0 block ", b, " is not the source block reordered");
+    }
   if (which < 2) {
     const std::size_t block = which == 0 ? 66 : 54, d_at = which == 0 ? 64 : 52;
     for (std::size_t b = 0; b < got->size(); ++b) {
