@@ -38,7 +38,7 @@ def test_gguf_refusals_name_the_problem():
     bad[66 + 3] |= 0xC0  # row 1, block 0, byte 3: a code 3
     with pytest.raises(llmm.Error, match="invalid code 3 in row 1, block 0, byte 3"):
         llmm.tq2_from_gguf(bytes(bad), "TQ2_0", 2, 256)
-    with pytest.raises(llmm.Error, match="kind must be 'TQ2_0' or 'TQ1_0'"):
+    with pytest.raises(llmm.Error, match="kind must be 'TQ2_0', 'TQ1_0' or 'Q2_0_g128', got 'Q4_0'"):
         llmm.tq2_from_gguf(q.tobytes(), "Q4_0", 2, 256)
 
 
