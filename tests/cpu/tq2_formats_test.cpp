@@ -158,7 +158,8 @@ TEST(Tq2Formats, BadInputIsRefusedNamingWhere) {
 // scale; code 3 (+2 in that format, not ternary), a non-finite d and a wrong size are refused.
 TEST(Tq2Formats, PrismQ2_0Group128IsLosslessAndRefusesPlusTwo) {
   std::mt19937_64 g(11);
-  for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{1, 128}, {5, 384}, {9, 2560}}) {
+  for (const auto& nk : {std::pair<std::int64_t, std::int64_t>{1, 128}, {5, 384}, {9, 2560}}) {
+    const std::int64_t n = nk.first, k = nk.second;  // plain locals: lambdas below capture them
     std::vector<int> code(static_cast<std::size_t>(n * k));
     for (int& c : code) c = static_cast<int>(g() % 3);
     std::vector<std::uint16_t> d;
