@@ -145,6 +145,11 @@ TEST(Tq2Cache, UploadOnceSameHandleAndRefusals) {
   // The SoA codes of row 3, block 1 are the AoS block's bytes; its scale sits apart.
   EXPECT_EQ(std::memcmp(h1->codes() + 3 * 64 + 32, b[3 * 2 + 1].qs, 32), 0);
   EXPECT_EQ(h1->scales()[3 * 2 + 1], b[3 * 2 + 1].d);
+  // The transposed copy: [k/128][ld] with ld = 40 rounded up to 8, padding zero.
+  EXPECT_EQ(h1->scales_t_ld(), 40);
+  for (int r = 0; r < 40; ++r)
+    for (int blk = 0; blk < 2; ++blk) EXPECT_EQ(h1->scales_t()[blk * 40 + r], b[r * 2 + blk].d) << r << " " << blk;
+  EXPECT_GE(h1->held_bytes(), h1->bytes() + 2u * 40 * 2);
   expect_error([&] { cache.get_or_upload(7, b.data(), bytes_of(b), 80, 128); }, ErrorCode::InvalidArgument,
                "key 7 holds an [40, 256] weight, asked for [80, 128]");
   expect_error([&] { cache.get_or_upload(8, b.data(), bytes_of(b), 40, 200); }, ErrorCode::InvalidArgument,
@@ -162,6 +167,20 @@ TEST(Tq2Cache, UploadOnceSameHandleAndRefusals) {
   EXPECT_EQ(cache.bytes_held(), 0u);
   EXPECT_EQ(h1->k(), 256);  // the handle keeps the weight alive after eviction
   EXPECT_EQ(std::memcmp(h1->codes() + 3 * 64 + 32, b[3 * 2 + 1].qs, 32), 0);
+}
+
+// A row count that is not a multiple of 8: the transposed scales' rows are padded with zeros
+// (the engine's TMA reads 128 rows' scales at once and relies on it for rows past n).
+TEST(Tq2Cache, TransposedScalesPadRowsWithZeros) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(13, 384, 5);
+  WeightHandle h = cache.get_or_upload(1, b.data(), bytes_of(b), 13, 384);
+  ASSERT_EQ(h->scales_t_ld(), 16);
+  for (int blk = 0; blk < 3; ++blk) {
+    for (int r = 0; r < 13; ++r) EXPECT_EQ(h->scales_t()[blk * 16 + r], b[r * 3 + blk].d) << r << " " << blk;
+    for (int r = 13; r < 16; ++r) EXPECT_EQ(h->scales_t()[blk * 16 + r], 0) << r << " " << blk;
+  }
 }
 
 // A handle only ever releases its own upload: after the key was evicted and reused, the old

@@ -151,7 +151,10 @@ TEST(TiledSm90Plan, Tq2TakesF16Bf16AndF32FastOnSm90Only) {
   EXPECT_EQ(tiled_sm90_tq2_refusal(7, 8, 192, DType::BF16, DType::F32, false, a), "needs k a positive multiple of 128");
   EXPECT_EQ(tiled_sm90_tq2_refusal(7, std::int64_t{1} << 31, 128, DType::BF16, DType::F32, false, a),
             "needs 1 <= m, n, k < 2^31");
-  EXPECT_EQ(tiled_sm90_tq2_refusal(0x7fffffff, 0x7fffffff, 128, DType::BF16, DType::F32, false, a),
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, (std::int64_t{1} << 30) - 127, 128, DType::BF16, DType::F32, false, a),
+            "needs n <= 2^30 - 128 (the scale copy addresses a row's scales by byte offset)");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(7, (std::int64_t{1} << 30) - 128, 128, DType::BF16, DType::F32, false, a), "");
+  EXPECT_EQ(tiled_sm90_tq2_refusal(0x7fffffff, 1 << 29, 128, DType::BF16, DType::F32, false, a),
             "more than 2^31 - 1 tiles");
   ArchInfo ampere = a;
   ampere.cc_major = 8;
@@ -175,7 +178,11 @@ TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
   EXPECT_EQ(bf.bytes, 256u + 4096u + 1536u * 3072u * 2u);
   EXPECT_EQ(bf.absmax_kernel, "tq2_lt_absmax_bf16");
   EXPECT_EQ(bf.split_kernel, "tq2_lt_split_bf16_f16x1");
-  EXPECT_EQ(bf.launch, tiled_sm90_dense_launch(1, 1536, 27648, 132));
+  // The dense launch plus the producer's code ring, within an H200 block's shared memory.
+  TiledSm90Launch dense = tiled_sm90_dense_launch(1, 1536, 27648, 132);
+  dense.smem_bytes += kTiledCodeRingBytes;
+  EXPECT_EQ(bf.launch, dense);
+  for (std::int64_t m : {1, 100, 200, 5000}) EXPECT_LE(tiled_sm90_tq2_launch(m, 3072, 132).smem_bytes, 232448) << m;
   EXPECT_EQ(bf.engine_kernel, tiled_sm90_tq2_kernel_name(DType::F32, bf.launch.bn));
   Tq2Options o;
   o.force_route = Tq2Route::TiledSm90;

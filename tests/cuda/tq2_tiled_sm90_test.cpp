@@ -33,10 +33,12 @@ TEST(Tq2TiledSm90Gpu, SweepDtypesShapesStridesTileWidths) {
   if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
   TernaryWeightCache cache(ctx);
   struct Shape { std::int64_t m, n, k; };
-  // Small m, non-multiples of the 128-row weight box and of every tile width, long K, and shapes
-  // large enough that the launch picks 128- and 256-wide tiles (checked below).
-  const Shape shapes[] = {{1, 200, 384},  {17, 1000, 128},  {65, 333, 1024}, {300, 136, 2048},
-                          {600, 520, 256}, {1024, 4224, 128}, {250, 8400, 128}};
+  // Small m, non-multiples of the 128-row weight box and of every tile width, n not a multiple
+  // of 8 (the transposed scales' padding), long K, and shapes large enough that the launch picks
+  // 128- and 256-wide tiles (checked below) and gives a CTA several tiles (the code ring then
+  // carries over tile boundaries).
+  const Shape shapes[] = {{1, 200, 384},   {17, 1000, 128},  {65, 333, 1024}, {300, 136, 2048}, {3, 13, 256},
+                          {600, 520, 256}, {1024, 4224, 128}, {250, 8400, 128}, {513, 2051, 640}};
   std::set<std::string> widths;
   std::uint64_t seed = 3000;
   for (const Shape& s : shapes)

@@ -9,6 +9,7 @@ namespace {
 
 constexpr int kDefaultSms = 132;
 constexpr std::int64_t kMaxTiles = 0x7fffffff;
+constexpr std::int64_t kMaxTq2Rows = (std::int64_t{1} << 30) - 128;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
 
@@ -107,8 +108,15 @@ std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::in
   if (out != DType::F32 && out != in) return "needs an f32 or input-dtype output";
   if (k < 128 || k % 128 != 0) return "needs k a positive multiple of 128";
   if (m < 1 || n < 1 || n > kMaxTiles || k > kMaxTiles || m > kMaxTiles) return "needs 1 <= m, n, k < 2^31";
+  if (n > kMaxTq2Rows) return "needs n <= 2^30 - 128 (the scale copy addresses a row's scales by byte offset)";
   if (ceil_div(m, 64) > kMaxTiles / ceil_div(n, kTiledBM)) return "more than 2^31 - 1 tiles";
   return "";
+}
+
+TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count) {
+  TiledSm90Launch l = tiled_sm90_dense_launch(1, m, n, sm_count);
+  l.smem_bytes += kTiledCodeRingBytes;
+  return l;
 }
 
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn) {

@@ -62,14 +62,17 @@ std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm
 // ---- tq2
 // Why the tq2 instance cannot take gemm_tq2's problem ("" when it can): sm_90; input f16, bf16,
 // or f32 with Fast precision (f32 Exact would need the activation's second f16 part); output f32
-// or the input's dtype; k % 128 == 0; n, k and the tiles below 2^31. The f16 input's own
+// or the input's dtype; k % 128 == 0; n <= 2^30 - 128 (the scale copy's coordinate is a byte
+// offset in an int), k and the tiles below 2^31. The f16 input's own
 // alignment is checked by the route (tq2_tiled_sm90_plan), which sees the pointers.
 std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
                                    const ArchInfo& arch);
 // The same without the arch check (what the sizes and dtypes alone rule out).
 std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
                                          bool exact);
-// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256 (the launch: the dense one's)
+// The dense launch for one [m, n] problem, plus the producer's code ring in shared memory.
+TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count);
+// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
 
 }  // namespace llmm::engine

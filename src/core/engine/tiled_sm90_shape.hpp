@@ -39,7 +39,23 @@ struct TiledSm90Shape {
 // row), each consumer's copy of its output rows (4 bytes a row), tile and row starts per expert.
 constexpr int tiled_sm90_moe_extra_bytes(int bn, int n_experts) { return bn * 8 + 2 * bn * 4 + 2 * (n_experts + 1) * 4; }
 
+// Ternary decode (Tq2Weights): a ring of code slots at the top of shared memory, after the row
+// map's bytes. A slot holds one stage's 128 weight rows: 16 bytes of codes a row (64 k), then
+// the 128 rows' f16 scales of that k (the transposed scale copy makes them contiguous), both by
+// TMA; each slot has a full and an empty mbarrier. 128 bytes of slack align the slots.
+inline constexpr int kTiledCodeSlots = 6;
+inline constexpr int kTiledCodeBytes = kTiledBM * kTiledBK / 4;  // 2048
+inline constexpr int kTiledCodeSlotBytes = kTiledCodeBytes + kTiledBM * 2;  // + 256 bytes of scales
+inline constexpr int kTiledCodeRingBytes = 128 + kTiledCodeSlots * kTiledCodeSlotBytes + 2 * kTiledCodeSlots * 8;
+
 // Stages chosen so that the ring stays near 192 KB (of the 227 KB an H200 block may hold).
 constexpr TiledSm90Shape tiled_sm90_shape(int bn) { return TiledSm90Shape{bn, bn >= 256 ? 4 : bn >= 128 ? 6 : 8}; }
+
+// The most dynamic shared memory an sm_90 block may have (227 KB).
+inline constexpr int kTiledMaxSmem = 232448;
+static_assert(tiled_sm90_shape(64).fixed_smem_bytes() + kTiledCodeRingBytes <= kTiledMaxSmem &&
+                  tiled_sm90_shape(128).fixed_smem_bytes() + kTiledCodeRingBytes <= kTiledMaxSmem &&
+                  tiled_sm90_shape(256).fixed_smem_bytes() + kTiledCodeRingBytes <= kTiledMaxSmem,
+              "the ternary code ring does not fit beside the stage ring");
 
 }  // namespace llmm::engine

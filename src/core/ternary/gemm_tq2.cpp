@@ -74,6 +74,7 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   if (overlaps(in, out)) fail(ErrorCode::InvalidArgument, kOp, ": out overlaps in");
   Checked c;
   c.args.codes = w->codes(), c.args.scales = w->scales();
+  c.args.scales_t = w->scales_t(), c.args.scales_t_ld = w->scales_t_ld();
   c.args.m = m, c.args.n = w->n(), c.args.k = w->k();
   c.args.in = in.data, c.args.in_dtype = in.dtype, c.args.in_ld = m > 1 ? in.stride(0) : w->k();
   c.args.out = out.data, c.args.out_dtype = out.dtype, c.args.out_ld = m > 1 ? out.stride(0) : w->n();

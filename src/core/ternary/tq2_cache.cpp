@@ -47,8 +47,10 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
   const std::size_t scales_bytes = static_cast<std::size_t>(n * bpr) * 2;
   const std::size_t scales_off = round_up(codes_bytes, 256);
   // Zero tail after the scales: tq2_stream_v4 copies scales in whole 16-byte units.
-  std::vector<unsigned char> soa =
-      detail::host_vector<unsigned char>(scales_off + scales_bytes + cuda_ternary::kTq2ScalesTailBytes, who.c_str());
+  const std::size_t scales_t_off = round_up(scales_off + scales_bytes + cuda_ternary::kTq2ScalesTailBytes, 256);
+  const std::int64_t ld_t = (n + 7) / 8 * 8;  // 16-byte rows, as a tensor map needs
+  const std::size_t total = scales_t_off + static_cast<std::size_t>(bpr * ld_t) * 2;
+  std::vector<unsigned char> soa = detail::host_vector<unsigned char>(total, who.c_str());
   const auto* p = static_cast<const unsigned char*>(aos);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
@@ -56,21 +58,25 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
       detail::check_tq2_block(blk, who.c_str(), r, b);
       std::memcpy(soa.data() + static_cast<std::size_t>(r * (k / 4) + b * 32), blk, 32);
       std::memcpy(soa.data() + scales_off + static_cast<std::size_t>(r * bpr + b) * 2, blk + 32, 2);
+      std::memcpy(soa.data() + scales_t_off + static_cast<std::size_t>(b * ld_t + r) * 2, blk + 32, 2);
     }
   auto w = std::make_shared<TernaryWeight>();
   w->key_ = key, w->n_ = n, w->k_ = k, w->device_ = device_, w->device_index_ = device_index_;
   w->upload_id_ = g_upload_ids.fetch_add(1, std::memory_order_relaxed) + 1;
-  w->codes_bytes_ = codes_bytes, w->scales_bytes_ = scales_bytes;
+  w->codes_bytes_ = codes_bytes, w->scales_bytes_ = scales_bytes, w->held_bytes_ = total;
+  w->scales_t_ld_ = ld_t;
   if (device_ == DeviceKind::CUDA) {
     w->device_mem_ = DeviceBuffer(soa.size(), device_index_);
     copy_to_device(w->device_mem_.data(), soa.data(), soa.size());
     auto* base = static_cast<unsigned char*>(w->device_mem_.data());
     w->codes_ = base;
     w->scales_ = reinterpret_cast<const std::uint16_t*>(base + scales_off);
+    w->scales_t_ = reinterpret_cast<const std::uint16_t*>(base + scales_t_off);
   } else {
     w->host_mem_ = std::move(soa);
     w->codes_ = w->host_mem_.data();
     w->scales_ = reinterpret_cast<const std::uint16_t*>(w->host_mem_.data() + scales_off);
+    w->scales_t_ = reinterpret_cast<const std::uint16_t*>(w->host_mem_.data() + scales_t_off);
   }
   ++uploads_;
   WeightHandle h = std::move(w);

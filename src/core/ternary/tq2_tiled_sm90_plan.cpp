@@ -23,7 +23,7 @@ Tq2TiledSm90Plan tq2_tiled_sm90_plan(std::int64_t m, std::int64_t n, std::int64_
          dtype_name(out), exact ? ", exact" : ", fast", "): ", why);
   Tq2TiledSm90Plan p;
   p.scaled = in != DType::F16;
-  p.launch = engine::tiled_sm90_dense_launch(1, m, n, sm_count);
+  p.launch = engine::tiled_sm90_tq2_launch(m, n, sm_count);
   p.engine_kernel = engine::tiled_sm90_tq2_kernel_name(out, p.launch.bn);
   if (!p.scaled) return p;
   // The same sections as tq2_dequant_lt's (its absmax and split kernels write them).

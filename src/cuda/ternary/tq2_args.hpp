@@ -25,6 +25,10 @@ namespace llmm::cuda_ternary {
 struct Tq2Args {
   const std::uint8_t* codes = nullptr;    // [n][k/4]
   const std::uint16_t* scales = nullptr;  // [n][k/128] f16 bits
+  // The same scales transposed, [k/128][scales_t_ld] (ld >= n, a multiple of 8; columns n..
+  // zero): read by the tiled_sm90 route's TMA, 128 rows of one k-block in one piece.
+  const std::uint16_t* scales_t = nullptr;
+  std::int64_t scales_t_ld = 0;
   std::int64_t m = 0, n = 0, k = 0;
   const void* in = nullptr;
   DType in_dtype = DType::F32;

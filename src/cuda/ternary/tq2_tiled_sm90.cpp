@@ -51,6 +51,7 @@ Receipt run_tq2_tiled_sm90(Context& ctx, const cuda_ternary::Tq2Args& g, const s
   engine::launch_tiled_sm90_tq2(e, alpha, p.launch, s);
   ctx.note_launch(p.engine_kernel, [&] {
     LaunchRanges r = tq2_ranges(g);
+    r.reads.push_back(elems_range(g.scales_t, DType::F16, (g.k / 128) * g.scales_t_ld));
     if (p.scaled) r.reads.push_back(route_ws);
     return r;
   });

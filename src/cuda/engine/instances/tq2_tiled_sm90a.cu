@@ -1,6 +1,7 @@
 // Ternary instance of the Hopper tiled engine (gemm_tq2's tiled_sm90 route): the dense row map,
 // the f16 activation by TMA, the weight box decoded from TQ2_0_g128 codes by the producer
-// threads (Tq2Weights), the activation's power-of-two scale undone in the epilogue.
+// threads (Tq2Weights: codes and transposed scales by TMA), the activation's power-of-two scale
+// undone in the epilogue.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,8 +28,19 @@ void launch_bn(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, S
   p.out_ld = g.out_ld, p.out_batch = 0;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.out_ld % 4 == 0;
   Tq2WeightsParams w;
-  w.codes = g.codes, w.scales = g.scales;
-  w.group_rows = g.n, w.n = static_cast<int>(g.n), w.k = static_cast<int>(g.k);
+  {
+    const std::uint64_t dims[2] = {static_cast<std::uint64_t>(g.k / 4), static_cast<std::uint64_t>(g.n)};
+    const std::uint32_t box[2] = {kTiledBK / 4, kTiledBM};
+    w.codes = cuda_common::make_tensor_map_u8_2d(g.codes, dims, static_cast<std::uint64_t>(g.k / 4), box, false,
+                                                 name.c_str());
+  }
+  {
+    const std::uint64_t row = static_cast<std::uint64_t>(g.scales_t_ld) * 2;
+    const std::uint64_t dims[2] = {row, static_cast<std::uint64_t>(g.k / 128)};
+    const std::uint32_t box[2] = {kTiledBM * 2, 1};
+    w.scales = cuda_common::make_tensor_map_u8_2d(g.scales_t, dims, row, box, false, name.c_str());
+  }
+  w.group_rows = g.n, w.n = static_cast<int>(g.n);
   w.alpha = alpha;
   launch_tiled_sm90(&tiled_sm90_kernel<BN, false, OutT, DenseRows, Tq2Weights>, tm_x, tm_x, tm_x, p, w, l, stream, name);
 }
@@ -48,8 +60,10 @@ void launch_t(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, St
 
 void launch_tiled_sm90_tq2(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, StreamHandle stream) {
   const std::string name = tiled_sm90_tq2_kernel_name(g.out_dtype, l.bn);
-  if (g.in_dtype != DType::F16 || g.k % 128 != 0 || g.m < 1 || g.n < 1 || l.tiles < 1 || l.tiles > 0x7fffffff ||
-      reinterpret_cast<std::uintptr_t>(g.in) % 16 != 0 || g.in_ld % 8 != 0)
+  if (g.in_dtype != DType::F16 || g.k % 128 != 0 || g.m < 1 || g.n < 1 || g.n > (1 << 30) - 128 || l.tiles < 1 ||
+      l.tiles > 0x7fffffff || reinterpret_cast<std::uintptr_t>(g.in) % 16 != 0 || g.in_ld % 8 != 0 ||
+      g.scales_t == nullptr || g.scales_t_ld < g.n || g.scales_t_ld % 8 != 0 ||
+      reinterpret_cast<std::uintptr_t>(g.codes) % 16 != 0 || reinterpret_cast<std::uintptr_t>(g.scales_t) % 16 != 0)
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   switch (g.out_dtype) {
     case DType::F32: launch_t<float>(g, alpha, l, stream, name); break;

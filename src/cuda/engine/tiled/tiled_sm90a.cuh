@@ -2,8 +2,8 @@
 // family; a RowMap (row_maps_sm90.cuh) says which tiles exist and where rows come from and go.
 //
 //   warpgroup 0   producer (40 registers, 96 when it decodes): per stage, the weight box [128 rows][64 k] (a
-//                 Weights policy, weights_sm90.cuh: by TMA, or ternary codes decoded to f16 by
-//                 the producer threads) and the token rows [BN][64 k] by TMA (dense) or a
+//                 Weights policy, weights_sm90.cuh: by TMA, or ternary codes and scales by TMA
+//                 into a ring of code slots, decoded to f16 by the producer threads) and the token rows [BN][64 k] by TMA (dense) or a
 //                 cp.async gather (MoE), into a ring of stages with full/empty mbarriers;
 //   warpgroups 1-2 consumers (232 registers, 200): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight, f32 accumulators; then the
@@ -63,7 +63,7 @@ template <int BN, bool BF16, class OutT, template <int> class RowMapT, class Wei
 __global__ void __launch_bounds__(kTiledThreads, 1)
     tiled_sm90_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
                       const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p,
-                      const typename Weights::Params wp) {
+                      const __grid_constant__ typename Weights::Params wp) {
   using RowMap = RowMapT<BN>;
   // Producer warps that write stage memory themselves (a gather, a decode) arrive on the full
   // barrier once per warp, after every lane has fenced its writes (one arrival a thread made 128
@@ -90,6 +90,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   std::uint64_t* const empty = full + kStages;
   std::uint8_t* const extra = reinterpret_cast<std::uint8_t*>(empty + kStages);
 
+  // Tq2Weights' code ring: at the top of the dynamic shared memory (after the row map's bytes;
+  // the host adds kTiledCodeRingBytes), slots 128-byte aligned for TMA, then its barriers.
+  std::uint8_t* code_ring = nullptr;
+  std::uint64_t *code_full = nullptr, *code_empty = nullptr;
+  if constexpr (Weights::kDecode) {
+    const std::uintptr_t top = reinterpret_cast<std::uintptr_t>(smem_raw) + ptx::dynamic_smem_bytes();
+    code_ring = reinterpret_cast<std::uint8_t*>((top - (kTiledCodeRingBytes - 128)) & ~std::uintptr_t{127});
+    code_full = reinterpret_cast<std::uint64_t*>(code_ring + kTiledCodeSlots * kTiledCodeSlotBytes);
+    code_empty = code_full + kTiledCodeSlots;
+  }
+
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
   if (tid == 0) {
@@ -97,8 +108,14 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       ptx::mbar_init(&full[s], kFullArrivals);
       ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
     }
+    if constexpr (Weights::kDecode)
+      for (int s = 0; s < kTiledCodeSlots; ++s) {
+        ptx::mbar_init(&code_full[s], 1);   // thread 0's expect_tx
+        ptx::mbar_init(&code_empty[s], 4);  // lane 0 of each producer warp
+      }
     ptx::mbar_init_fence();
     if constexpr (!Weights::kDecode) ptx::prefetch_tensor_map(&tm_w);
+    if constexpr (Weights::kDecode) ptx::prefetch_tensor_map(&wp.codes), ptx::prefetch_tensor_map(&wp.scales);
     if constexpr (!RowMap::kGather) ptx::prefetch_tensor_map(&tm_x);
   }
   RowMap map(p, extra);
@@ -126,60 +143,59 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         }
       }
     } else if constexpr (!RowMap::kGather) {
-      // Ternary weights, TMA tokens: each thread's row of codes and scale for iteration it + D
-      // is loaded into registers as iteration it is decoded (a queue unrolled by D, so that
-      // every slot has a static register index); a stage is decoded as soon as it is free.
-      // Measured limit (docs/performance.md, "Ternary prefill on the engine"): ptxas puts every
-      // load in flight on one scoreboard, so each decode waits for the newest load.
-      constexpr int D = Weights::kLoadAhead;
+      // Ternary weights, TMA tokens. Thread 0 keeps the code ring kTiledCodeSlots - 1 iterations
+      // ahead (codes and scales by TMA, on the ring's own barriers, so no thread waits on a
+      // global load); at each iteration every thread takes its row out of the landed slot,
+      // frees the slot (one arrival a warp), and decodes into the stage once it is free.
+      constexpr int kSlots = kTiledCodeSlots;
       const int bx = static_cast<int>(blockIdx.x), gx = static_cast<int>(gridDim.x);
       const int my_tiles = bx < total ? (total - 1 - bx) / gx + 1 : 0;
       const int iters = my_tiles * kblocks;
-      int lt = blockIdx.x, lkb = 0, lgroup = 0, lfeat0 = 0;  // the next iteration to load
+      int lt = bx, lkb = 0, issued = 0;  // thread 0: the next iteration to copy
+      std::int64_t lrow = 0;
       if (lt < total) {
-        const TileCoord c = map.tile(lt);
-        lgroup = map.w_group(c), lfeat0 = c.feat0;
+        const TileCoord lc = map.tile(lt);
+        lrow = static_cast<std::int64_t>(map.w_group(lc)) * wp.group_rows + lc.feat0;
       }
-      // Past this CTA's last iteration the loads repeat valid addresses (never used): no branch
-      // around a load whose register is still in flight.
-      auto load_next = [&](typename Weights::Row& dst) {
-        dst = Weights::load(wp, lgroup, lfeat0, lkb, ptid);
-        if (lt >= total) return;
+      auto issue = [&] {
+        const int slot = issued % kSlots;
+        ptx::mbar_wait(&code_empty[slot], ((issued / kSlots) & 1) ^ 1);
+        ptx::mbar_arrive_expect_tx(&code_full[slot], kTiledCodeSlotBytes);
+        Weights::copy(wp, code_ring + slot * kTiledCodeSlotBytes, lrow, lkb, &code_full[slot]);
+        ++issued;
         if (++lkb == kblocks) {
-          lkb = 0, lt += gridDim.x;
+          lkb = 0, lt += gx;
           if (lt < total) {
-            const TileCoord c = map.tile(lt);
-            lgroup = map.w_group(c), lfeat0 = c.feat0;
+            const TileCoord lc = map.tile(lt);
+            lrow = static_cast<std::int64_t>(map.w_group(lc)) * wp.group_rows + lc.feat0;
           }
         }
       };
-      typename Weights::Row q[D];
-#pragma unroll
-      for (int j = 0; j < D; ++j) load_next(q[j]);
-      int t = blockIdx.x, kb = 0;
+      if (ptid == 0)
+        while (issued < iters && issued < kSlots - 1) issue();
+      int t = bx, kb = 0;
       TileCoord c = t < total ? map.tile(t) : TileCoord{};
-      for (int base = 0; base < iters; base += D) {
-#pragma unroll
-        for (int j = 0; j < D; ++j) {
-          const int it = base + j;
-          if (it < iters) {
-            const int s = it % kStages;
-            ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-            std::uint8_t* const st = ring + s * S.stage_bytes();
-            if (ptid == 0) {
-              ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
-              map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
-            }
-            Weights::decode(q[j], st, ptid);
-            ptx::fence_proxy_async_smem();
-            __syncwarp();
-            if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
-            load_next(q[j]);
-            if (++kb == kblocks) {
-              kb = 0, t += gridDim.x;
-              if (t < total) c = map.tile(t);
-            }
-          }
+      for (int it = 0; it < iters; ++it) {
+        const int slot = it % kSlots;
+        ptx::mbar_wait(&code_full[slot], (it / kSlots) & 1);
+        const typename Weights::Row x = Weights::read(code_ring + slot * kTiledCodeSlotBytes, ptid, c.feat0 + ptid < wp.n);
+        __syncwarp();
+        if ((ptid & 31) == 0) ptx::mbar_arrive(&code_empty[slot]);
+        if (ptid == 0 && issued < iters) issue();  // into the slot of it - 1
+        const int s = it % kStages;
+        ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+        std::uint8_t* const st = ring + s * S.stage_bytes();
+        if (ptid == 0) {
+          ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
+          map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
+        }
+        Weights::decode(x, st, ptid);
+        ptx::fence_proxy_async_smem();
+        __syncwarp();
+        if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
+        if (++kb == kblocks) {
+          kb = 0, t += gx;
+          if (t < total) c = map.tile(t);
         }
       }
     } else {

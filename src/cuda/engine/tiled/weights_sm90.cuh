@@ -2,14 +2,16 @@
 // kTiledBM rows x kTiledBK k reaches shared memory, as 16-bit values in the 128-byte-swizzled
 // layout the consumers' wgmma descriptors read.
 //   TmaWeights  16-bit weights: one TMA box a stage from a 3D map [group][rows][k].
-//   Tq2Weights  ternary TQ2_0_g128 weights (codes [rows][k/4], f16 scales [rows][k/128]; the
-//               TernaryWeightCache's layout, tq2_args.hpp). Producer thread r owns weight row r of
-//               the box: it loads the row's 16 bytes of codes and its scale into registers a few
-//               stages ahead, then writes the stage's row as f16 (code - 1) * scale: exact, since
-//               an f16 scale times -1, 0 or +1 is an f16. The activation must then be f16 too.
+//   Tq2Weights  ternary TQ2_0_g128 weights (codes [rows][k/4] and transposed f16 scales
+//               [k/128][ld]: the TernaryWeightCache's layout, tq2_args.hpp). The copy engine
+//               brings a stage's codes and scales into a code slot several stages ahead (the
+//               kernel's code ring); producer thread r then writes row r of the stage as f16
+//               (code - 1) * scale: exact, since an f16 scale times -1, 0 or +1 is an f16. The
+//               activation must then be f16 too.
 // A group is a batch entry (dense) or an expert (MoE): weight row f of group g is row
 // g * group_rows + f of the stack.
 #pragma once
+#include <cuda.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -26,11 +28,13 @@ struct TmaWeights {
 };
 
 struct Tq2WeightsParams {
-  const std::uint8_t* codes = nullptr;    // [groups * group_rows][k / 4]
-  const std::uint16_t* scales = nullptr;  // [groups * group_rows][k / 128] f16 bits, readable 2 bytes past the end
-  std::int64_t group_rows = 0;            // rows of one group (its n)
-  int n = 0;                              // valid rows of a group: rows past it decode to zero
-  int k = 0;                              // a multiple of 128
+  // Codes as bytes [groups * group_rows][k / 4], read in boxes of 16 bytes (64 k) x 128 rows.
+  CUtensorMap codes;
+  // The transposed scales (TernaryWeight::scales_t) as bytes [k / 128][2 * ld], read in boxes of
+  // 256 bytes: 128 rows' f16 scales of one k-block. Out of bounds reads as 0.
+  CUtensorMap scales;
+  std::int64_t group_rows = 0;  // rows of one group (its n)
+  int n = 0;                    // valid rows of a group: rows past it decode to zero
   // nullptr, or a device float every output is multiplied by (the power of two that brought a
   // bf16/f32 activation into f16's range): exact unless the product leaves f32's range.
   const float* alpha = nullptr;
@@ -53,28 +57,26 @@ __device__ __forceinline__ std::uint32_t scale_pair(std::uint32_t pair, std::uin
 struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
-  // How many stages ahead a producer thread loads its row's codes and scale into registers.
-  // (Measured: no faster than the cp.async versions before it, because all these loads share one
-  // scoreboard; the next version copies codes and scales by TMA: docs/performance.md.)
-  static constexpr int kLoadAhead = 6;
 
+  // One thread's row of a code slot: 64 codes (k 64 kb .. 64 kb + 63) and the row's scale.
   struct Row {
-    uint4 codes;           // 64 codes, k 64 kb .. 64 kb + 63
-    std::uint32_t scale;   // f16 bits of the row's scale
-    bool valid;            // the row exists (feat0 + r < n): else it decodes to zeros
+    uint4 codes;
+    std::uint32_t scale;  // f16 bits; 0 for a row past n, which then decodes to zeros
   };
 
-  // Producer thread r, at stage kb of a tile whose weight rows start at feat0 of group `group`:
-  // its row's 16 bytes of codes and its scale, as loads still in flight (used D stages later).
-  // The loads are unconditional (a row past n reads row n - 1 and is masked at the decode): a
-  // conditional load would be merged with a default value right away, waiting for the data.
-  __device__ static Row load(const Params& w, int group, int feat0, int kb, int r) {
+  // One elected thread: the codes and scales of stage kb of the weight rows row0 .. row0 + 127
+  // (of the whole stack) into a code slot by two TMA copies completing on `bar`
+  // (kTiledCodeSlotBytes transaction bytes, out-of-bounds parts zero-filled and counted).
+  __device__ static void copy(const Params& w, std::uint8_t* slot, std::int64_t row0, int kb, std::uint64_t* bar) {
+    ptx::tensor_copy_2d_g2s(slot, &w.codes, kb * (kTiledBK / 4), static_cast<int>(row0), bar);
+    ptx::tensor_copy_2d_g2s(slot + kTiledCodeBytes, &w.scales, static_cast<int>(row0) * 2, kb >> 1, bar);
+  }
+
+  // Thread r's row out of a landed slot (16 bytes at 16 r: a warp reads 512 contiguous bytes).
+  __device__ static Row read(const std::uint8_t* slot, int r, bool valid) {
     Row x;
-    const int f = feat0 + r;
-    x.valid = f < w.n;
-    const std::int64_t row = static_cast<std::int64_t>(group) * w.group_rows + (x.valid ? f : w.n - 1);
-    x.codes = __ldg(reinterpret_cast<const uint4*>(w.codes + row * (w.k / 4) + kb * (kTiledBK / 4)));
-    x.scale = __ldg(w.scales + row * (w.k / 128) + (kb >> 1));
+    x.codes = *reinterpret_cast<const uint4*>(slot + 16 * r);
+    x.scale = valid ? *reinterpret_cast<const std::uint16_t*>(slot + kTiledCodeBytes + 2 * r) : 0u;
     return x;
   }
 
@@ -82,8 +84,7 @@ struct Tq2Weights {
   // 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it. Past n: scale 0, so zeros.
   __device__ static void decode(const Row& x, std::uint8_t* a_stage, int r) {
     const std::uint32_t q[4] = {x.codes.x, x.codes.y, x.codes.z, x.codes.w};
-    const std::uint32_t s = x.valid ? x.scale & 0xffffu : 0u;
-    const std::uint32_t s2 = s | (s << 16);
+    const std::uint32_t s2 = x.scale | (x.scale << 16);
     std::uint8_t* const row = a_stage + r * 128;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {

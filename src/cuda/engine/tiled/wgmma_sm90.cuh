@@ -53,6 +53,20 @@ __device__ __forceinline__ void tensor_copy_3d_g2s(void* dst, const void* tmap, 
       "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
       : "memory");
 }
+// The same for a 2D map, without an L2 hint.
+__device__ __forceinline__ void tensor_copy_2d_g2s(void* dst, const void* tmap, int c0, int c1, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+// Bytes of dynamic shared memory this block was launched with.
+__device__ __forceinline__ std::uint32_t dynamic_smem_bytes() {
+  std::uint32_t r;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
 __device__ __forceinline__ void prefetch_tensor_map(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }
