@@ -178,9 +178,9 @@ TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
   EXPECT_EQ(bf.bytes, 256u + 4096u + 1536u * 3072u * 2u);
   EXPECT_EQ(bf.absmax_kernel, "tq2_lt_absmax_bf16");
   EXPECT_EQ(bf.split_kernel, "tq2_lt_split_bf16_f16x1");
-  // The dense launch plus the producer's code ring, within an H200 block's shared memory.
+  // The dense launch with the ternary ring, within an H200 block's shared memory.
   TiledSm90Launch dense = tiled_sm90_dense_launch(1, 1536, 27648, 132);
-  dense.smem_bytes += kTiledCodeRingBytes;
+  dense.smem_bytes = tiled_sm90_tq2_shape(dense.bn).fixed_smem_bytes();
   EXPECT_EQ(bf.launch, dense);
   for (std::int64_t m : {1, 100, 200, 5000}) EXPECT_LE(tiled_sm90_tq2_launch(m, 3072, 132).smem_bytes, 232448) << m;
   EXPECT_EQ(bf.engine_kernel, tiled_sm90_tq2_kernel_name(DType::F32, bf.launch.bn));

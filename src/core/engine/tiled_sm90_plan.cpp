@@ -115,7 +115,7 @@ std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::in
 
 TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count) {
   TiledSm90Launch l = tiled_sm90_dense_launch(1, m, n, sm_count);
-  l.smem_bytes += kTiledCodeRingBytes;
+  l.smem_bytes = tiled_sm90_tq2_shape(l.bn).fixed_smem_bytes();
   return l;
 }
 

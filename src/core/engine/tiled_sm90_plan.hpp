@@ -70,7 +70,7 @@ std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t 
 // The same without the arch check (what the sizes and dtypes alone rule out).
 std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
                                          bool exact);
-// The dense launch for one [m, n] problem, plus the producer's code ring in shared memory.
+// The dense launch for one [m, n] problem, with the ternary ring (tiled_sm90_tq2_shape).
 TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count);
 // tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn);

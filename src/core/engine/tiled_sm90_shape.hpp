@@ -24,7 +24,10 @@ inline constexpr int kTiledNarrowBN = 64;
 struct TiledSm90Shape {
   int bn = 0;      // tokens per tile: 64, 128 or 256 (the wgmma N)
   int stages = 0;  // depth of the shared-memory ring
-  constexpr int a_bytes() const { return kTiledBM * kTiledBK * 2; }
+  // Bytes of a stage's weight part: a 16-bit box [128 rows][64 k], or (ternary) the box's codes
+  // and scales padded to keep the token part 1024-byte aligned.
+  int a_region = kTiledBM * kTiledBK * 2;
+  constexpr int a_bytes() const { return a_region; }
   constexpr int b_bytes() const { return bn * kTiledBK * 2; }
   constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
   constexpr int ring_bytes() const { return stages * stage_bytes(); }
@@ -39,23 +42,26 @@ struct TiledSm90Shape {
 // row), each consumer's copy of its output rows (4 bytes a row), tile and row starts per expert.
 constexpr int tiled_sm90_moe_extra_bytes(int bn, int n_experts) { return bn * 8 + 2 * bn * 4 + 2 * (n_experts + 1) * 4; }
 
-// Ternary decode (Tq2Weights): a ring of code slots at the top of shared memory, after the row
-// map's bytes. A slot holds one stage's 128 weight rows: 16 bytes of codes a row (64 k), then
-// the 128 rows' f16 scales of that k (the transposed scale copy makes them contiguous), both by
-// TMA; each slot has a full and an empty mbarrier. 128 bytes of slack align the slots.
-inline constexpr int kTiledCodeSlots = 6;
-inline constexpr int kTiledCodeBytes = kTiledBM * kTiledBK / 4;  // 2048
-inline constexpr int kTiledCodeSlotBytes = kTiledCodeBytes + kTiledBM * 2;  // + 256 bytes of scales
-inline constexpr int kTiledCodeRingBytes = 128 + kTiledCodeSlots * kTiledCodeSlotBytes + 2 * kTiledCodeSlots * 8;
+// Ternary weights (Tq2Weights): a stage's weight part is its 128 rows' codes, 16 bytes a row
+// (64 k), then their 128 f16 scales of that k (the transposed scale copy makes them
+// contiguous), both by TMA; the consumers decode them into registers.
+inline constexpr int kTiledCodeBytes = kTiledBM * kTiledBK / 4;                // 2048
+inline constexpr int kTiledCodeStageBytes = kTiledCodeBytes + kTiledBM * 2;   // 2304 with the scales
+inline constexpr int kTiledCodeRegion = 3072;                                  // padded to 1024
 
 // Stages chosen so that the ring stays near 192 KB (of the 227 KB an H200 block may hold).
 constexpr TiledSm90Shape tiled_sm90_shape(int bn) { return TiledSm90Shape{bn, bn >= 256 ? 4 : bn >= 128 ? 6 : 8}; }
 
+// Ternary weights: the small weight part leaves room for deeper rings.
+constexpr TiledSm90Shape tiled_sm90_tq2_shape(int bn) {
+  return TiledSm90Shape{bn, bn >= 256 ? 5 : bn >= 128 ? 10 : 16, kTiledCodeRegion};
+}
+
 // The most dynamic shared memory an sm_90 block may have (227 KB).
 inline constexpr int kTiledMaxSmem = 232448;
-static_assert(tiled_sm90_shape(64).fixed_smem_bytes() + kTiledCodeRingBytes <= kTiledMaxSmem &&
-                  tiled_sm90_shape(128).fixed_smem_bytes() + kTiledCodeRingBytes <= kTiledMaxSmem &&
-                  tiled_sm90_shape(256).fixed_smem_bytes() + kTiledCodeRingBytes <= kTiledMaxSmem,
-              "the ternary code ring does not fit beside the stage ring");
+static_assert(tiled_sm90_tq2_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
+                  tiled_sm90_tq2_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
+                  tiled_sm90_tq2_shape(256).fixed_smem_bytes() <= kTiledMaxSmem,
+              "a ternary ring does not fit");
 
 }  // namespace llmm::engine

@@ -1,12 +1,14 @@
 // The Hopper tiled engine: one warp-specialized, persistent wgmma kernel under every tiled
 // family; a RowMap (row_maps_sm90.cuh) says which tiles exist and where rows come from and go.
 //
-//   warpgroup 0   producer (40 registers, 96 when it decodes): per stage, the weight box [128 rows][64 k] (a
-//                 Weights policy, weights_sm90.cuh: by TMA, or ternary codes and scales by TMA
-//                 into a ring of code slots, decoded to f16 by the producer threads) and the token rows [BN][64 k] by TMA (dense) or a
-//                 cp.async gather (MoE), into a ring of stages with full/empty mbarriers;
-//   warpgroups 1-2 consumers (232 registers, 200): 64 weight rows each x BN tokens, four
-//                 m64nBNk16 wgmmas a stage with one stage in flight, f32 accumulators; then the
+//   warpgroup 0   producer (40 registers): per stage, the weights (a Weights policy,
+//                 weights_sm90.cuh: a 16-bit box [128 rows][64 k] by TMA, or ternary codes and
+//                 scales by TMA, which the consumers decode into register fragments) and the
+//                 token rows [BN][64 k] by TMA (dense) or a cp.async gather (MoE), into a ring
+//                 of stages with full/empty mbarriers;
+//   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
+//                 m64nBNk16 wgmmas a stage with one stage in flight (ternary: one k16 slice a
+//                 group, three in flight while the next is decoded), f32 accumulators; then the
 //                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
 //                 stores whole output rows (4 columns a thread, vectorized where aligned).
 // Tiles are handed out statically (t = blockIdx.x, += gridDim.x) in the row map's order, the
@@ -65,22 +67,21 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
                       const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p,
                       const __grid_constant__ typename Weights::Params wp) {
   using RowMap = RowMapT<BN>;
-  // Producer warps that write stage memory themselves (a gather, a decode) arrive on the full
-  // barrier once per warp, after every lane has fenced its writes (one arrival a thread made 128
-  // atomics on one barrier word a stage), beside the TMA thread's expect_tx arrival.
-  constexpr bool kThreadsWrite = RowMap::kGather || Weights::kDecode;
+  // Producer warps that write stage memory themselves (a gather) arrive on the full barrier once
+  // per warp, after every lane has fenced its writes (one arrival a thread made 128 atomics on
+  // one barrier word a stage), beside the TMA thread's expect_tx arrival.
+  constexpr bool kThreadsWrite = RowMap::kGather;
   constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1;
-  // Registers per thread after the split: a TMA-issuing producer needs few; a decoding one holds
-  // its loads in flight and the decode's temporaries. The block launches with
-  // kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the producer's
-  // .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever (seen: a hang
-  // with P 96, C 208).
+  // Registers per thread after the split: the producer issues copies and needs few. The block
+  // launches with kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the
+  // producer's .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever
+  // (seen: a hang with P 96, C 208).
   constexpr int kLaunchRegs = 65536 / kTiledThreads / 8 * 8;  // 168
-  constexpr int kProducerRegs = Weights::kDecode ? 96 : 40;
-  constexpr int kConsumerRegs = Weights::kDecode ? 200 : 232;
+  constexpr int kProducerRegs = 40;
+  constexpr int kConsumerRegs = 232;
   static_assert(128 * (kLaunchRegs - kProducerRegs) >= 256 * (kConsumerRegs - kLaunchRegs),
                 "the consumers would wait for registers the producer never releases");
-  constexpr TiledSm90Shape S = tiled_sm90_shape(BN);
+  constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN) : tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
   extern __shared__ std::uint8_t smem_raw[];
   std::uint8_t* const smem = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
@@ -90,17 +91,6 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   std::uint64_t* const empty = full + kStages;
   std::uint8_t* const extra = reinterpret_cast<std::uint8_t*>(empty + kStages);
 
-  // Tq2Weights' code ring: at the top of the dynamic shared memory (after the row map's bytes;
-  // the host adds kTiledCodeRingBytes), slots 128-byte aligned for TMA, then its barriers.
-  std::uint8_t* code_ring = nullptr;
-  std::uint64_t *code_full = nullptr, *code_empty = nullptr;
-  if constexpr (Weights::kDecode) {
-    const std::uintptr_t top = reinterpret_cast<std::uintptr_t>(smem_raw) + ptx::dynamic_smem_bytes();
-    code_ring = reinterpret_cast<std::uint8_t*>((top - (kTiledCodeRingBytes - 128)) & ~std::uintptr_t{127});
-    code_full = reinterpret_cast<std::uint64_t*>(code_ring + kTiledCodeSlots * kTiledCodeSlotBytes);
-    code_empty = code_full + kTiledCodeSlots;
-  }
-
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
   if (tid == 0) {
@@ -108,11 +98,6 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       ptx::mbar_init(&full[s], kFullArrivals);
       ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
     }
-    if constexpr (Weights::kDecode)
-      for (int s = 0; s < kTiledCodeSlots; ++s) {
-        ptx::mbar_init(&code_full[s], 1);   // thread 0's expect_tx
-        ptx::mbar_init(&code_empty[s], 4);  // lane 0 of each producer warp
-      }
     ptx::mbar_init_fence();
     if constexpr (!Weights::kDecode) ptx::prefetch_tensor_map(&tm_w);
     if constexpr (Weights::kDecode) ptx::prefetch_tensor_map(&wp.codes), ptx::prefetch_tensor_map(&wp.scales);
@@ -137,65 +122,14 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           const int s = it % kStages;
           ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           std::uint8_t* const st = ring + s * S.stage_bytes();
-          ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * kTiledBK * 2);
-          ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
-          map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
-        }
-      }
-    } else if constexpr (!RowMap::kGather) {
-      // Ternary weights, TMA tokens. Thread 0 keeps the code ring kTiledCodeSlots - 1 iterations
-      // ahead (codes and scales by TMA, on the ring's own barriers, so no thread waits on a
-      // global load); at each iteration every thread takes its row out of the landed slot,
-      // frees the slot (one arrival a warp), and decodes into the stage once it is free.
-      constexpr int kSlots = kTiledCodeSlots;
-      const int bx = static_cast<int>(blockIdx.x), gx = static_cast<int>(gridDim.x);
-      const int my_tiles = bx < total ? (total - 1 - bx) / gx + 1 : 0;
-      const int iters = my_tiles * kblocks;
-      int lt = bx, lkb = 0, issued = 0;  // thread 0: the next iteration to copy
-      std::int64_t lrow = 0;
-      if (lt < total) {
-        const TileCoord lc = map.tile(lt);
-        lrow = static_cast<std::int64_t>(map.w_group(lc)) * wp.group_rows + lc.feat0;
-      }
-      auto issue = [&] {
-        const int slot = issued % kSlots;
-        ptx::mbar_wait(&code_empty[slot], ((issued / kSlots) & 1) ^ 1);
-        ptx::mbar_arrive_expect_tx(&code_full[slot], kTiledCodeSlotBytes);
-        Weights::copy(wp, code_ring + slot * kTiledCodeSlotBytes, lrow, lkb, &code_full[slot]);
-        ++issued;
-        if (++lkb == kblocks) {
-          lkb = 0, lt += gx;
-          if (lt < total) {
-            const TileCoord lc = map.tile(lt);
-            lrow = static_cast<std::int64_t>(map.w_group(lc)) * wp.group_rows + lc.feat0;
+          if constexpr (Weights::kDecode) {
+            ptx::mbar_arrive_expect_tx(&full[s], kTiledCodeStageBytes + c.bn * kTiledBK * 2);
+            Weights::copy(wp, st, static_cast<std::int64_t>(map.w_group(c)) * wp.group_rows + c.feat0, kb, &full[s]);
+          } else {
+            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * kTiledBK * 2);
+            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
           }
-        }
-      };
-      if (ptid == 0)
-        while (issued < iters && issued < kSlots - 1) issue();
-      int t = bx, kb = 0;
-      TileCoord c = t < total ? map.tile(t) : TileCoord{};
-      for (int it = 0; it < iters; ++it) {
-        const int slot = it % kSlots;
-        ptx::mbar_wait(&code_full[slot], (it / kSlots) & 1);
-        const typename Weights::Row x = Weights::read(code_ring + slot * kTiledCodeSlotBytes, ptid, c.feat0 + ptid < wp.n);
-        __syncwarp();
-        if ((ptid & 31) == 0) ptx::mbar_arrive(&code_empty[slot]);
-        if (ptid == 0 && issued < iters) issue();  // into the slot of it - 1
-        const int s = it % kStages;
-        ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-        std::uint8_t* const st = ring + s * S.stage_bytes();
-        if (ptid == 0) {
-          ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
           map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
-        }
-        Weights::decode(x, st, ptid);
-        ptx::fence_proxy_async_smem();
-        __syncwarp();
-        if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
-        if (++kb == kblocks) {
-          kb = 0, t += gx;
-          if (t < total) c = map.tile(t);
         }
       }
     } else {
@@ -258,28 +192,63 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     const TileCoord c = map.tile(t);
     std::uint32_t out_ids[RowMap::kScatter ? BN / 128 : 1];
     if constexpr (RowMap::kScatter) map.prefetch_out_rows(c, ctid, out_ids);
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
-      const int s = it % kStages;
-      ptx::mbar_wait(&full[s], (it / kStages) & 1);
-      const std::uint8_t* const st = ring + s * S.stage_bytes();
-      const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * (64 * 128));
-      const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
-      // Each path fences and commits its own wgmmas: ptxas serializes wgmmas whose warpgroup
-      // arrive it has to insert itself inside a branch (C7520).
-      if (c.bn == BN) {
-        ptx::wgmma_fence();
+    if constexpr (Weights::kDecode) {
+      // Register-A wgmmas, one group a k16 slice, three left in flight while the next slice is
+      // decoded: slice kk's registers were last read by the group four commits back, which
+      // wait<3> retires; at kk = 3 the previous stage's four groups are done and it is released.
+      using MmaRs = ptx::WgmmaRs<BN>;
+      using MmaRsNarrow = ptx::WgmmaRs<kNarrow>;
+      const typename Weights::Lane lc = Weights::lane_constants(lane);
+      const int r = 64 * cw + 16 * warp + (lane >> 2);
+      const int valid_rows = wp.n - c.feat0;  // rows of this group left from the tile's first
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        const int s = it % kStages;
+        ptx::mbar_wait(&full[s], (it / kStages) & 1);
+        const std::uint8_t* const st = ring + s * S.stage_bytes();
+        const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
+        const typename Weights::Stage x = Weights::read(st, r, valid_rows);
+        std::uint32_t a[4][4];
 #pragma unroll
-        for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
-        ptx::wgmma_commit();
-      } else if constexpr (kNarrow != BN) {  // a narrow tile: the first kNarrow columns of acc
-        float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaNarrow::mma(narrow, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
-        ptx::wgmma_commit();
+        for (int kk = 0; kk < kTiledBK / 16; ++kk) {
+          ptx::wgmma_wait<3>();
+          if (kk == 3 && kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+          Weights::fragment(x, kk, lc, a[kk]);
+          if (c.bn == BN) {
+            ptx::wgmma_fence();
+            MmaRs::mma(acc, a[kk], db + 2 * kk, kb > 0 || kk > 0);
+            ptx::wgmma_commit();
+          } else if constexpr (kNarrow != BN) {
+            float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
+            ptx::wgmma_fence();
+            MmaRsNarrow::mma(narrow, a[kk], db + 2 * kk, kb > 0 || kk > 0);
+            ptx::wgmma_commit();
+          }
+        }
       }
-      ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done: release it
-      if (kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+    } else {
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        const int s = it % kStages;
+        ptx::mbar_wait(&full[s], (it / kStages) & 1);
+        const std::uint8_t* const st = ring + s * S.stage_bytes();
+        const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * (64 * 128));
+        const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
+        // Each path fences and commits its own wgmmas: ptxas serializes wgmmas whose warpgroup
+        // arrive it has to insert itself inside a branch (C7520).
+        if (c.bn == BN) {
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+          ptx::wgmma_commit();
+        } else if constexpr (kNarrow != BN) {  // a narrow tile: the first kNarrow columns of acc
+          float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaNarrow::mma(narrow, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+          ptx::wgmma_commit();
+        }
+        ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done: release it
+        if (kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+      }
     }
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_regs(acc);

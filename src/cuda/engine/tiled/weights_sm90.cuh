@@ -1,13 +1,12 @@
-// Weight sources of the Hopper tiled engine (the "decoders"): how a stage's weight box of
-// kTiledBM rows x kTiledBK k reaches shared memory, as 16-bit values in the 128-byte-swizzled
-// layout the consumers' wgmma descriptors read.
-//   TmaWeights  16-bit weights: one TMA box a stage from a 3D map [group][rows][k].
+// Weight sources of the Hopper tiled engine (the "decoders"): how a stage's weights reach the
+// consumers' wgmmas.
+//   TmaWeights  16-bit weights: one TMA box [128 rows][64 k] a stage from a 3D map
+//               [group][rows][k], in the 128-byte-swizzled layout the A descriptors read.
 //   Tq2Weights  ternary TQ2_0_g128 weights (codes [rows][k/4] and transposed f16 scales
-//               [k/128][ld]: the TernaryWeightCache's layout, tq2_args.hpp). The copy engine
-//               brings a stage's codes and scales into a code slot several stages ahead (the
-//               kernel's code ring); producer thread r then writes row r of the stage as f16
-//               (code - 1) * scale: exact, since an f16 scale times -1, 0 or +1 is an f16. The
-//               activation must then be f16 too.
+//               [k/128][ld]: the TernaryWeightCache's layout, tq2_args.hpp). The producer's TMA
+//               brings a stage's codes (2 KB) and scales (256 B); each consumer thread decodes the
+//               f16 A fragment of its two rows, (code - 1) * scale exactly (an f16 scale times
+//               -1, 0 or +1 is an f16), for register-A wgmmas. The activation must be f16 too.
 // A group is a batch entry (dense) or an expert (MoE): weight row f of group g is row
 // g * group_rows + f of the stack.
 #pragma once
@@ -46,11 +45,10 @@ __device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, 
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
   return r;
 }
-// (pair - 1025) * s for a pair of f16 values 1024 + code: -s, 0 or +s per half, exactly.
-__device__ __forceinline__ std::uint32_t scale_pair(std::uint32_t pair, std::uint32_t s2) {
-  const __half2 v = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&pair), __half2half2(__ushort_as_half(0x6401))),
-                            *reinterpret_cast<const __half2*>(&s2));
-  return *reinterpret_cast<const std::uint32_t*>(&v);
+__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a, std::uint32_t mask, std::uint32_t bits) {
+  std::uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // (a & mask) | bits
+  return r;
 }
 }  // namespace tq2_detail
 
@@ -58,55 +56,68 @@ struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
 
-  // One thread's row of a code slot: 64 codes (k 64 kb .. 64 kb + 63) and the row's scale.
-  struct Row {
-    uint4 codes;
-    std::uint32_t scale;  // f16 bits; 0 for a row past n, which then decodes to zeros
-  };
-
-  // One elected thread: the codes and scales of stage kb of the weight rows row0 .. row0 + 127
-  // (of the whole stack) into a code slot by two TMA copies completing on `bar`
-  // (kTiledCodeSlotBytes transaction bytes, out-of-bounds parts zero-filled and counted).
-  __device__ static void copy(const Params& w, std::uint8_t* slot, std::int64_t row0, int kb, std::uint64_t* bar) {
-    ptx::tensor_copy_2d_g2s(slot, &w.codes, kb * (kTiledBK / 4), static_cast<int>(row0), bar);
-    ptx::tensor_copy_2d_g2s(slot + kTiledCodeBytes, &w.scales, static_cast<int>(row0) * 2, kb >> 1, bar);
+  // The producer's elected thread: the codes and scales of stage kb of weight rows row0 ..
+  // row0 + 127 (of the whole stack) into the stage's weight part by two TMA copies completing
+  // on `bar` (kTiledCodeStageBytes transaction bytes; out-of-bounds parts zero-filled, counted).
+  __device__ static void copy(const Params& w, std::uint8_t* part, std::int64_t row0, int kb, std::uint64_t* bar) {
+    ptx::tensor_copy_2d_g2s(part, &w.codes, kb * (kTiledBK / 4), static_cast<int>(row0), bar);
+    ptx::tensor_copy_2d_g2s(part + kTiledCodeBytes, &w.scales, static_cast<int>(row0) * 2, kb >> 1, bar);
   }
 
-  // Thread r's row out of a landed slot (16 bytes at 16 r: a warp reads 512 contiguous bytes).
-  __device__ static Row read(const std::uint8_t* slot, int r, bool valid) {
-    Row x;
-    x.codes = *reinterpret_cast<const uint4*>(slot + 16 * r);
-    x.scale = valid ? *reinterpret_cast<const std::uint16_t*>(slot + kTiledCodeBytes + 2 * r) : 0u;
+  // A consumer thread's share of one stage: the 64 codes of its two fragment rows (r and r + 8)
+  // and their scales as f16 pairs.
+  struct Stage {
+    uint4 ra, rb;
+    std::uint32_t sa, sb;
+  };
+  // Per-thread constants of the decode (q = lane % 4 picks the thread's k pairs): the byte
+  // selectors of its pairs (2q, 2q + 1) and (2q + 8, 2q + 9) in a 16-code word, and where the two
+  // codes of a pair land as f16 bit patterns (see fragment()).
+  struct Lane {
+    std::uint32_t sel_lo, sel_hi, mask, magic, bias;
+  };
+  __device__ static Lane lane_constants(int lane) {
+    const int q = lane & 3;
+    const std::uint32_t j = static_cast<std::uint32_t>(q >> 1);
+    Lane l;
+    l.sel_lo = 0x4040u | j | (j << 8);
+    l.sel_hi = 0x4040u | (j + 2) | ((j + 2) << 8);
+    // Even q: the pair is the byte's low nibble; code 2q at bits 0-1 of the low half, code
+    // 2q + 1 at bits 2-3 of the high half: OR-ed into 1024.0 (ulp 1) and 256.0 (ulp 1/4) they
+    // read 1024 + c and 256 + c. Odd q: the high nibble, bits 4-5 and 6-7, into 64.0 (ulp 1/16)
+    // and 16.0 (ulp 1/64): 64 + c and 16 + c. bias = -(magic + 1) per half: then c - 1, exactly.
+    if ((q & 1) == 0) l.mask = 0x000C0003u, l.magic = 0x5C006400u, l.bias = 0xDC04E401u;  // -257, -1025
+    else l.mask = 0x00C00030u, l.magic = 0x4C005400u, l.bias = 0xCC40D410u;               // -17, -65
+    return l;
+  }
+  // Thread (warp, lane) of consumer half cw: rows r = 64 cw + 16 warp + lane / 4 and r + 8 of the
+  // stage's weight part (16 bytes of codes a row, a warp reads 2 x 128 contiguous bytes); a row
+  // at or past `valid_rows` gets scale 0 (decodes to zeros: another expert's rows in a stack).
+  __device__ static Stage read(const std::uint8_t* part, int r, int valid_rows) {
+    Stage x;
+    x.ra = *reinterpret_cast<const uint4*>(part + 16 * r);
+    x.rb = *reinterpret_cast<const uint4*>(part + 16 * (r + 8));
+    const std::uint32_t sa = r < valid_rows ? *reinterpret_cast<const std::uint16_t*>(part + kTiledCodeBytes + 2 * r) : 0u;
+    const std::uint32_t sb =
+        r + 8 < valid_rows ? *reinterpret_cast<const std::uint16_t*>(part + kTiledCodeBytes + 2 * (r + 8)) : 0u;
+    x.sa = sa | (sa << 16), x.sb = sb | (sb << 16);
     return x;
   }
-
-  // Thread r: row r of the stage becomes its 64 f16 weights (code - 1) * scale, unit u (k 8u ..
-  // 8u + 7) at unit u ^ (r % 8) as TMA's 128-byte swizzle puts it. Past n: scale 0, so zeros.
-  __device__ static void decode(const Row& x, std::uint8_t* a_stage, int r) {
-    const std::uint32_t q[4] = {x.codes.x, x.codes.y, x.codes.z, x.codes.w};
-    const std::uint32_t s2 = x.scale | (x.scale << 16);
-    std::uint8_t* const row = a_stage + r * 128;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      // 16 codes, k 16w .. 16w + 15: t[j] holds code j (low half) and code j + 8 (high half) as
-      // the f16 values 1024 + code.
-      std::uint32_t t[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) t[j] = ((q[w] >> (2 * j)) & 0x00030003u) | 0x64006400u;
-      std::uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        lo[j] = tq2_detail::scale_pair(tq2_detail::prmt(t[2 * j], t[2 * j + 1], 0x5410), s2);
-        hi[j] = tq2_detail::scale_pair(tq2_detail::prmt(t[2 * j], t[2 * j + 1], 0x7632), s2);
-      }
-      const int u0 = ((2 * w) ^ (r & 7)) << 4, u1 = ((2 * w + 1) ^ (r & 7)) << 4;
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(ptx::smem_addr(row + u0)), "r"(lo[0]), "r"(lo[1]),
-                   "r"(lo[2]), "r"(lo[3])
-                   : "memory");
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(ptx::smem_addr(row + u1)), "r"(hi[0]), "r"(hi[1]),
-                   "r"(hi[2]), "r"(hi[3])
-                   : "memory");
-    }
+  // (c - 1) * scale for the two codes of a pair, exactly (an f16 scale times -1, 0 or 1).
+  __device__ static std::uint32_t pair(std::uint32_t word, std::uint32_t sel, std::uint32_t s2, const Lane& l) {
+    const std::uint32_t h = tq2_detail::and_or(tq2_detail::prmt(word, 0u, sel), l.mask, l.magic);
+    const __half2 v = __hmul2(__hadd2(*reinterpret_cast<const __half2*>(&h), *reinterpret_cast<const __half2*>(&l.bias)),
+                              *reinterpret_cast<const __half2*>(&s2));
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+  // The f16 A fragment of k16 slice kk of the stage (ptx::WgmmaRs's register order).
+  __device__ static void fragment(const Stage& x, int kk, const Lane& l, std::uint32_t (&a)[4]) {
+    const std::uint32_t wa = kk == 0 ? x.ra.x : kk == 1 ? x.ra.y : kk == 2 ? x.ra.z : x.ra.w;
+    const std::uint32_t wb = kk == 0 ? x.rb.x : kk == 1 ? x.rb.y : kk == 2 ? x.rb.z : x.rb.w;
+    a[0] = pair(wa, l.sel_lo, x.sa, l);
+    a[1] = pair(wb, l.sel_lo, x.sb, l);
+    a[2] = pair(wa, l.sel_hi, x.sa, l);
+    a[3] = pair(wb, l.sel_hi, x.sb, l);
   }
 };
 
