@@ -145,7 +145,6 @@ void run_gpu(BenchEnv& env) {
   if (env.quick) shapes = {{"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
   for (const Shape& sh : shapes) {
     const bool prefill_shape = sh.k == 3072;  // the seed's DiT shapes
-    if (env.prefill_only && !prefill_shape) continue;
     auto blocks = random_blocks(sh.n, sh.k, 11);
     const double packed = static_cast<double>(sh.n * sh.k / 4 + sh.n * (sh.k / 128) * 2);
     const int copies = rotation_copies(packed, l2);
@@ -163,12 +162,22 @@ void run_gpu(BenchEnv& env) {
       copy_to_device(p.wbf16.back().data(), wb.data(), wb.size() * 2);
     }
 
+    // The held-out shapes' prefill: bf16 rows only (the engine against tq2_dequant_lt and cuBLAS
+    // bf16 dense): what the router's tq2_tiled_sm90 gate is calibrated on.
+    if (!prefill_shape && !env.decode_only && !env.quick)
+      for (std::int64_t m : {128, 512, 2048}) {
+        if (env.skip(std::string(sh.name) + "_m" + std::to_string(m))) continue;
+        DeviceBuffer in_bf16(static_cast<std::size_t>(m * sh.k) * 2);
+        fill_random_device(in_bf16.data(), DType::BF16, m * sh.k, 78, 0.25, s);
+        run_bf16_prefill(env, sh.name, m, sh.n, sh.k, p, copies, packed, in_bf16.data(), ws.data());
+      }
     std::vector<std::int64_t> ms = {1, 2, 4, 8, 16};
     if (prefill_shape) {
       if (!env.quick) ms.push_back(128);  // mid m: where the router's tq2_tiled / tq2_dequant_lt gate sits
       ms.push_back(1536);
     }
     for (std::int64_t m : ms) {
+      if (env.prefill_only && !prefill_shape) break;
       if (env.decode_only && m > 16) continue;
       if (env.prefill_only && m <= 16) continue;
       if (env.skip(std::string(sh.name) + "_m" + std::to_string(m))) continue;

@@ -257,7 +257,14 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(3, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.
   EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::DequantLt);
-  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::DequantLt);
+  // 16-bit prefill on sm_90: the Hopper engine where its tiles fill the SMs, else DequantLt;
+  // an f32 input (precision unknown to the plan) stays on DequantLt; not on sm_80.
+  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::TiledSm90);
+  EXPECT_EQ(plan_tq2(128, 27648, 3072, DType::F16, h200), Tq2Route::TiledSm90);     // 216 tiles, 82% of 2 waves
+  EXPECT_EQ(plan_tq2(1536, 3072, 3072, DType::BF16, h200), Tq2Route::DequantLt);   // 144 tiles: 55% of 2 waves
+  EXPECT_EQ(plan_tq2(128, 2560, 6912, DType::BF16, h200), Tq2Route::DequantLt);    // 40 tiles
+  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::F32, h200), Tq2Route::DequantLt);
+  EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, a100), Tq2Route::DequantLt);
   EXPECT_EQ(plan_tq2(32, 2048, 2048, DType::F32, h200), Tq2Route::DequantLt);  // exactly 2^27
   EXPECT_EQ(plan_tq2(31, 2048, 2048, DType::F32, h200), Tq2Route::Tiled);
   EXPECT_EQ(plan_tq2(130, 333, 384, DType::F32, h200), Tq2Route::Tiled);

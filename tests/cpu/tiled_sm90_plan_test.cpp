@@ -183,6 +183,14 @@ TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
   dense.smem_bytes = tiled_sm90_tq2_shape(dense.bn).fixed_smem_bytes();
   EXPECT_EQ(bf.launch, dense);
   for (std::int64_t m : {1, 100, 200, 5000}) EXPECT_LE(tiled_sm90_tq2_launch(m, 3072, 132).smem_bytes, 232448) << m;
+  // The ternary width rule charges a stage's decode as 192 token columns: wider tiles than dense
+  // where the waves allow (512 x 28672: 4 waves of 256 rather than 7 of 128).
+  EXPECT_EQ(tiled_sm90_dense_launch(1, 512, 28672, 132).bn, 128);
+  EXPECT_EQ(tiled_sm90_tq2_launch(512, 28672, 132).bn, 256);
+  EXPECT_TRUE(tiled_sm90_tq2_preferred(512, 28672, 132));
+  EXPECT_TRUE(tiled_sm90_tq2_preferred(128, 13824, 132));   // 108 tiles, 82% of one wave
+  EXPECT_FALSE(tiled_sm90_tq2_preferred(512, 2560, 132));   // 80 tiles
+  EXPECT_FALSE(tiled_sm90_tq2_preferred(2048, 2560, 132));  // 160 tiles: 61% of 2 waves
   EXPECT_EQ(bf.engine_kernel, tiled_sm90_tq2_kernel_name(DType::F32, bf.launch.bn));
   Tq2Options o;
   o.force_route = Tq2Route::TiledSm90;

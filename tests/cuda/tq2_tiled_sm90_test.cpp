@@ -1,5 +1,5 @@
-// gemm_tq2's tq2_tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder in its
-// producer) on the GPU: random sweeps against float64 over input/output dtypes, shapes that are
+// gemm_tq2's tq2_tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder: codes by TMA,
+// decoded by the consumers into register fragments) on the GPU: random sweeps against float64 over input/output dtypes, shapes that are
 // not tile multiples, every tile width, strides with poisoned padding, wide input ranges and an
 // all-zero scale group; NaN/Inf propagation; the caller-workspace rule; determinism; and each
 // refusal (f32 Exact, a misaligned f16 input, another GPU) before anything is launched.
@@ -116,6 +116,26 @@ TEST(Tq2TiledSm90Gpu, DeterministicWithCallerWorkspace) {
     EXPECT_EQ(BufferPool::alloc_count(), allocs) << "a caller workspace must leave the pool alone";
     EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
     EXPECT_EQ(a.out_bytes, b.out_bytes) << "tq2_tiled_sm90 " << dtype_name(in) << " is not bitwise deterministic";
+  }
+}
+
+// The router takes the engine for a 16-bit prefill whose tiles fill the SMs (m 128, n 13824: 108
+// tiles), and sends an f16 input the engine's TMA cannot read (row stride not a multiple of 8)
+// to tq2_dequant_lt instead of refusing it; both correct against float64.
+TEST(Tq2TiledSm90Gpu, RouterTakesTheEngineAndFallsBackForUnreadableF16) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct R { DType in; std::int64_t pad; const char* route; };
+  for (R r : {R{DType::F16, 0, "tq2_tiled_sm90"}, R{DType::BF16, 3, "tq2_tiled_sm90"}, R{DType::F16, 3, "tq2_dequant_lt"}}) {
+    Tq2Case c;
+    c.m = 128, c.n = 13824, c.k = 256, c.route = Tq2Route::Auto, c.in_dtype = r.in, c.out_dtype = DType::F32;
+    c.precision = Precision::Fast, c.pad = r.pad, c.seed_input = false, c.seed = 4100 + static_cast<std::uint64_t>(r.pad);
+    Tq2Outcome o = run_tq2_case(ctx, cache, c);
+    EXPECT_EQ(o.receipt.route, r.route) << c.describe();
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    EXPECT_TRUE(o.padding_untouched) << c.describe();
   }
 }
 

@@ -36,13 +36,17 @@ std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch) 
   return "";
 }
 
-TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
+namespace {
+
+// The tile width with the fewest waves x per-stage cost, a stage costing `bn + fixed` (fixed:
+// the part of a stage that does not scale with the tokens, in token columns).
+TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
   TiledSm90Launch best;
   std::int64_t best_cost = -1;
   for (int bn : {256, 128, 64}) {
     const std::int64_t tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
-    const std::int64_t cost = ceil_div(tiles, sms) * (bn + 32);
+    const std::int64_t cost = ceil_div(tiles, sms) * (bn + fixed);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best.bn = bn;
@@ -52,6 +56,12 @@ TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std:
   best.smem_bytes = smem_for(best.bn, 0);
   best.grid = static_cast<int>(std::max<std::int64_t>(1, std::min(best.tiles, sms)));
   return best;
+}
+
+}  // namespace
+
+TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
+  return pick_width(batch, m, n, sm_count, 32);
 }
 
 std::string tiled_sm90_dense_kernel_name(DType dtype, int bn) {
@@ -114,9 +124,19 @@ std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::in
 }
 
 TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count) {
-  TiledSm90Launch l = tiled_sm90_dense_launch(1, m, n, sm_count);
+  // Measured on the H200 (docs/performance.md, "Ternary prefill on the engine", v8): a stage
+  // costs ~0.39 us + 0.002 us a token column, the decode of the 128 x 64 weights being the fixed
+  // part: ~192 columns' worth, which favours wide tiles more than the dense launch does.
+  TiledSm90Launch l = pick_width(1, m, n, sm_count, 192);
   l.smem_bytes = tiled_sm90_tq2_shape(l.bn).fixed_smem_bytes();
   return l;
+}
+
+bool tiled_sm90_tq2_preferred(std::int64_t m, std::int64_t n, int sm_count) {
+  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
+  const TiledSm90Launch l = tiled_sm90_tq2_launch(m, n, sm_count);
+  const std::int64_t waves = ceil_div(l.tiles, sms);
+  return 4 * l.tiles >= 3 * sms && 10 * l.tiles >= 8 * waves * sms;
 }
 
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn) {

@@ -72,6 +72,11 @@ std::string tiled_sm90_tq2_shape_refusal(std::int64_t m, std::int64_t n, std::in
                                          bool exact);
 // The dense launch for one [m, n] problem, with the ternary ring (tiled_sm90_tq2_shape).
 TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_count);
+// Whether gemm_tq2's router should take the engine for an [m, n] prefill (the engine against
+// tq2_dequant_lt, measured on the H200 over 25 DiT/Llama/BitNet shapes, docs/performance.md): when
+// the launch fills the SMs, at least 3/4 of them with tiles and its waves at least 80% full.
+// Fewer or ragged waves lose to dequantizing the weight for cuBLASLt until split-K exists.
+bool tiled_sm90_tq2_preferred(std::int64_t m, std::int64_t n, int sm_count);
 // tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
 

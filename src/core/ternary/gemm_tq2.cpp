@@ -1,6 +1,7 @@
 // gemm_tq2: validate, plan, then the CPU reference or the CUDA dispatcher; and the seed's
 // host-I/O form through the context's grow-only pool.
 #include <climits>
+#include <cstdint>
 #include <memory>
 
 #include "core/engine/tiled_sm90_plan.hpp"
@@ -86,6 +87,11 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   c.args.workspace = o.workspace, c.args.workspace_bytes = o.workspace_bytes;
   c.args.chunk_rows = o.dequant_chunk_rows;
   c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
+  // The engine reads an f16 input by TMA (16-byte aligned base, row stride a multiple of 8): the
+  // router sends any other f16 input to DequantLt rather than refuse it (forced, it is refused).
+  if (c.route == Tq2Route::TiledSm90 && o.force_route == Tq2Route::Auto && in.dtype == DType::F16 &&
+      (reinterpret_cast<std::uintptr_t>(in.data) % 16 != 0 || c.args.in_ld % 8 != 0))
+    c.route = Tq2Route::DequantLt;
   if (c.route == Tq2Route::TiledSm90) {
     const std::string why =
         engine::tiled_sm90_tq2_refusal(m, w->n(), w->k(), in.dtype, out.dtype, c.args.exact, ctx.arch());
@@ -185,6 +191,13 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (m <= 2) return Tq2Route::StreamV3;
   }
   if (m <= 16) return Tq2Route::StreamV2;
+  // Prefill on sm_90 with a 16-bit input: the Hopper engine where its tiles fill the SMs
+  // (tiled_sm90_tq2_preferred: 1.0-2.1x tq2_dequant_lt there, 0.73-0.93x where they do not). An
+  // f32 input stays on tq2_dequant_lt: the precision is not known here, and the engine takes only Fast.
+  if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
+      engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
+      engine::tiled_sm90_tq2_preferred(m, n, arch.sm_count))
+    return Tq2Route::TiledSm90;
   // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so
   // each wave of tiles costs ~45 ns per unit of k (140 us at k = 3072) however small m is.
   // DequantLt costs ~5 launches (~15 us), the f16 weight written once and cuBLASLt's tensor-core

@@ -201,17 +201,19 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       const typename Weights::Lane lc = Weights::lane_constants(lane);
       const int r = 64 * cw + 16 * warp + (lane >> 2);
       const int valid_rows = wp.n - c.feat0;  // rows of this group left from the tile's first
+      const std::uint32_t ring_addr = ptx::smem_addr(ring);
+      int s = it % kStages, prev = (it + kStages - 1) % kStages;  // stepped, not divided, below
+      std::uint32_t phase = (it / kStages) & 1;
       for (int kb = 0; kb < kblocks; ++kb, ++it) {
-        const int s = it % kStages;
-        ptx::mbar_wait(&full[s], (it / kStages) & 1);
-        const std::uint8_t* const st = ring + s * S.stage_bytes();
-        const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
+        ptx::mbar_wait(&full[s], phase);
+        const std::uint32_t st = ring_addr + s * S.stage_bytes();
+        const std::uint64_t db = ptx::wgmma_desc_sw128_addr(st + S.a_bytes());
         const typename Weights::Stage x = Weights::read(st, r, valid_rows);
         std::uint32_t a[4][4];
 #pragma unroll
         for (int kk = 0; kk < kTiledBK / 16; ++kk) {
           ptx::wgmma_wait<3>();
-          if (kk == 3 && kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+          if (kk == 3 && kb > 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
           Weights::fragment(x, kk, lc, a[kk]);
           if (c.bn == BN) {
             ptx::wgmma_fence();
@@ -224,6 +226,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             ptx::wgmma_commit();
           }
         }
+        prev = s;
+        if (++s == kStages) s = 0, phase ^= 1;
       }
     } else {
       for (int kb = 0; kb < kblocks; ++kb, ++it) {

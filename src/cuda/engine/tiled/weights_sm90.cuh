@@ -91,16 +91,20 @@ struct Tq2Weights {
     return l;
   }
   // Thread (warp, lane) of consumer half cw: rows r = 64 cw + 16 warp + lane / 4 and r + 8 of the
-  // stage's weight part (16 bytes of codes a row, a warp reads 2 x 128 contiguous bytes); a row
-  // at or past `valid_rows` gets scale 0 (decodes to zeros: another expert's rows in a stack).
-  __device__ static Stage read(const std::uint8_t* part, int r, int valid_rows) {
+  // stage's weight part at shared address `part` (16 bytes of codes a row, a warp reads 2 x 128
+  // contiguous bytes); a row at or past `valid_rows` gets scale 0 (decodes to zeros: another
+  // expert's rows in a stack).
+  __device__ static Stage read(std::uint32_t part, int r, int valid_rows) {
     Stage x;
-    x.ra = *reinterpret_cast<const uint4*>(part + 16 * r);
-    x.rb = *reinterpret_cast<const uint4*>(part + 16 * (r + 8));
-    const std::uint32_t sa = r < valid_rows ? *reinterpret_cast<const std::uint16_t*>(part + kTiledCodeBytes + 2 * r) : 0u;
-    const std::uint32_t sb =
-        r + 8 < valid_rows ? *reinterpret_cast<const std::uint16_t*>(part + kTiledCodeBytes + 2 * (r + 8)) : 0u;
-    x.sa = sa | (sa << 16), x.sb = sb | (sb << 16);
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x.ra.x), "=r"(x.ra.y), "=r"(x.ra.z), "=r"(x.ra.w) : "r"(part + 16 * r));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x.rb.x), "=r"(x.rb.y), "=r"(x.rb.z), "=r"(x.rb.w)
+                 : "r"(part + 16 * (r + 8)));
+    std::uint16_t sa, sb;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(sa) : "r"(part + kTiledCodeBytes + 2 * r));
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(sb) : "r"(part + kTiledCodeBytes + 2 * (r + 8)));
+    const std::uint32_t a = r < valid_rows ? sa : 0u, b = r + 8 < valid_rows ? sb : 0u;
+    x.sa = a | (a << 16), x.sb = b | (b << 16);
     return x;
   }
   // (c - 1) * scale for the two codes of a pair, exactly (an f16 scale times -1, 0 or 1).

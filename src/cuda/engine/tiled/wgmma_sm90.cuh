@@ -14,10 +14,11 @@ namespace llmm::ptx {
 // by swizzled K-major layouts), stride byte offset 1024 >> 4, layout type 1 (128-byte swizzle).
 // The tile base must be 1024-byte aligned; the k-th 16-element slice of a row starts 32 bytes
 // further, which the swizzle resolves per row: add 2 * k to the descriptor.
-__device__ __forceinline__ std::uint64_t wgmma_desc_sw128(const void* tile) {
-  const std::uint64_t addr = smem_addr(tile);
+__device__ __forceinline__ std::uint64_t wgmma_desc_sw128_addr(std::uint32_t smem_address) {
+  const std::uint64_t addr = smem_address;
   return ((addr & 0x3FFFF) >> 4) | (std::uint64_t{1} << 16) | (std::uint64_t{1024 >> 4} << 32) | (std::uint64_t{1} << 62);
 }
+__device__ __forceinline__ std::uint64_t wgmma_desc_sw128(const void* tile) { return wgmma_desc_sw128_addr(smem_addr(tile)); }
 
 // Orders this thread's register and shared-memory accesses before the wgmmas that follow.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
