@@ -145,8 +145,9 @@ enum class Tq2Route {
   StreamV4,   // decode v4: int8 digits on the sm_90 streaming engine (copy-engine ring; m <= 8, sm_90)
   Tiled,      // prefill: tensor cores on decoded tiles
   DequantLt,  // prefill: weight dequantized to f16 chunk by chunk, cuBLASLt GEMMs (any m)
-  TiledSm90,  // prefill: the Hopper tiled engine decoding TQ2 to f16 in its producer (sm_90; f16,
-              // bf16, or f32 Fast input: bf16/f32 go through a scaled f16 copy in the workspace)
+  TiledSm90,  // prefill: the Hopper tiled engine, codes decoded into register fragments (sm_90; f16,
+              // bf16, or f32 Fast input: bf16/f32 go through a scaled f16 copy in the workspace);
+              // Auto takes it for 16-bit input, m > 16, where its tiles fill the SMs
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 

@@ -9,8 +9,8 @@
 //   moe     matmul_id's grouped route: w [E][n, k] f16/bf16, input of the weights' dtype
 //           gathered by routed row, output f32 or the input dtype.
 //   tq2     gemm_tq2's tiled_sm90 route: W [n, k] TQ2_0_g128 codes decoded to f16 by the
-//           producer (Tq2Weights), x [m, k] f16 (the input, or its f16 copy scaled by a power of
-//           two), output f32, f16 or bf16; the dense row map and tile shapes.
+//           consumers (Tq2Weights), x [m, k] f16 (the input, or its f16 copy scaled by a power of
+//           two), output f32, f16 or bf16; the dense row map, tiled_sm90_tq2_shape's deeper rings.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
-// Host-side plan of gemm_tq2's tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder in
-// its producer, src/cuda/engine): which kernels run and the workspace they share. Pure
+// Host-side plan of gemm_tq2's tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder,
+// src/cuda/engine): which kernels run and the workspace they share. Pure
 // functions of sizes and dtypes; the router, tq2_workspace_bytes, CPU tests and the CUDA runner
 // use this one plan.
 //

@@ -1,4 +1,4 @@
-// gemm_tq2's tiled_sm90 route: the Hopper tiled engine with the TQ2 decoder in its producer
+// gemm_tq2's tiled_sm90 route: the Hopper tiled engine with the TQ2 decoder
 // (plan: core/ternary/tq2_tiled_sm90_plan.hpp). Host header.
 #pragma once
 #include <functional>

@@ -1,7 +1,7 @@
 // Ternary instance of the Hopper tiled engine (gemm_tq2's tiled_sm90 route): the dense row map,
-// the f16 activation by TMA, the weight box decoded from TQ2_0_g128 codes by the producer
-// threads (Tq2Weights: codes and transposed scales by TMA), the activation's power-of-two scale
-// undone in the epilogue.
+// the f16 activation by TMA, TQ2_0_g128 codes and transposed scales by TMA decoded by the
+// consumers into register fragments (Tq2Weights), the activation's power-of-two scale undone in
+// the epilogue.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
