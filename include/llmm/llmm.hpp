@@ -11,5 +11,6 @@
 #include "llmm/reference.hpp"
 #include "llmm/ternary.hpp"
 #include "llmm/ternary_formats.hpp"
+#include "llmm/ternary_moe.hpp"
 #include "llmm/version.hpp"
 #include "llmm/view.hpp"

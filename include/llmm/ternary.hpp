@@ -58,8 +58,12 @@ class TernaryWeight {
   std::uint64_t key() const { return key_; }
   // Process-unique number of this upload: a key evicted and uploaded again names a new weight.
   std::uint64_t upload_id() const { return upload_id_; }
-  std::int64_t n() const { return n_; }
+  std::int64_t n() const { return n_; }  // rows of one expert (of the weight, when experts() == 1)
   std::int64_t k() const { return k_; }
+  // A stack of experts (TernaryWeightCache::get_or_upload_experts) holds experts() weights of
+  // [n, k] one after another: expert e is rows e * n .. e * n + n - 1 of codes() and scales().
+  std::int64_t experts() const { return experts_; }
+  std::int64_t rows() const { return experts_ * n_; }
   DeviceKind device() const { return device_; }
   int device_index() const { return device_index_; }
   const std::uint8_t* codes() const { return codes_; }
@@ -76,7 +80,7 @@ class TernaryWeight {
  private:
   friend class TernaryWeightCache;
   std::uint64_t key_ = 0, upload_id_ = 0;
-  std::int64_t n_ = 0, k_ = 0;
+  std::int64_t n_ = 0, k_ = 0, experts_ = 1;
   DeviceKind device_ = DeviceKind::CPU;
   int device_index_ = 0;
   const std::uint8_t* codes_ = nullptr;
@@ -98,6 +102,11 @@ class TernaryWeightCache {
   // Throws InvalidArgument for k % 128 != 0, n or k < 1, bytes != n * (k/128) * 34, code 3 or a
   // non-finite scale (naming the block), or a key already cached with another n, k or byte count.
   WeightHandle get_or_upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n, std::int64_t k);
+  // A stack of n_experts ternary experts of [n, k] each (matmul_id_tq2's weights): `aos` holds
+  // them one after another, n_experts * n rows of k/128 blocks (bytes = n_experts * n * k/128 *
+  // 34). The same refusals, and n_experts >= 1; a key cached with another shape is refused.
+  WeightHandle get_or_upload_experts(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n_experts,
+                                     std::int64_t n, std::int64_t k);
   bool evict(std::uint64_t key);  // true if the key was cached
   // Evicts w's key only while it still holds w itself (not a later upload under the same key):
   // a stale handle never releases another weight. True if it evicted.
@@ -107,6 +116,8 @@ class TernaryWeightCache {
   std::uint64_t upload_count() const;  // conversions + uploads done so far
 
  private:
+  WeightHandle upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t experts, std::int64_t n,
+                      std::int64_t k);
   DeviceKind device_;
   int device_index_;
   mutable std::mutex mu_;

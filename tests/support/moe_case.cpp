@@ -82,14 +82,11 @@ std::vector<std::int64_t> make_ids(const MoeCase& c) {
   return ids;
 }
 
-namespace {
-// An id value as the case's dtype stores and reads it.
 std::int64_t as_stored(DType t, std::int64_t v) {
   if (t == DType::U32) return static_cast<std::uint32_t>(v);
   if (t == DType::I32) return static_cast<std::int32_t>(v);
   return v;
 }
-}  // namespace
 
 void store_ids(const MoeCase& c, const std::vector<std::int64_t>& ids, HostTensor& t) {
   for (std::size_t r = 0; r < ids.size(); ++r) {

@@ -50,6 +50,8 @@ MoeBuffers make_moe_buffers(const MoeCase& c);
 
 // Ids as values (any integer: the case's dtype stores them, out-of-range ones included).
 std::vector<std::int64_t> make_ids(const MoeCase& c);
+// An id value as the case's dtype stores and reads it (a u32 or i32 id wraps).
+std::int64_t as_stored(DType t, std::int64_t v);
 // Writes make_ids(c) into an ids tensor of c.ids_dtype.
 void store_ids(const MoeCase& c, const std::vector<std::int64_t>& ids, HostTensor& t);
 MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch);

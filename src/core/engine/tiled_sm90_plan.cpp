@@ -139,6 +139,32 @@ bool tiled_sm90_tq2_preferred(std::int64_t m, std::int64_t n, int sm_count) {
   return 4 * l.tiles >= 3 * sms && 10 * l.tiles >= 8 * waves * sms;
 }
 
+std::string tiled_sm90_tq2_moe_refusal(const MatmulIdParams& p, const ArchInfo& arch) {
+  if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
+  if (p.input_dtype != DType::F16) return "needs an f16 input (bf16 and f32 take tq2_moe_naive for now)";
+  if (p.output_dtype != DType::F32 && p.output_dtype != DType::F16) return "needs an f32 or f16 output";
+  if (p.k < 128 || p.k % 128 != 0) return "needs k a positive multiple of 128";
+  if (p.n_experts < 1 || p.n_experts > 1024) return "needs 1..1024 experts";
+  if (static_cast<std::int64_t>(p.n_experts) * p.n > kMaxTq2Rows)
+    return "needs n_experts * n <= 2^30 - 128 (the scale copy addresses a row's scales by byte offset)";
+  const std::int64_t routed = static_cast<std::int64_t>(p.m) * p.top_k;
+  if (routed > kMaxTiles) return "more than 2^31 - 1 routed rows";
+  const std::int64_t row_tiles = ceil_div(routed, kTiledNarrowBN) + p.n_experts;
+  if (row_tiles > kMaxTiles / ceil_div(p.n, kTiledBM)) return "more than 2^31 tiles";
+  return "";
+}
+
+TiledSm90Launch tiled_sm90_tq2_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) {
+  TiledSm90Launch l = tiled_sm90_moe_launch(g, sm_count);
+  l.smem_bytes = tiled_sm90_tq2_shape(l.bn).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(l.bn, static_cast<int>(g.n_experts));
+  l.staged = true;
+  return l;
+}
+
+std::string tiled_sm90_tq2_moe_kernel_name(DType out) {
+  return "tiled_sm90_tq2_moe_f16_" + std::string(dtype_name(out)) + "_bn256x" + std::to_string(kTiledNarrowBN) + "_staged";
+}
+
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn) {
   return "tiled_sm90_tq2_f16_" + std::string(dtype_name(out)) + "_bn" + std::to_string(bn);
 }

@@ -137,31 +137,32 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
 
 }  // namespace
 
-MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, const View& out, MatmulIdInputLayout layout,
-                                MatmulIdMultiplicity multiplicity, MatmulIdRoute route) {
-  if (w.rank != 3) fail(ErrorCode::InvalidArgument, kOp, ": weights must be [n_experts, n, k], got ", w.describe());
-  if (ids.rank != 2) fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be [m, top_k], got ", ids.describe());
-  if (out.rank != 3) fail(ErrorCode::InvalidArgument, kOp, ": output must be [m, top_k, n], got ", out.describe());
+namespace detail {
+MatmulIdParams matmul_id_params_named(const char* op, const View& w, const View& in, const View& ids, const View& out,
+                                      MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity, MatmulIdRoute route) {
+  if (w.rank != 3) fail(ErrorCode::InvalidArgument, op, ": weights must be [n_experts, n, k], got ", w.describe());
+  if (ids.rank != 2) fail(ErrorCode::InvalidArgument, op, ": expert ids must be [m, top_k], got ", ids.describe());
+  if (out.rank != 3) fail(ErrorCode::InvalidArgument, op, ": output must be [m, top_k, n], got ", out.describe());
   if (in.rank != 2 && in.rank != 3)
-    fail(ErrorCode::InvalidArgument, kOp, ": input must be [m, k], [m * top_k, k] or [m, top_k, k], got ", in.describe());
+    fail(ErrorCode::InvalidArgument, op, ": input must be [m, k], [m * top_k, k] or [m, top_k, k], got ", in.describe());
   const std::int64_t n_experts = w.dim(0), n = w.dim(1), k = w.dim(2), m = ids.dim(0), top_k = ids.dim(1);
   if (!w.empty() && (!stride_is(w, 2, 1) || !stride_is(w, 1, k)))  // an empty view's strides are never used
-    fail(ErrorCode::InvalidArgument, kOp, ": weights must have strides [expert stride, k, 1] (each expert a row-major [",
+    fail(ErrorCode::InvalidArgument, op, ": weights must have strides [expert stride, k, 1] (each expert a row-major [",
          n, ", ", k, "] matrix), got ", w.describe());
   if (!is_expert_id(ids.dtype))
-    fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be u32, i32 or i64, got ", dtype_name(ids.dtype));
-  if (!ids.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": expert ids must be contiguous, got ", ids.describe());
+    fail(ErrorCode::InvalidArgument, op, ": expert ids must be u32, i32 or i64, got ", dtype_name(ids.dtype));
+  if (!ids.is_contiguous()) fail(ErrorCode::InvalidArgument, op, ": expert ids must be contiguous, got ", ids.describe());
   if (out.dim(0) != m || out.dim(1) != top_k || out.dim(2) != n)
-    fail(ErrorCode::InvalidArgument, kOp, ": output must be [m, top_k, n] = [", m, ", ", top_k, ", ", n,
+    fail(ErrorCode::InvalidArgument, op, ": output must be [m, top_k, n] = [", m, ", ", top_k, ", ", n,
          "] (m, top_k from ids ", ids.describe(), ", n from weights ", w.describe(), "), got ", out.describe());
-  if (!out.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": output must be contiguous, got ", out.describe());
+  if (!out.is_contiguous()) fail(ErrorCode::InvalidArgument, op, ": output must be contiguous, got ", out.describe());
 
   MatmulIdParams p;
-  p.m = narrow_u32(m, kOp, "m (tokens)");
-  p.top_k = narrow_u32(top_k, kOp, "top_k");
-  p.n = narrow_u32(n, kOp, "n");
-  p.k = narrow_u32(k, kOp, "k");
-  p.n_experts = narrow_u32(n_experts, kOp, "n_experts");
+  p.m = narrow_u32(m, op, "m (tokens)");
+  p.top_k = narrow_u32(top_k, op, "top_k");
+  p.n = narrow_u32(n, op, "n");
+  p.k = narrow_u32(k, op, "k");
+  p.n_experts = narrow_u32(n_experts, op, "n_experts");
   const std::uint64_t matrix = static_cast<std::uint64_t>(p.n) * p.k;  // u32 x u32: no overflow
   const std::uint64_t es = w.dim(0) <= 1 || w.empty() ? matrix : static_cast<std::uint64_t>(w.stride(0));
   p.expert_stride_bytes = checked_mul(es, dtype_size(w.dtype), "matmul_id expert stride bytes");
@@ -170,7 +171,7 @@ MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, 
 
   const int inner = in.rank - 1;
   if (!in.empty() && !stride_is(in, inner, 1))
-    fail(ErrorCode::InvalidArgument, kOp, ": input innermost stride must be 1, got ", in.describe());
+    fail(ErrorCode::InvalidArgument, op, ": input innermost stride must be 1, got ", in.describe());
   if (in.rank == 3) layout = MatmulIdInputLayout::Slotted;
   p.input_layout = layout;
   const bool slotted = layout == MatmulIdInputLayout::Slotted;
@@ -179,7 +180,7 @@ MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, 
                                      : static_cast<std::uint64_t>(in.dim(0)) == rows && in.dim(1) == k;
   if (!shape_ok) {
     const char* want = in.rank == 3 ? "[m, top_k, k]" : slotted ? "[m * top_k, k] (layout slotted)" : "[m, k] (layout shared)";
-    fail(ErrorCode::InvalidArgument, kOp, ": input must be ", want, " with m ", m, ", top_k ", top_k, " (from ids) and k ",
+    fail(ErrorCode::InvalidArgument, op, ": input must be ", want, " with m ", m, ", top_k ", top_k, " (from ids) and k ",
          k, " (from weights), got ", in.describe(),
          !slotted && in.rank == 2 && top_k > 1 && static_cast<std::uint64_t>(in.dim(0)) == static_cast<std::uint64_t>(p.m) * p.top_k
              ? ": a row per (token, slot) is layout slotted"
@@ -201,6 +202,12 @@ MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, 
     p.input_token_stride = stride_u(0, p.k);
   }
   return p;
+}
+}  // namespace detail
+
+MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, const View& out, MatmulIdInputLayout layout,
+                                MatmulIdMultiplicity multiplicity, MatmulIdRoute route) {
+  return detail::matmul_id_params_named(kOp, w, in, ids, out, layout, multiplicity, route);
 }
 
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,

@@ -5,6 +5,7 @@
 
 #include "llmm/dtype.hpp"
 #include "llmm/moe.hpp"
+#include "llmm/view.hpp"
 
 namespace llmm::detail {
 
@@ -19,5 +20,10 @@ struct MatmulIdInputStrides {
   std::uint64_t token = 0, slot = 0;
 };
 MatmulIdInputStrides matmul_id_input_strides(const MatmulIdParams& p);
+
+// matmul_id_params with another op's name in its messages (matmul_id_tq2 reads its views by the
+// same rules, its weights' shape given as a [n_experts, n, k] view).
+MatmulIdParams matmul_id_params_named(const char* op, const View& w, const View& in, const View& ids, const View& out,
+                                      MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity, MatmulIdRoute route);
 
 }  // namespace llmm::detail

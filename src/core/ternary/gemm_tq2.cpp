@@ -36,6 +36,9 @@ std::vector<float> decode_host(const TernaryWeight& w) {
 
 void check_handle(const Context& ctx, const WeightHandle& w) {
   if (!w) fail(ErrorCode::InvalidArgument, kOp, ": null weight handle");
+  if (w->experts() != 1)
+    fail(ErrorCode::InvalidArgument, kOp, ": weight ", w->key(), " is a stack of ", w->experts(), " experts of [", w->n(),
+         ", ", w->k(), "]: use matmul_id_tq2");
   if (w->device() != ctx.kind() || (ctx.is_cuda() && w->device_index() != ctx.arch().device_index))
     fail(ErrorCode::InvalidArgument, kOp, ": weight ", w->key(), " lives on ", w->device() == DeviceKind::CUDA ? "cuda" : "cpu",
          " but the context is ", ctx.is_cuda() ? "cuda" : "cpu");

@@ -1,6 +1,7 @@
 // TernaryWeightCache (AoS -> SoA, upload once per key) and BufferPool (grow-only scratch).
 #include <atomic>
 #include <cstring>
+#include <limits>
 
 #include "core/host_alloc.hpp"
 #include "core/ternary/tq2_kernels.hpp"
@@ -26,33 +27,53 @@ TernaryWeightCache::TernaryWeightCache(const Context& ctx)
 
 WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t n,
                                                std::int64_t k) {
-  std::size_t want = tq2_aos_bytes(n, k);
+  return upload(key, aos, bytes, 1, n, k);
+}
+
+WeightHandle TernaryWeightCache::get_or_upload_experts(std::uint64_t key, const void* aos, std::size_t bytes,
+                                                       std::int64_t n_experts, std::int64_t n, std::int64_t k) {
+  if (n_experts < 1)
+    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": n_experts ", n_experts, " must be >= 1");
+  return upload(key, aos, bytes, n_experts, n, k);
+}
+
+WeightHandle TernaryWeightCache::upload(std::uint64_t key, const void* aos, std::size_t bytes, std::int64_t experts,
+                                        std::int64_t n, std::int64_t k) {
+  auto shape = [](std::int64_t e, std::int64_t rows, std::int64_t cols) {
+    return (e > 1 ? std::to_string(e) + " experts of " : std::string()) + "[" + std::to_string(rows) + ", " +
+           std::to_string(cols) + "]";
+  };
+  (void)tq2_aos_bytes(n, k);  // n, k themselves (the message names them)
+  if (experts > std::numeric_limits<std::int64_t>::max() / n)
+    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": ", experts, " x ", n, " rows overflow");
+  const std::int64_t rows = experts * n;
+  const std::size_t want = tq2_aos_bytes(rows, k);
   if (bytes != want)
-    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": ", bytes, " bytes given, an [", n, ", ", k,
-         "] TQ2_0_g128 weight is ", want, " (n * k/128 * 34)");
+    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": ", bytes, " bytes given, ", shape(experts, n, k),
+         " TQ2_0_g128 ", experts > 1 ? "is " : "weight is ", want, experts > 1 ? " (n_experts * n * k/128 * 34)" : " (n * k/128 * 34)");
   if (aos == nullptr) fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": null data");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);
   if (it != map_.end()) {
     const TernaryWeight& w = *it->second;
-    if (w.n() != n || w.k() != k)
-      fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, " holds an [", w.n(), ", ", w.k(),
-           "] weight, asked for [", n, ", ", k, "]");
+    if (w.n() != n || w.k() != k || w.experts() != experts)
+      fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, " holds ", w.experts() > 1 ? "" : "an ",
+           shape(w.experts(), w.n(), w.k()), w.experts() > 1 ? "" : " weight", ", asked for ", shape(experts, n, k));
     return it->second;
   }
   // AoS -> SoA on the host, rejecting code 3 and non-finite scales.
   const std::string who = "TernaryWeightCache: key " + std::to_string(key);
   const std::int64_t bpr = k / kTq2BlockWeights;
-  const std::size_t codes_bytes = static_cast<std::size_t>(n * (k / 4));
-  const std::size_t scales_bytes = static_cast<std::size_t>(n * bpr) * 2;
+  const std::size_t codes_bytes = static_cast<std::size_t>(rows * (k / 4));
+  const std::size_t scales_bytes = static_cast<std::size_t>(rows * bpr) * 2;
   const std::size_t scales_off = round_up(codes_bytes, 256);
   // Zero tail after the scales: tq2_stream_v4 copies scales in whole 16-byte units.
   const std::size_t scales_t_off = round_up(scales_off + scales_bytes + cuda_ternary::kTq2ScalesTailBytes, 256);
-  const std::int64_t ld_t = (n + 7) / 8 * 8;  // 16-byte rows, as a tensor map needs
+  const std::int64_t ld_t = (rows + 7) / 8 * 8;  // 16-byte rows, as a tensor map needs
   const std::size_t total = scales_t_off + static_cast<std::size_t>(bpr * ld_t) * 2;
   std::vector<unsigned char> soa = detail::host_vector<unsigned char>(total, who.c_str());
   const auto* p = static_cast<const unsigned char*>(aos);
-  for (std::int64_t r = 0; r < n; ++r)
+  for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t b = 0; b < bpr; ++b) {
       const unsigned char* blk = p + static_cast<std::size_t>(r * bpr + b) * kTq2BlockBytes;
       detail::check_tq2_block(blk, who.c_str(), r, b);
@@ -61,7 +82,7 @@ WeightHandle TernaryWeightCache::get_or_upload(std::uint64_t key, const void* ao
       std::memcpy(soa.data() + scales_t_off + static_cast<std::size_t>(b * ld_t + r) * 2, blk + 32, 2);
     }
   auto w = std::make_shared<TernaryWeight>();
-  w->key_ = key, w->n_ = n, w->k_ = k, w->device_ = device_, w->device_index_ = device_index_;
+  w->key_ = key, w->n_ = n, w->k_ = k, w->experts_ = experts, w->device_ = device_, w->device_index_ = device_index_;
   w->upload_id_ = g_upload_ids.fetch_add(1, std::memory_order_relaxed) + 1;
   w->codes_bytes_ = codes_bytes, w->scales_bytes_ = scales_bytes, w->held_bytes_ = total;
   w->scales_t_ld_ = ld_t;

@@ -8,6 +8,7 @@
 #include "cuda/dense/dense_args.hpp"
 #include "cuda/moe/moe_args.hpp"
 #include "cuda/ternary/tq2_args.hpp"
+#include "cuda/ternary/tq2_moe_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::engine {
@@ -19,10 +20,15 @@ void launch_tiled_sm90_dense(const cuda_dense::DenseArgs& g, const TiledSm90Laun
 // `l` from tiled_sm90_moe_launch.
 void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream);
 
-// out = x . W^T with W [n, k] decoded from g.codes / g.scales in the producer; g.in is the f16
+// out = x . W^T with W [n, k] decoded from g.codes / g.scales_t by the consumers; g.in is the f16
 // activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;
 // alpha: nullptr or a device float that multiplies every output. `l` from tq2_tiled_sm90_plan.
 void launch_tiled_sm90_tq2(const cuda_ternary::Tq2Args& g, const float* alpha, const TiledSm90Launch& l,
                            StreamHandle stream);
+
+// matmul_id_tq2's grouped GEMM over a stack of ternary experts, after launch_moe_map and
+// launch_moe_stage_rows on the same stream (a.g's counts, rows and f16 staged rows written);
+// `l` from tiled_sm90_tq2_moe_launch.
+void launch_tiled_sm90_tq2_moe(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, StreamHandle stream);
 
 }  // namespace llmm::engine

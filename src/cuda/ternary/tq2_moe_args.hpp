@@ -1,0 +1,24 @@
+// Raw, already-validated arguments of one ternary expert-ID matmul (matmul_id_tq2), as the CUDA
+// launchers take them. No CUDA headers (host code builds these).
+//   out[r, j] = sum_l in(r, l) * W_e[j, l],  r = t * top_k + s a routed row, e = ids[r]
+//   W_e[j, l] = (code(e n + j, l) - 1) * scale(e n + j, l / 128)   (tq2_args.hpp's layout over
+//               the stack's n_experts * n rows)
+// A row whose id is outside [0, n_experts) is zero.
+#pragma once
+#include <cstdint>
+
+#include "cuda/moe/moe_args.hpp"
+
+namespace llmm::cuda_ternary {
+
+struct Tq2MoeArgs {
+  // Sizes, input (in_dtype, token/slot strides), ids, output, and the grouped route's scratch
+  // (counts, rows, staged); g.w is unused (nullptr), g.w_dtype names the decoded dtype (f16).
+  cuda_moe::MoeArgs g;
+  const std::uint8_t* codes = nullptr;     // [n_experts * n][k / 4]
+  const std::uint16_t* scales = nullptr;   // [n_experts * n][k / 128] f16 bits
+  const std::uint16_t* scales_t = nullptr; // [k / 128][scales_t_ld] f16 bits (columns past the rows zero)
+  std::int64_t scales_t_ld = 0;
+};
+
+}  // namespace llmm::cuda_ternary

@@ -1,0 +1,155 @@
+// Ternary experts on the CPU backend: the expert-stack upload (layout, refusals, gemm_tq2's
+// refusal of a stack), matmul_id_tq2's float64 route against cpu::matmul_id_f64 on the
+// dequantized stack over layouts, id dtypes, routings, out-of-range ids and dtypes, each refusal
+// before anything is written, and the pure routing rule.
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "llmm/ternary_moe.hpp"
+#include "support/expect_error.hpp"
+#include "support/tensor.hpp"
+#include "support/tq2_case.hpp"
+#include "support/tq2_moe_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
+
+ArchInfo h200() {
+  ArchInfo a;
+  a.kind = DeviceKind::CUDA, a.cc_major = 9, a.cc_minor = 0, a.sm_count = 132;
+  return a;
+}
+
+MatmulIdParams params(std::uint32_t m, std::uint32_t top_k, std::uint32_t n, std::uint32_t k, std::uint32_t experts,
+                      DType in = DType::F16, DType out = DType::F32) {
+  MatmulIdParams p;
+  p.m = m, p.top_k = top_k, p.n = n, p.k = k, p.n_experts = experts, p.input_dtype = in, p.output_dtype = out;
+  return p;
+}
+}  // namespace
+
+TEST(Tq2Experts, UploadLaysOutTheStackAndRefuses) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  const std::vector<BlockTQ2_128> b = seed_tq2_blocks(3 * 13, 256, 9);  // 3 experts of [13, 256]
+  const WeightHandle h = cache.get_or_upload_experts(5, b.data(), bytes_of(b), 3, 13, 256);
+  EXPECT_EQ(h->experts(), 3);
+  EXPECT_EQ(h->n(), 13);
+  EXPECT_EQ(h->rows(), 39);
+  EXPECT_EQ(h->bytes(), 39u * 64 + 39u * 2 * 2);
+  // Expert 2, row 4, block 1: stack row 30.
+  EXPECT_EQ(std::memcmp(h->codes() + 30 * 64 + 32, b[30 * 2 + 1].qs, 32), 0);
+  EXPECT_EQ(h->scales()[30 * 2 + 1], b[30 * 2 + 1].d);
+  ASSERT_EQ(h->scales_t_ld(), 40);  // 39 rows rounded up to 8
+  for (int r = 0; r < 39; ++r)
+    for (int blk = 0; blk < 2; ++blk) EXPECT_EQ(h->scales_t()[blk * 40 + r], b[r * 2 + blk].d) << r;
+  EXPECT_EQ(h->scales_t()[39], 0);
+  EXPECT_EQ(cache.get_or_upload_experts(5, b.data(), bytes_of(b), 3, 13, 256).get(), h.get());
+  expect_error([&] { cache.get_or_upload_experts(5, b.data(), bytes_of(b), 1, 39, 256); }, ErrorCode::InvalidArgument,
+               "key 5 holds 3 experts of [13, 256], asked for [39, 256]");
+  expect_error([&] { cache.get_or_upload_experts(6, b.data(), bytes_of(b), 4, 13, 256); }, ErrorCode::InvalidArgument,
+               "key 6: 2652 bytes given, 4 experts of [13, 256] TQ2_0_g128 is 3536 (n_experts * n * k/128 * 34)");
+  expect_error([&] { cache.get_or_upload_experts(6, b.data(), bytes_of(b), 0, 13, 256); }, ErrorCode::InvalidArgument,
+               "n_experts 0 must be >= 1");
+  expect_error([&] { cache.get_or_upload_experts(6, b.data(), bytes_of(b), 3, 13, 200); }, ErrorCode::InvalidArgument,
+               "k 200 is not a multiple of 128");
+  // gemm_tq2 takes one weight, not a stack.
+  HostTensor in = host_tensor(DType::F32, {2, 256}), out = host_tensor(DType::F32, {2, 13});
+  expect_error([&] { gemm_tq2(ctx, h, in.view, out.view); }, ErrorCode::InvalidArgument,
+               "weight 5 is a stack of 3 experts of [13, 256]: use matmul_id_tq2");
+}
+
+TEST(Tq2Experts, CpuRouteMatchesFloat64OverLayoutsIdsAndDtypes) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 100;
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (DType ids : {DType::U32, DType::I32, DType::I64})
+      for (int layout = 0; layout < 3; ++layout) {
+        Tq2MoeCase c;
+        MoeCase& b = c.base;
+        b.p.m = 7, b.p.top_k = 3, b.p.n = 19, b.p.k = 384, b.p.n_experts = 5;
+        b.p.input_dtype = in, b.p.output_dtype = layout == 1 ? in : DType::F32;
+        b.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
+        b.input_rank3 = layout == 2;
+        b.input_pad = layout;
+        b.ids_dtype = ids;
+        b.routing = ids == DType::I32 ? Routing::Repeats : Routing::Uniform;
+        b.out_of_range_every = 4;
+        b.seed = ++seed;
+        const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, nullptr);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+        EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
+        EXPECT_EQ(o.receipt.route, "cpu");
+        EXPECT_EQ(o.receipt.kernel, "cpu_matmul_id_tq2_reference");
+      }
+}
+
+TEST(Tq2Experts, RefusalsWriteNothing) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  const std::vector<BlockTQ2_128> b = seed_tq2_blocks(4 * 8, 128, 3);
+  const WeightHandle h = cache.get_or_upload_experts(1, b.data(), bytes_of(b), 4, 8, 128);
+  HostTensor in = host_tensor(DType::F32, {3, 128}), ids = host_tensor(DType::U32, {3, 2}),
+             out = host_tensor(DType::F32, {3, 2, 8});
+  std::memset(ids.bytes.data(), 0, ids.bytes.size());
+  std::memset(out.bytes.data(), 0x7f, out.bytes.size());
+  const std::vector<unsigned char> before = out.bytes;
+  expect_error([&] { matmul_id_tq2(ctx, nullptr, in.view, ids.view, out.view, nullptr); }, ErrorCode::InvalidArgument,
+               "matmul_id_tq2: null weight handle");
+  HostTensor in_k = host_tensor(DType::F32, {3, 256});
+  expect_error([&] { matmul_id_tq2(ctx, h, in_k.view, ids.view, out.view, nullptr); }, ErrorCode::InvalidArgument,
+               "matmul_id_tq2: input must be [m, k] (layout shared) with m 3, top_k 2 (from ids) and k 128");
+  HostTensor out_n = host_tensor(DType::F32, {3, 2, 9});
+  expect_error([&] { matmul_id_tq2(ctx, h, in.view, ids.view, out_n.view, nullptr); }, ErrorCode::InvalidArgument,
+               "matmul_id_tq2: output must be [m, top_k, n] = [3, 2, 8]");
+  HostTensor ids_f = host_tensor(DType::F32, {3, 2});
+  expect_error([&] { matmul_id_tq2(ctx, h, in.view, ids_f.view, out.view, nullptr); }, ErrorCode::InvalidArgument,
+               "expert ids must be u32, i32 or i64");
+  HostTensor out_bf = host_tensor(DType::BF16, {3, 2, 8});
+  expect_error([&] { matmul_id_tq2(ctx, h, in.view, ids.view, out_bf.view, nullptr); }, ErrorCode::InvalidArgument,
+               "bf16");
+  const View alias = View::contiguous(in.view.data, DType::F32, {3, 2, 8});
+  expect_error([&] { matmul_id_tq2(ctx, h, in.view, ids.view, alias, nullptr); }, ErrorCode::InvalidArgument,
+               "output must not overlap input");
+  Tq2MoeOptions o;
+  o.force_route = Tq2MoeRoute::Naive;
+  expect_error([&] { matmul_id_tq2(ctx, h, in.view, ids.view, out.view, nullptr, MatmulIdInputLayout::SharedPerToken, o); },
+               ErrorCode::Unsupported, "route tq2_moe_naive cannot run");
+  o.force_route = Tq2MoeRoute::GroupedSm90;
+  expect_error([&] { matmul_id_tq2(ctx, h, in.view, ids.view, out.view, nullptr, MatmulIdInputLayout::SharedPerToken, o); },
+               ErrorCode::Unsupported, "needs a CUDA context");
+  EXPECT_EQ(out.bytes, before) << "a refused call wrote its output";
+  // m = 0: an empty call.
+  HostTensor in0 = host_tensor(DType::F32, {0, 128}), ids0 = host_tensor(DType::U32, {0, 2}),
+             out0 = host_tensor(DType::F32, {0, 2, 8});
+  EXPECT_EQ(matmul_id_tq2(ctx, h, in0.view, ids0.view, out0.view, nullptr).route, "none");
+}
+
+TEST(Tq2Experts, RoutingRule) {
+  const ArchInfo a = h200();
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, true), Tq2MoeRoute::GroupedSm90);
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, false, true), Tq2MoeRoute::Naive);   // input not TMA-readable
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, false), Tq2MoeRoute::Naive);   // no staging room
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 2048), a, true, true), Tq2MoeRoute::Naive);    // > 1024 experts
+  EXPECT_EQ(plan_matmul_id_tq2(params(4, 1, 1 << 20, 128, 1024), a, true, true), Tq2MoeRoute::Naive);  // 2^30 rows
+  ArchInfo a100 = a;
+  a100.cc_major = 8;
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a100, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), ArchInfo{}, true, true), Tq2MoeRoute::Cpu);
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, true, true, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "needs an f16 input");
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, false, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "staged_row_bytes");
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a100, true, true, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "sm_90a only");
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, false, false, Tq2MoeRoute::Naive),
+            Tq2MoeRoute::Naive);
+  EXPECT_STREQ(tq2_moe_route_name(Tq2MoeRoute::GroupedSm90), "tq2_moe_grouped_sm90");
+}
