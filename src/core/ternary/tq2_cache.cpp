@@ -49,8 +49,9 @@ WeightHandle TernaryWeightCache::upload(std::uint64_t key, const void* aos, std:
   const std::int64_t rows = experts * n;
   const std::size_t want = tq2_aos_bytes(rows, k);
   if (bytes != want)
-    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": ", bytes, " bytes given, ", shape(experts, n, k),
-         " TQ2_0_g128 ", experts > 1 ? "is " : "weight is ", want, experts > 1 ? " (n_experts * n * k/128 * 34)" : " (n * k/128 * 34)");
+    fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": ", bytes, " bytes given, ", experts > 1 ? "" : "an ",
+         shape(experts, n, k), " TQ2_0_g128 ", experts > 1 ? "is " : "weight is ", want,
+         experts > 1 ? " (n_experts * n * k/128 * 34)" : " (n * k/128 * 34)");
   if (aos == nullptr) fail(ErrorCode::InvalidArgument, "TernaryWeightCache: key ", key, ": null data");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);
