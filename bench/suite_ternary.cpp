@@ -352,6 +352,7 @@ void run_ternary(BenchEnv& env) {
 #ifdef LLMM_HAS_CUDA
   if (env.ctx.is_cuda()) {
     run_gpu(env);
+    if (!env.quick) run_tq2_experts(env);
     return;
   }
 #endif

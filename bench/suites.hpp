@@ -26,6 +26,8 @@ void run_smoke(BenchEnv& env);
 void run_dense(BenchEnv& env);
 void run_ternary(BenchEnv& env);
 void run_moe(BenchEnv& env);
+// Part of the ternary suite (suite_ternary_experts.cpp): matmul_id_tq2 against f16 experts.
+void run_tq2_experts(BenchEnv& env);
 
 struct SuiteEntry {
   const char* name;

@@ -1,0 +1,195 @@
+// Ternary experts (matmul_id_tq2) on the GPU: the reference kernel tq2_moe_naive over every input
+// dtype, layout and id dtype; the Hopper route tq2_moe_grouped_sm90 (moe_map, staged f16 rows,
+// the engine's TQ2 decoder over the expert stack) over shapes off every tile multiple, skewed and
+// repeated routings, out-of-range ids, one to 128 experts; both against cpu::matmul_id_f64 on the
+// dequantized stack with poisoned outputs. Also: the router's choices and fallbacks, bitwise
+// determinism, CUDA-graph capture replayed with new ids, and refusals before anything is written.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "llmm/ternary_moe.hpp"
+#include "support/expect_error.hpp"
+#include "support/gpu.hpp"
+#include "support/tensor.hpp"
+#include "support/tq2_case.hpp"
+#include "support/tq2_moe_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+bool hopper(const Context& ctx) { return ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0; }
+
+Tq2MoeCase make_case(std::uint32_t m, std::uint32_t top_k, std::uint32_t n, std::uint32_t k, std::uint32_t experts,
+                     DType in, DType out, std::uint64_t seed) {
+  Tq2MoeCase c;
+  MoeCase& b = c.base;
+  b.p.m = m, b.p.top_k = top_k, b.p.n = n, b.p.k = k, b.p.n_experts = experts;
+  b.p.input_dtype = in, b.p.output_dtype = out;
+  b.seed = seed;
+  return c;
+}
+}  // namespace
+
+TEST(Tq2ExpertsGpu, NaiveEveryDtypeLayoutAndIdType) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 500;
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (DType ids : {DType::U32, DType::I32, DType::I64})
+      for (int layout = 0; layout < 3; ++layout) {
+        Tq2MoeCase c = make_case(9, 3, 70, 256, 6, in, layout == 1 ? in : DType::F32, ++seed);
+        c.route = Tq2MoeRoute::Naive;
+        c.base.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
+        c.base.input_rank3 = layout == 2;
+        c.base.input_pad = layout;
+        c.base.ids_dtype = ids;
+        c.base.routing = ids == DType::I32 ? Routing::Repeats : Routing::Skewed;
+        c.base.out_of_range_every = 5;
+        const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, nullptr);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
+        EXPECT_EQ(o.receipt.route, "tq2_moe_naive");
+      }
+}
+
+TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct S { std::uint32_t m, top_k, n, k, experts; Routing routing; int oor; };
+  // One expert, non-multiples of the 128-row box and of the 64/256-token tiles, many experts with
+  // few rows each (narrow tiles), one hot expert (wide tiles), out-of-range ids, expert stacks
+  // whose rows cross box boundaries (n 200, 136).
+  const S shapes[] = {{1, 1, 8, 128, 1, Routing::Uniform, 0},      {5, 2, 200, 640, 3, Routing::Uniform, 3},
+                      {70, 8, 384, 256, 16, Routing::Zipf, 7},     {300, 4, 136, 512, 64, Routing::Skewed, 11},
+                      {64, 8, 256, 512, 128, Routing::Uniform, 0}, {600, 2, 96, 384, 4, Routing::Repeats, 5}};
+  std::uint64_t seed = 700;
+  for (const S& s : shapes)
+    for (DType out : {DType::F32, DType::F16})
+      for (int layout = 0; layout < 2; ++layout) {
+        Tq2MoeCase c = make_case(s.m, s.top_k, s.n, s.k, s.experts, DType::F16, out, ++seed);
+        c.route = Tq2MoeRoute::Auto;
+        c.base.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
+        c.base.input_pad = 8 * layout;  // TMA-readable rows: strides stay multiples of 8
+        c.base.ids_dtype = layout == 0 ? DType::U32 : DType::I64;
+        c.base.routing = s.routing, c.base.out_of_range_every = s.oor;
+        MatmulIdScratch scratch(ctx, s.experts, s.m, s.top_k, 2 * s.k);
+        const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, &scratch);
+        EXPECT_EQ(o.receipt.route, "tq2_moe_grouped_sm90") << c.describe();
+        EXPECT_EQ(o.receipt.kernels_launched, 3) << c.describe();
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+      }
+}
+
+// Auto takes the engine only where it can: a bf16 input, no scratch, a scratch without staging
+// room or an input row stride TMA cannot read go to the reference kernel; results correct on each.
+TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  TernaryWeightCache cache(ctx);
+  MatmulIdScratch staged(ctx, 8, 40, 4, 2 * 256), plain(ctx, 8, 40, 4);
+  struct R { DType in; MatmulIdScratch* scratch; std::int64_t pad; const char* route; };
+  const char* engine = hopper(ctx) ? "tq2_moe_grouped_sm90" : "tq2_moe_naive";
+  std::uint64_t seed = 900;
+  for (R r : {R{DType::F16, &staged, 0, engine}, R{DType::BF16, &staged, 0, "tq2_moe_naive"},
+              R{DType::F16, nullptr, 0, "tq2_moe_naive"}, R{DType::F16, &plain, 0, "tq2_moe_naive"},
+              R{DType::F16, &staged, 3, "tq2_moe_naive"}}) {
+    Tq2MoeCase c = make_case(40, 4, 136, 256, 8, r.in, DType::F32, ++seed);
+    c.base.input_pad = r.pad, c.base.out_of_range_every = 6;
+    const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, r.scratch);
+    EXPECT_EQ(o.receipt.route, r.route) << c.describe();
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+  }
+}
+
+TEST(Tq2ExpertsGpu, GroupedSm90DeterministicAndRefusals) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  MatmulIdScratch scratch(ctx, 32, 200, 8, 2 * 512);
+  Tq2MoeCase c = make_case(200, 8, 300, 512, 32, DType::F16, DType::F16, 41);
+  c.route = Tq2MoeRoute::GroupedSm90, c.base.routing = Routing::Zipf, c.base.out_of_range_every = 13;
+  const Tq2MoeOutcome a = run_tq2_moe_case(ctx, cache, c, &scratch), b = run_tq2_moe_case(ctx, cache, c, &scratch);
+  EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
+  EXPECT_EQ(a.out_bytes, b.out_bytes) << "tq2_moe_grouped_sm90 is not bitwise deterministic";
+  // Forced, it refuses what it cannot take, before writing anything.
+  const std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(4 * 64, 256, 2);
+  const WeightHandle h = cache.get_or_upload_experts(77, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), 4, 64, 256);
+  HostTensor in = host_tensor(DType::BF16, {8, 256}), ids = host_tensor(DType::U32, {8, 2}),
+             out = host_tensor(DType::F32, {8, 2, 64});
+  std::memset(ids.bytes.data(), 0, ids.bytes.size());
+  std::memset(out.bytes.data(), 0x7f, out.bytes.size());
+  DeviceTensor din = to_device(in), dids = to_device(ids), dout = to_device(out);
+  Tq2MoeOptions o;
+  o.force_route = Tq2MoeRoute::GroupedSm90;
+  expect_error([&] { matmul_id_tq2(ctx, h, din.view, dids.view, dout.view, &scratch, MatmulIdInputLayout::SharedPerToken, o); },
+               ErrorCode::Unsupported, "needs an f16 input");
+  HostTensor in16 = host_tensor(DType::F16, {8, 256});
+  DeviceTensor din16 = to_device(in16);
+  expect_error([&] { matmul_id_tq2(ctx, h, din16.view, dids.view, dout.view, nullptr, MatmulIdInputLayout::SharedPerToken, o); },
+               ErrorCode::Unsupported, "staged_row_bytes");
+  ctx.synchronize();
+  HostTensor back = out;
+  to_host(dout, back);
+  EXPECT_EQ(back.bytes, out.bytes) << "a refused call wrote its output";
+}
+
+// The grouped route under CUDA-graph capture (no host sync inside), replayed with new ids.
+TEST(Tq2ExpertsGpu, GroupedSm90GraphReplayWithChangingIds) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  const std::uint32_t m = 48, top_k = 4, n = 136, k = 384, experts = 16;
+  MatmulIdScratch scratch(ctx, experts, m, top_k, 2 * k);
+  MoeCase c;
+  c.p.m = m, c.p.top_k = top_k, c.p.n = n, c.p.k = k, c.p.n_experts = experts;
+  c.p.input_dtype = DType::F16, c.p.output_dtype = DType::F32;
+  c.w_dtype = DType::F32, c.ids_dtype = DType::I64, c.out_of_range_every = 7;
+  MoeBuffers b = make_moe_buffers(c);
+  const std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(experts * n, k, 17);
+  const std::vector<float> wf = tq2_dequantize(blocks.data(), blocks.size() * sizeof(BlockTQ2_128), experts * n, k);
+  std::memcpy(b.w.bytes.data(), wf.data(), wf.size() * 4);
+  const WeightHandle h = cache.get_or_upload_experts(3, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), experts, n, k);
+  DeviceTensor din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+  auto set_ids = [&](std::uint64_t s) {
+    c.seed = s;
+    store_ids(c, make_ids(c), b.ids);
+    copy_to_device(dids.buffer.data(), b.ids.bytes.data(), b.ids.bytes.size());
+    return b.ids.bytes;
+  };
+  set_ids(1);
+  matmul_id_tq2(ctx, h, din.view, dids.view, dout.view, &scratch);  // warm (outside capture)
+  ctx.synchronize();
+  cudaStream_t s = ctx.stream();
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Receipt r = matmul_id_tq2(ctx, h, din.view, dids.view, dout.view, &scratch);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(r.route, "tq2_moe_grouped_sm90");
+  for (std::uint64_t seed : {11, 12, 13}) {
+    const std::vector<unsigned char> ids = set_ids(seed);
+    copy_to_device(dout.buffer.data(), b.out.bytes.data(), b.out.bytes.size());  // re-poison
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    HostTensor got = host_tensor(DType::F32, {static_cast<std::int64_t>(m) * top_k * n});
+    copy_to_host(got.bytes.data(), dout.buffer.data(), got.bytes.size());
+    const cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, DType::F32, b.in.view.data, ids.data(), b.p);
+    const cpu::MatmulF64 dense{1, ref.rows, ref.n, k, ref.value, ref.abs_sum};
+    EXPECT_TRUE(matches_reference(View::contiguous(got.view.data, DType::F32, {1, ref.rows, ref.n}), dense,
+                                  Tolerance{1e-30, 1.0, (k + 1) * std::ldexp(1.0, -24), 0}))
+        << "replay with ids seed " << seed;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
