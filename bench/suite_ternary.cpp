@@ -144,6 +144,7 @@ void run_gpu(BenchEnv& env) {
     shapes.push_back(x);
   if (env.quick) shapes = {{"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
   for (const Shape& sh : shapes) {
+    if (env.skip(sh.name) && env.filter.find(sh.name) == std::string::npos) continue;  // no case of it is asked for
     const bool prefill_shape = sh.k == 3072;  // the seed's DiT shapes
     auto blocks = random_blocks(sh.n, sh.k, 11);
     const double packed = static_cast<double>(sh.n * sh.k / 4 + sh.n * (sh.k / 128) * 2);

@@ -30,6 +30,7 @@ __version__: str = _llmm.__version__  # from project(llmm VERSION ...) in CMakeL
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
     "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id",
+    "upload_tq2_experts", "matmul_id_tq2",
     "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
 ]
@@ -491,6 +492,17 @@ def upload_tq2(aos, n: int, k: int, *, device="cpu", key: Optional[int] = None) 
     return w
 
 
+def upload_tq2_experts(aos, n_experts: int, n: int, k: int, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
+    """A stack of n_experts ternary experts of [n, k] each (matmul_id_tq2's weights) on `device`,
+    from their AoS blocks one expert after another (n_experts * n rows of k/128 blocks of 34
+    bytes). As upload_tq2: once per (device, key), resident until release_tq2(weight);
+    weight.experts is n_experts, weight.n the rows of one expert."""
+    w = _llmm.tq2_upload_experts(aos, n_experts, n, k, next(_keys) if key is None else key, _where(device))
+    with _tq2_lock:
+        _tq2_weights[(w.device, int(w.key))] = w
+    return w
+
+
 def release_tq2(weight: TernaryWeight) -> bool:
     """Forgets an uploaded ternary weight: torch.ops.llmm.gemm_tq2 no longer finds its key, and its
     memory is freed once no Python reference to it is left. Only that very upload is released: a
@@ -621,6 +633,33 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
             route = suggest_matmul_id_route(ids_shape[0], ws[1], ws[2], ids_shape[1], ws[0], x, may_repeat=may_repeat)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
             scratch=scratch, precision=precision)
+    return out
+
+
+def matmul_id_tq2(experts: TernaryWeight, x, ids, out=None, *, layout: str = "shared", route: str = "auto",
+                  scratch=None, out_dtype=None):
+    """out[t, s, :] = W[ids[t, s]] @ x(t, s) for a ternary expert stack W (upload_tq2_experts) and
+    ids [m, top_k]: matmul_id with ternary experts, by the same rules for x (layouts "shared" and
+    "slotted", padded rows), ids (uint32/int32/int64, out-of-range ids give zero rows) and out
+    ([m, top_k, n], float32 by default or x's dtype). route "auto" (on an H100/H200 with a float16 x
+    and a scratch from matmul_id_scratch(..., staged_row_bytes=2 * k): the Hopper engine; else the
+    reference kernel), "tq2_moe_grouped_sm90", "tq2_moe_naive" (CUDA) or "cpu" (NumPy)."""
+    op = "matmul_id_tq2"
+    if not isinstance(experts, TernaryWeight):
+        raise TypeError(f"llmm.matmul_id_tq2: experts must be a llmm.TernaryWeight (from llmm.upload_tq2_experts), got "
+                        f"{_type_name(experts)}")
+    x, ids = _array(op, "x", x), _array(op, "ids", ids)
+    ids_shape = tuple(ids.shape)
+    if len(ids_shape) != 2:
+        raise Error(f"llmm.matmul_id_tq2: ids must be [m, top_k], got shape {ids_shape}")
+    if out is None:
+        for name, v in (("m (tokens)", ids_shape[0]), ("top_k", ids_shape[1])):
+            if v > _U32_MAX:
+                raise Error(f"llmm.matmul_id_tq2: {name} {v} is outside 0..{_U32_MAX}")
+        out = _empty(op, x, (ids_shape[0], ids_shape[1], experts.n), out_dtype if out_dtype is not None else "float32")
+    else:
+        out = _out(op, out)
+    _launch(_llmm.matmul_id_tq2, out, experts, x, ids, out, layout=layout, route=route, scratch=scratch)
     return out
 
 

@@ -339,6 +339,14 @@ Tq2Route tq2_route_of(nb::handle h, const char* op) {
        "tq2_tiled_sm90)");
 }
 
+Tq2MoeRoute tq2_moe_route_of(nb::handle h, const char* op) {
+  const std::string r = str_arg(h, op, "route");
+  for (Tq2MoeRoute x : {Tq2MoeRoute::Auto, Tq2MoeRoute::Cpu, Tq2MoeRoute::Naive, Tq2MoeRoute::GroupedSm90})
+    if (r == tq2_moe_route_name(x)) return x;
+  fail(ErrorCode::InvalidArgument, op, ": unknown ternary-experts route '", r,
+       "' (auto, cpu, tq2_moe_naive, tq2_moe_grouped_sm90)");
+}
+
 MatmulIdInputLayout layout_of(nb::handle h, const char* op) {
   const std::string s = str_arg(h, op, "layout");
   if (s == "shared") return MatmulIdInputLayout::SharedPerToken;
@@ -410,6 +418,7 @@ struct PyTernaryWeight {
   std::uint64_t key() const { return handle->key(); }
   std::uint64_t upload_id() const { return handle->upload_id(); }
   std::size_t nbytes() const { return handle->bytes(); }
+  std::int64_t experts() const { return handle->experts(); }
   std::string device() const {
     return handle->device() == DeviceKind::CPU ? "cpu" : "cuda:" + std::to_string(handle->device_index());
   }
@@ -608,9 +617,12 @@ NB_MODULE(_llmm, m) {
                    "Process-unique number of this upload: a key released and uploaded again names a new weight with a "
                    "new upload_id.")
       .def_prop_ro("nbytes", &PyTernaryWeight::nbytes, "Packed bytes held (codes and scales, 2.125 bits a weight).")
+      .def_prop_ro("experts", &PyTernaryWeight::experts,
+                   "1 for a weight; for a stack of experts (llmm.upload_tq2_experts) their number, each [n, k].")
       .def_prop_ro("device", &PyTernaryWeight::device, "'cpu' or 'cuda:N'.")
       .def("__repr__", [](const PyTernaryWeight& w) {
-        return "TernaryWeight(n=" + std::to_string(w.n()) + ", k=" + std::to_string(w.k()) + ", key=" +
+        return "TernaryWeight(" + (w.experts() > 1 ? "experts=" + std::to_string(w.experts()) + ", " : std::string()) +
+               "n=" + std::to_string(w.n()) + ", k=" + std::to_string(w.k()) + ", key=" +
                std::to_string(w.key()) + ", device='" + w.device() + "')";
       });
   m.def(
@@ -627,6 +639,21 @@ NB_MODULE(_llmm, m) {
       nb::arg("aos").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("key").none(), nb::arg("device").none(),
       "Converts and uploads AoS bytes once per key to device ('cpu', 'cuda:N' or an array there): the per-device "
       "cache. Low level: use llmm.upload_tq2.");
+  m.def(
+      "tq2_upload_experts",
+      [](nb::handle aos, nb::handle e_, nb::handle n_, nb::handle k_, nb::handle key_, nb::handle device) {
+        constexpr const char* op = "llmm.upload_tq2_experts";
+        Blob b = blob_arg(aos, op, "aos");
+        const std::int64_t e = size_arg(e_, op, "n_experts"), n = size_arg(n_, op, "n"), k = size_arg(k_, op, "k");
+        const std::uint64_t key = uint_arg(key_, op, "key", kU64Max, "uint64");
+        Where w = where_arg(device, op, "device", false);
+        Context& ctx = context_for(w.kind, w.index, 0, op, "device");
+        return PyTernaryWeight{cache_for(ctx).get_or_upload_experts(key, b.data, b.size, e, n, k)};
+      },
+      nb::arg("aos").none(), nb::arg("n_experts").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("key").none(),
+      nb::arg("device").none(),
+      "Converts and uploads a stack of n_experts [n, k] AoS weights once per key. Low level: use "
+      "llmm.upload_tq2_experts.");
   m.def(
       "tq2_evict",
       [](nb::handle key_, nb::handle device) {
@@ -780,6 +807,25 @@ NB_MODULE(_llmm, m) {
       "Allocates grouped-route scratch on device ('cpu', 'cuda:N' or an array there) for max_tokens x max_top_k "
       "routed rows (max_top_k 0: max_experts), plus room to stage that many input rows of staged_row_bytes "
       "each. Low level: use llmm.matmul_id_scratch.");
+  m.def(
+      "matmul_id_tq2",
+      [](nb::handle experts, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle route,
+         nb::handle scratch, nb::handle stream) {
+        constexpr const char* op = "llmm.matmul_id_tq2";
+        const PyTernaryWeight& w = weight_arg(experts, op);
+        Arr vx = input_arg(x, op, "x"), vid = input_arg(ids, op, "ids");
+        Arr vo = output_arg(out, op, "out");
+        Tq2MoeOptions o;
+        o.force_route = tq2_moe_route_of(route, op);
+        MatmulIdScratch* s = scratch_arg(scratch, op);
+        Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(llmm::matmul_id_tq2(ctx, w.handle, vx.v, vid.v, vo.v, s, layout_of(layout, op), o));
+      },
+      nb::arg("experts").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(),
+      nb::arg("layout").none() = "shared", nb::arg("route").none() = "auto", nb::arg("scratch").none() = nb::none(),
+      nb::arg("stream").none() = 0,
+      "out[t, s, :] = W[ids[t, s]] @ x(t, s) for a ternary expert stack W on out's device and the given stream; "
+      "returns the receipt. Low level: use llmm.matmul_id_tq2.");
   m.def(
       "matmul_id",
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,

@@ -191,6 +191,35 @@ def test_matmul_id_numpy(route, layout):
     np.testing.assert_array_equal(out32, out)  # int32 ids are read as u32
 
 
+@pytest.mark.parametrize("layout", ["shared", "slotted"])
+def test_matmul_id_tq2_numpy(layout):
+    m, n, k, top_k, e = 6, 9, 256, 3, 5
+    w = rand(e * n, k)
+    aos = llmm.quantize_tq2(w, "absmax")
+    wq = llmm.dequantize_tq2(aos, e * n, k).reshape(e, n, k).astype(np.float64)  # the exact ternary weights
+    experts = llmm.upload_tq2_experts(aos, e, n, k)
+    assert (experts.experts, experts.n, experts.k) == (e, n, k)
+    ids = np.array([[(2 * t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.int64)
+    ids[2, 0] = -1  # out of range: a zero row
+    ids[4, 2] = e
+    x = rand(m, k) if layout == "shared" else rand(m, top_k, k)
+    out = llmm.matmul_id_tq2(experts, x, ids, layout=layout)
+    assert out.shape == (m, top_k, n) and out.dtype == np.float32
+    for t in range(m):
+        for s in range(top_k):
+            row = (x[t] if layout == "shared" else x[t, s]).astype(np.float64)
+            want = np.zeros(n) if not 0 <= ids[t, s] < e else wq[ids[t, s]] @ row
+            close(out[t, s], want, 1e-6)
+    assert np.all(out[2, 0] == 0) and np.all(out[4, 2] == 0)
+    with pytest.raises(llmm.Error, match="use matmul_id_tq2"):
+        llmm.gemm_tq2(experts, x if layout == "shared" else x[:, 0])
+    with pytest.raises(llmm.Error, match="route tq2_moe_naive cannot run"):
+        llmm.matmul_id_tq2(experts, x, ids, layout=layout, route="tq2_moe_naive")
+    with pytest.raises(llmm.Error, match="unknown ternary-experts route"):
+        llmm.matmul_id_tq2(experts, x, ids, layout=layout, route="grouped")
+    assert llmm.release_tq2(experts)
+
+
 def test_matmul_id_capability_and_refusals():
     c = llmm.matmul_id_capability("f32", 9, 7, 35, 2, 4, 7 * 35 * 4, route="grouped")
     assert (c["weight_bytes"], c["input_bytes"], c["ids_bytes"], c["output_bytes"]) == (3920, 1260, 72, 504)
