@@ -116,7 +116,9 @@ Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& inp
   cuda_ternary::Tq2MoeArgs a;
   cuda_moe::MoeArgs& g = a.g;
   g.m = p.m, g.n = p.n, g.k = p.k, g.top_k = p.top_k, g.n_experts = p.n_experts;
-  g.w_dtype = DType::F16, g.w = nullptr, g.expert_stride = static_cast<std::int64_t>(p.n) * p.k;
+  // The map and staging kernels check the MoE arguments as a whole: g.w names the stack (never
+  // read as f16 weights), g.w_dtype the dtype the engine decodes to.
+  g.w_dtype = DType::F16, g.w = w.codes(), g.expert_stride = static_cast<std::int64_t>(p.n) * p.k;
   g.in_dtype = p.input_dtype, g.in = input.data;
   g.in_token_stride = static_cast<std::int64_t>(strides.token), g.in_slot_stride = static_cast<std::int64_t>(strides.slot);
   g.ids = ids.data, g.ids64 = p.ids_dtype == DType::I64;

@@ -13,7 +13,8 @@ namespace llmm::cuda_ternary {
 
 struct Tq2MoeArgs {
   // Sizes, input (in_dtype, token/slot strides), ids, output, and the grouped route's scratch
-  // (counts, rows, staged); g.w is unused (nullptr), g.w_dtype names the decoded dtype (f16).
+  // (counts, rows, staged); g.w points at the codes (the MoE launchers' argument checks want a
+  // weight pointer; no kernel reads it as f16), g.w_dtype names the decoded dtype (f16).
   cuda_moe::MoeArgs g;
   const std::uint8_t* codes = nullptr;     // [n_experts * n][k / 4]
   const std::uint16_t* scales = nullptr;   // [n_experts * n][k / 128] f16 bits
