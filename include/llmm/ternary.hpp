@@ -69,9 +69,10 @@ class TernaryWeight {
   const std::uint8_t* codes() const { return codes_; }
   const std::uint16_t* scales() const { return scales_; }
   std::size_t bytes() const { return codes_bytes_ + scales_bytes_; }  // packed: 2.125 bits a weight
-  // The scales again, transposed: [k/128][scales_t_ld()] f16 bits, columns n.. zero, ld = n
-  // rounded up to 8. The Hopper tiled engine copies one k-block's scales of 128 rows from here
-  // in one contiguous piece. Costs 1/16 of the packed bytes more.
+  // The scales again, transposed: [k/128][scales_t_ld()] f16 bits, ld = experts() * n8 with n8 =
+  // n rounded up to 8; the scale of block b of expert e's row j is at b * ld + e * n8 + j, the
+  // padding columns zero. The Hopper tiled engine copies one k-block's scales of 128 rows from
+  // here in one contiguous, 16-byte aligned piece. Costs 1/16 of the packed bytes more.
   const std::uint16_t* scales_t() const { return scales_t_; }
   std::int64_t scales_t_ld() const { return scales_t_ld_; }
   // Bytes the upload holds: codes, scales, the transposed scales and alignment padding.

@@ -28,7 +28,7 @@ struct Tq2MoeOptions {
 
 // Auto: the CPU reference on CPU contexts; GroupedSm90 on sm_90 where it takes the call (f16
 // input readable by TMA, scratch with room to stage every routed row, at most 1024 experts,
-// n_experts * n <= 2^30 - 128); else Naive. Pure; `input_ok` says the f16 input's base and
+// n_experts * n (n rounded up to 8) <= 2^30 - 128); else Naive. Pure; `input_ok` says the f16 input's base and
 // strides are TMA-readable, `staging_ok` that the scratch can stage every routed row.
 Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bool input_ok, bool staging_ok,
                                Tq2MoeRoute force = Tq2MoeRoute::Auto);

@@ -45,10 +45,11 @@ TEST(Tq2Experts, UploadLaysOutTheStackAndRefuses) {
   // Expert 2, row 4, block 1: stack row 30.
   EXPECT_EQ(std::memcmp(h->codes() + 30 * 64 + 32, b[30 * 2 + 1].qs, 32), 0);
   EXPECT_EQ(h->scales()[30 * 2 + 1], b[30 * 2 + 1].d);
-  ASSERT_EQ(h->scales_t_ld(), 40);  // 39 rows rounded up to 8
+  ASSERT_EQ(h->scales_t_ld(), 48);  // 3 experts of 13 rows, each padded to 16 columns
   for (int r = 0; r < 39; ++r)
-    for (int blk = 0; blk < 2; ++blk) EXPECT_EQ(h->scales_t()[blk * 40 + r], b[r * 2 + blk].d) << r;
-  EXPECT_EQ(h->scales_t()[39], 0);
+    for (int blk = 0; blk < 2; ++blk) EXPECT_EQ(h->scales_t()[blk * 48 + (r / 13) * 16 + r % 13], b[r * 2 + blk].d) << r;
+  for (int e = 0; e < 3; ++e)
+    for (int j = 13; j < 16; ++j) EXPECT_EQ(h->scales_t()[48 + e * 16 + j], 0) << e << " " << j;
   EXPECT_EQ(cache.get_or_upload_experts(5, b.data(), bytes_of(b), 3, 13, 256).get(), h.get());
   expect_error([&] { cache.get_or_upload_experts(5, b.data(), bytes_of(b), 1, 39, 256); }, ErrorCode::InvalidArgument,
                "key 5 holds 3 experts of [13, 256], asked for [39, 256]");

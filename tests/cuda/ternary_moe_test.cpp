@@ -66,8 +66,9 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
   struct S { std::uint32_t m, top_k, n, k, experts; Routing routing; int oor; };
   // One expert, non-multiples of the 128-row box and of the 64/256-token tiles, many experts with
   // few rows each (narrow tiles), one hot expert (wide tiles), out-of-range ids, expert stacks
-  // whose rows cross box boundaries (n 200, 136).
-  const S shapes[] = {{1, 1, 8, 128, 1, Routing::Uniform, 0},      {5, 2, 200, 640, 3, Routing::Uniform, 3},
+  // whose rows cross box boundaries (n 204, 136; n 204 and, below, 300 are not multiples of 8:
+  // each expert's transposed scales are padded so that their TMA boxes start 16-byte aligned).
+  const S shapes[] = {{1, 1, 8, 128, 1, Routing::Uniform, 0},      {5, 2, 204, 640, 3, Routing::Uniform, 3},
                       {70, 8, 384, 256, 16, Routing::Zipf, 7},     {300, 4, 136, 512, 64, Routing::Skewed, 11},
                       {64, 8, 256, 512, 128, Routing::Uniform, 0}, {600, 2, 96, 384, 4, Routing::Repeats, 5}};
   std::uint64_t seed = 700;
@@ -193,3 +194,4 @@ TEST(Tq2ExpertsGpu, GroupedSm90GraphReplayWithChangingIds) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
+

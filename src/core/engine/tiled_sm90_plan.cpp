@@ -145,8 +145,8 @@ std::string tiled_sm90_tq2_moe_refusal(const MatmulIdParams& p, const ArchInfo& 
   if (p.output_dtype != DType::F32 && p.output_dtype != DType::F16) return "needs an f32 or f16 output";
   if (p.k < 128 || p.k % 128 != 0) return "needs k a positive multiple of 128";
   if (p.n_experts < 1 || p.n_experts > 1024) return "needs 1..1024 experts";
-  if (static_cast<std::int64_t>(p.n_experts) * p.n > kMaxTq2Rows)
-    return "needs n_experts * n <= 2^30 - 128 (the scale copy addresses a row's scales by byte offset)";
+  if (static_cast<std::int64_t>(p.n_experts) * ((p.n + 7) / 8 * 8) > kMaxTq2Rows)
+    return "needs n_experts * n (rounded up to 8) <= 2^30 - 128 (the scale copy addresses a row's scales by byte offset)";
   const std::int64_t routed = static_cast<std::int64_t>(p.m) * p.top_k;
   if (routed > kMaxTiles) return "more than 2^31 - 1 routed rows";
   const std::int64_t row_tiles = ceil_div(routed, kTiledNarrowBN) + p.n_experts;

@@ -85,7 +85,7 @@ std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
 
 // ---- tq2 moe
 // Why the tq2 moe instance cannot take a matmul_id_tq2 call ("" when it can): sm_90; f16 input;
-// output f32 or f16; 1..1024 experts; n_experts * n <= 2^30 - 128 (the scale copy's byte
+// output f32 or f16; 1..1024 experts; n_experts * round8(n) <= 2^30 - 128 (the scale copy's byte
 // coordinate); routed rows and tiles below 2^31. Pointers, strides and scratch are the route's
 // to check (plan_matmul_id_tq2's input_ok / staging_ok).
 std::string tiled_sm90_tq2_moe_refusal(const MatmulIdParams& p, const ArchInfo& arch);

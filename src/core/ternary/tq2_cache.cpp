@@ -70,7 +70,9 @@ WeightHandle TernaryWeightCache::upload(std::uint64_t key, const void* aos, std:
   const std::size_t scales_off = round_up(codes_bytes, 256);
   // Zero tail after the scales: tq2_stream_v4 copies scales in whole 16-byte units.
   const std::size_t scales_t_off = round_up(scales_off + scales_bytes + cuda_ternary::kTq2ScalesTailBytes, 256);
-  const std::int64_t ld_t = (rows + 7) / 8 * 8;  // 16-byte rows, as a tensor map needs
+  // Each expert's columns padded to 8 (16 bytes), so that a TMA box of its scales starts on a
+  // 16-byte boundary (a misaligned box start faulted as an illegal instruction on the H200).
+  const std::int64_t n8 = (n + 7) / 8 * 8, ld_t = experts * n8;
   const std::size_t total = scales_t_off + static_cast<std::size_t>(bpr * ld_t) * 2;
   std::vector<unsigned char> soa = detail::host_vector<unsigned char>(total, who.c_str());
   const auto* p = static_cast<const unsigned char*>(aos);
@@ -80,7 +82,7 @@ WeightHandle TernaryWeightCache::upload(std::uint64_t key, const void* aos, std:
       detail::check_tq2_block(blk, who.c_str(), r, b);
       std::memcpy(soa.data() + static_cast<std::size_t>(r * (k / 4) + b * 32), blk, 32);
       std::memcpy(soa.data() + scales_off + static_cast<std::size_t>(r * bpr + b) * 2, blk + 32, 2);
-      std::memcpy(soa.data() + scales_t_off + static_cast<std::size_t>(b * ld_t + r) * 2, blk + 32, 2);
+      std::memcpy(soa.data() + scales_t_off + static_cast<std::size_t>(b * ld_t + (r / n) * n8 + r % n) * 2, blk + 32, 2);
     }
   auto w = std::make_shared<TernaryWeight>();
   w->key_ = key, w->n_ = n, w->k_ = k, w->experts_ = experts, w->device_ = device_, w->device_index_ = device_index_;

@@ -18,7 +18,7 @@ struct Tq2MoeArgs {
   cuda_moe::MoeArgs g;
   const std::uint8_t* codes = nullptr;     // [n_experts * n][k / 4]
   const std::uint16_t* scales = nullptr;   // [n_experts * n][k / 128] f16 bits
-  const std::uint16_t* scales_t = nullptr; // [k / 128][scales_t_ld] f16 bits (columns past the rows zero)
+  const std::uint16_t* scales_t = nullptr; // [k / 128][scales_t_ld]: expert e's row j at column e * n8 + j (n8 = n rounded to 8)
   std::int64_t scales_t_ld = 0;
 };
 

@@ -31,7 +31,7 @@ void launch_t(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, Strea
     const std::uint32_t box[2] = {kTiledBM * 2, 1};
     w.scales = cuda_common::make_tensor_map_u8_2d(a.scales_t, dims, row, box, false, name.c_str());
   }
-  w.group_rows = g.n, w.n = static_cast<int>(g.n);
+  w.group_rows = g.n, w.group_cols = (g.n + 7) / 8 * 8, w.n = static_cast<int>(g.n);
 
   ExpertRowsParams p;
   p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
@@ -60,9 +60,9 @@ void launch_tiled_sm90_tq2_moe(const cuda_ternary::Tq2MoeArgs& a, const TiledSm9
   const std::string name = tiled_sm90_tq2_moe_kernel_name(g.out_dtype);
   if (g.m * g.top_k == 0) return;
   if (g.in_dtype != DType::F16 || g.k % 128 != 0 || g.n < 1 || g.n_experts < 1 || g.n_experts > 1024 ||
-      g.n_experts * g.n > (std::int64_t{1} << 30) - 128 || !g.counts || !g.rows || !g.staged ||
+      g.n_experts * ((g.n + 7) / 8 * 8) > (std::int64_t{1} << 30) - 128 || !g.counts || !g.rows || !g.staged ||
       g.staged_bytes / (g.k * 2) < g.m * g.top_k || l.bn != kBN || !a.codes || !a.scales_t ||
-      a.scales_t_ld < g.n_experts * g.n || a.scales_t_ld % 8 != 0 || reinterpret_cast<std::uintptr_t>(a.codes) % 16 != 0 ||
+      a.scales_t_ld != g.n_experts * ((g.n + 7) / 8 * 8) || reinterpret_cast<std::uintptr_t>(a.codes) % 16 != 0 ||
       reinterpret_cast<std::uintptr_t>(a.scales_t) % 16 != 0 || reinterpret_cast<std::uintptr_t>(g.staged) % 16 != 0)
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   switch (g.out_dtype) {

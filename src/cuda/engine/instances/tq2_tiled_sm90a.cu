@@ -40,7 +40,7 @@ void launch_bn(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, S
     const std::uint32_t box[2] = {kTiledBM * 2, 1};
     w.scales = cuda_common::make_tensor_map_u8_2d(g.scales_t, dims, row, box, false, name.c_str());
   }
-  w.group_rows = g.n, w.n = static_cast<int>(g.n);
+  w.group_rows = g.n, w.group_cols = (g.n + 7) / 8 * 8, w.n = static_cast<int>(g.n);
   w.alpha = alpha;
   launch_tiled_sm90(&tiled_sm90_kernel<BN, false, OutT, DenseRows, Tq2Weights>, tm_x, tm_x, tm_x, p, w, l, stream, name);
 }

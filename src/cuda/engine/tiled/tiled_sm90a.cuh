@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           std::uint8_t* const st = ring + s * S.stage_bytes();
           if constexpr (Weights::kDecode) {
             ptx::mbar_arrive_expect_tx(&full[s], kTiledCodeStageBytes + c.bn * kTiledBK * 2);
-            Weights::copy(wp, st, static_cast<std::int64_t>(map.w_group(c)) * wp.group_rows + c.feat0, kb, &full[s]);
+            Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
           } else {
             ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * kTiledBK * 2);
             ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);

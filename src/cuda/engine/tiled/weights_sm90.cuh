@@ -33,6 +33,7 @@ struct Tq2WeightsParams {
   // 256 bytes: 128 rows' f16 scales of one k-block. Out of bounds reads as 0.
   CUtensorMap scales;
   std::int64_t group_rows = 0;  // rows of one group (its n)
+  std::int64_t group_cols = 0;  // a group's columns in the transposed scales (n rounded up to 8)
   int n = 0;                    // valid rows of a group: rows past it decode to zero
   // nullptr, or a device float every output is multiplied by (the power of two that brought a
   // bf16/f32 activation into f16's range): exact unless the product leaves f32's range.
@@ -56,12 +57,14 @@ struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
 
-  // The producer's elected thread: the codes and scales of stage kb of weight rows row0 ..
-  // row0 + 127 (of the whole stack) into the stage's weight part by two TMA copies completing
-  // on `bar` (kTiledCodeStageBytes transaction bytes; out-of-bounds parts zero-filled, counted).
-  __device__ static void copy(const Params& w, std::uint8_t* part, std::int64_t row0, int kb, std::uint64_t* bar) {
+  // The producer's elected thread: the codes and scales of stage kb of group `group`'s weight
+  // rows feat0 .. feat0 + 127 into the stage's weight part by two TMA copies completing on `bar`
+  // (kTiledCodeStageBytes transaction bytes; out-of-bounds parts zero-filled, counted). The
+  // scales' box starts 16-byte aligned: feat0 is a multiple of 128 and group_cols of 8.
+  __device__ static void copy(const Params& w, std::uint8_t* part, int group, int feat0, int kb, std::uint64_t* bar) {
+    const std::int64_t row0 = group * w.group_rows + feat0, col0 = group * w.group_cols + feat0;
     ptx::tensor_copy_2d_g2s(part, &w.codes, kb * (kTiledBK / 4), static_cast<int>(row0), bar);
-    ptx::tensor_copy_2d_g2s(part + kTiledCodeBytes, &w.scales, static_cast<int>(row0) * 2, kb >> 1, bar);
+    ptx::tensor_copy_2d_g2s(part + kTiledCodeBytes, &w.scales, static_cast<int>(col0) * 2, kb >> 1, bar);
   }
 
   // A consumer thread's share of one stage: the 64 codes of its two fragment rows (r and r + 8)
