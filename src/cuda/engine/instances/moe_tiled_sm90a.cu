@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/tensor_map.hpp"
+#include "cuda/engine/instances/expert_rows_host.cuh"
 #include "cuda/engine/launch.hpp"
 #include "cuda/engine/tiled/launch_tiled_sm90.cuh"
 #include "cuda/engine/tiled/tiled_sm90a.cuh"
@@ -21,27 +22,13 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   const std::uint64_t strides[2] = {static_cast<std::uint64_t>(g.k) * 2, static_cast<std::uint64_t>(g.expert_stride) * 2};
   const std::uint32_t box[3] = {kTiledBK, kTiledBM, 1};
   const CUtensorMap tm_w = cuda_common::make_tensor_map_u16_3d_sw128(g.w, dims, strides, box, name.c_str());
-  ExpertRowsParams p;
-  p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
-  p.top_k = static_cast<int>(g.top_k), p.n_experts = static_cast<int>(g.n_experts);
-  p.tiles_feat = static_cast<int>((g.n + kTiledBM - 1) / kTiledBM);
-  p.in = g.in;
-  p.in_token_stride = g.in_token_stride, p.in_slot_stride = g.in_slot_stride;
-  p.counts = g.counts, p.rows = g.rows;
-  p.out = g.out;
-  p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
+  const ExpertRowsParams p = expert_rows_params<OutT>(g);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   if (!l.staged) {
     launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream, name);
     return;
   }
-  // The staged rows as one [m * top_k][k] matrix (a 3D map with one batch entry).
-  const std::uint64_t routed = static_cast<std::uint64_t>(g.m * g.top_k), row = static_cast<std::uint64_t>(g.k) * 2;
-  const std::uint64_t xdims[3] = {static_cast<std::uint64_t>(g.k), routed, 1};
-  const std::uint64_t xstrides[2] = {row, row * routed};
-  const std::uint32_t xbox[3] = {kTiledBK, BN, 1}, nbox[3] = {kTiledBK, kTiledNarrowBN, 1};
-  const CUtensorMap tm_x = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, xbox, name.c_str());
-  const CUtensorMap tm_n = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, nbox, name.c_str());
+  const auto [tm_x, tm_n] = staged_rows_maps(g, BN, name.c_str());
   launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, tm_n, p, TmaWeightsParams{}, l, stream, name);
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/tensor_map.hpp"
+#include "cuda/engine/instances/expert_rows_host.cuh"
 #include "cuda/engine/launch.hpp"
 #include "cuda/engine/tiled/launch_tiled_sm90.cuh"
 #include "cuda/engine/tiled/tiled_sm90a.cuh"
@@ -33,22 +34,8 @@ void launch_t(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, Strea
   }
   w.group_rows = g.n, w.group_cols = (g.n + 7) / 8 * 8, w.n = static_cast<int>(g.n);
 
-  ExpertRowsParams p;
-  p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
-  p.top_k = static_cast<int>(g.top_k), p.n_experts = static_cast<int>(g.n_experts);
-  p.tiles_feat = static_cast<int>((g.n + kTiledBM - 1) / kTiledBM);
-  p.in = g.in;
-  p.in_token_stride = g.in_token_stride, p.in_slot_stride = g.in_slot_stride;
-  p.counts = g.counts, p.rows = g.rows;
-  p.out = g.out;
-  p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
-  // The staged rows as one [m * top_k][k] f16 matrix (a 3D map with one batch entry).
-  const std::uint64_t routed = static_cast<std::uint64_t>(g.m * g.top_k), row = static_cast<std::uint64_t>(g.k) * 2;
-  const std::uint64_t xdims[3] = {static_cast<std::uint64_t>(g.k), routed, 1};
-  const std::uint64_t xstrides[2] = {row, row * routed};
-  const std::uint32_t xbox[3] = {kTiledBK, kBN, 1}, nbox[3] = {kTiledBK, kTiledNarrowBN, 1};
-  const CUtensorMap tm_x = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, xbox, name.c_str());
-  const CUtensorMap tm_n = cuda_common::make_tensor_map_u16_3d_sw128(g.staged, xdims, xstrides, nbox, name.c_str());
+  const ExpertRowsParams p = expert_rows_params<OutT>(g);
+  const auto [tm_x, tm_n] = staged_rows_maps(g, kBN, name.c_str());
   launch_tiled_sm90(&tiled_sm90_kernel<kBN, false, OutT, ExpertRowsStaged, Tq2Weights>, tm_x, tm_x, tm_n, p, w, l, stream,
                     name);
 }
