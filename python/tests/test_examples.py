@@ -24,6 +24,12 @@ def test_qwen3_moe_ffn_example(tokens):
     assert err < 1e-4
 
 
+@pytest.mark.parametrize("tokens", [2, 40])
+def test_ternary_moe_ffn_example(tokens):
+    assert load("ternary_moe_ffn").run("cpu", tokens=tokens, hidden=256, inter=128, experts=16, top_k=4,
+                                       quiet=True) < 1e-5
+
+
 @pytest.mark.parametrize("tokens", [2, 64])  # direct and grouped routes inside the compiled graph
 def test_torch_compile_moe_example_cpu(torch_mod, tokens):
     err_compiled, err_ref = load("torch_compile_moe").run("cpu", "aot_eager", tokens=tokens, hidden=256, inter=96,
@@ -45,6 +51,9 @@ def test_examples_on_cuda(cuda_torch):
     for tokens in (2, 64):
         err = load("qwen3_moe_ffn").run("cuda", tokens=tokens, hidden=256, inter=96, experts=16, top_k=4, quiet=True)
         assert err < 1e-4
+        # f16 activations and an f16 gate_up output: relative to the largest combined output
+        assert load("ternary_moe_ffn").run("cuda", tokens=tokens, hidden=256, inter=128, experts=16, top_k=4,
+                                           quiet=True) < 5e-3
 
 
 def test_ternary_layer_example_from_gguf():
