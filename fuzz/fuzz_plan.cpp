@@ -142,11 +142,28 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     FUZZ_CHECK(r.has_value(), "plan_tq2 Auto refused: ", why.message);
     u128 macs = 1;  // saturating at 2^27: each factor < 2^63
     for (std::int64_t x : {m, n, k}) macs = std::min<u128>(macs * static_cast<u128>(x), u128{1} << 27);
+    // The Hopper engine for 16-bit prefill whose tiles fill the SMs: the engine takes the sizes
+    // (m, k < 2^31, n <= 2^30 - 128, tiles at the narrowest width < 2^31), and the width with the
+    // fewest waves x (bn + 192) gives tiles for >= 3/4 of the SMs in waves >= 80% full.
+    bool engine = sm90 && is_16bit_float(dt) && m > 16 && m < (std::int64_t{1} << 31) &&
+                  k < (std::int64_t{1} << 31) && n <= (std::int64_t{1} << 30) - 128;
+    if (engine) engine = (m + 63) / 64 <= 0x7fffffff / ((n + 127) / 128);
+    if (engine) {
+      const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
+      std::int64_t best_cost = -1, best_tiles = 0;
+      for (std::int64_t bn : {256, 128, 64}) {
+        const std::int64_t t = ((m + bn - 1) / bn) * ((n + 127) / 128), cost = ((t + sms - 1) / sms) * (bn + 192);
+        if (best_cost < 0 || cost < best_cost) best_cost = cost, best_tiles = t;
+      }
+      const std::int64_t waves = (best_tiles + sms - 1) / sms;
+      engine = 4 * best_tiles >= 3 * sms && 10 * best_tiles >= 8 * waves * sms;
+    }
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 4 && sm90 && v4_fits ? Tq2Route::StreamV4
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
+                          : engine ? Tq2Route::TiledSm90
                           : macs >= (u128{1} << 27) ? Tq2Route::DequantLt
                                                     : Tq2Route::Tiled;
     FUZZ_CHECK(*r == want, "plan_tq2 chose ", tq2_route_name(*r), ", the documented rule says ", tq2_route_name(want), ctx());
