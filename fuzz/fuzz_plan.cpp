@@ -1,4 +1,4 @@
-// fuzz_plan: the pure routers (plan_matmul, plan_tq2) and tq2_workspace_bytes with any sizes
+// fuzz_plan: the pure routers (plan_matmul, plan_tq2, plan_matmul_id_tq2) and tq2_workspace_bytes with any sizes
 // (negative and huge too), dtypes, flags, forced routes and architectures (CPU; CUDA cc 7.0..9.0,
 // any SM count). Properties come from the documented contracts in include/llmm/matmul.hpp and
 // ternary.hpp and from src/core/dense/plan_matmul.cpp and src/core/ternary/gemm_tq2.cpp.
@@ -10,6 +10,7 @@
 #include "fuzz_util.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/ternary.hpp"
+#include "llmm/ternary_moe.hpp"
 
 using namespace llmm;
 using fuzz::attempt;
@@ -265,13 +266,60 @@ void check_workspace(FuzzedDataProvider& in) {
   }
 }
 
+// plan_matmul_id_tq2: Auto never refuses (cpu on CPU contexts; the engine exactly where
+// ternary_moe.hpp says it takes the call, else the reference kernel); a forced route is accepted
+// exactly where Auto's conditions for it hold, else refused with Unsupported.
+void check_tq2_moe_plan(FuzzedDataProvider& in) {
+  MatmulIdParams p;
+  p.m = in.ConsumeIntegral<std::uint32_t>(), p.top_k = in.ConsumeIntegral<std::uint32_t>();
+  p.n = in.ConsumeIntegral<std::uint32_t>();
+  p.k = in.ConsumeBool() ? 128 * in.ConsumeIntegralInRange<std::uint32_t>(0, 1 << 16) : in.ConsumeIntegral<std::uint32_t>();
+  p.n_experts = in.ConsumeIntegral<std::uint32_t>();
+  p.input_dtype = fuzz::pick_dtype(in), p.output_dtype = fuzz::pick_dtype(in);
+  const bool input_ok = in.ConsumeBool(), staging_ok = in.ConsumeBool();
+  const ArchInfo arch = consume_arch(in);
+  constexpr Tq2MoeRoute kRoutes[] = {Tq2MoeRoute::Auto, Tq2MoeRoute::Cpu, Tq2MoeRoute::Naive, Tq2MoeRoute::GroupedSm90};
+  const Tq2MoeRoute force = in.PickValueInArray(kRoutes);
+  const bool cuda = arch.kind == DeviceKind::CUDA, sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
+  const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k, n8 = (static_cast<std::uint64_t>(p.n) + 7) / 8 * 8;
+  bool engine = sm90 && p.input_dtype == DType::F16 && (p.output_dtype == DType::F32 || p.output_dtype == DType::F16) &&
+                p.k >= 128 && p.k % 128 == 0 && p.n >= 1 && p.n_experts >= 1 && p.n_experts <= 1024 &&
+                p.n_experts * n8 <= (std::uint64_t{1} << 30) - 128 && routed <= 0x7fffffff;
+  if (engine) engine = (routed + 63) / 64 + p.n_experts <= 0x7fffffff / ((p.n + 127) / 128);
+  const auto ctx = [&] {
+    return " (m " + std::to_string(p.m) + " top_k " + std::to_string(p.top_k) + " n " + std::to_string(p.n) + " k " +
+           std::to_string(p.k) + " E " + std::to_string(p.n_experts) + " " + std::string(dtype_name(p.input_dtype)) +
+           " -> " + std::string(dtype_name(p.output_dtype)) + (input_ok ? " input_ok" : "") + (staging_ok ? " staging_ok" : "") +
+           (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
+  };
+  fuzz::Refusal why;
+  auto r = attempt([&] { return plan_matmul_id_tq2(p, arch, input_ok, staging_ok, force); }, &why);
+  if (force == Tq2MoeRoute::Auto) {
+    FUZZ_CHECK(r.has_value(), "plan_matmul_id_tq2 Auto refused: ", why.message, ctx());
+    const Tq2MoeRoute want = !cuda ? Tq2MoeRoute::Cpu
+                             : engine && input_ok && staging_ok ? Tq2MoeRoute::GroupedSm90
+                                                                : Tq2MoeRoute::Naive;
+    FUZZ_CHECK(*r == want, "plan_matmul_id_tq2 chose ", tq2_moe_route_name(*r), ", the documented rule says ",
+               tq2_moe_route_name(want), ctx());
+    return;
+  }
+  const bool accepts = force == Tq2MoeRoute::Cpu ? !cuda
+                       : force == Tq2MoeRoute::Naive ? cuda
+                                                     : cuda && engine && input_ok && staging_ok;
+  FUZZ_CHECK(accepts == r.has_value(), "forced ", tq2_moe_route_name(force), accepts ? " refused: " : " accepted",
+             accepts ? why.message : std::string(), ctx());
+  if (r) FUZZ_CHECK(*r == force, "forced ", tq2_moe_route_name(force), " became ", tq2_moe_route_name(*r), ctx());
+  else FUZZ_CHECK(why.code == ErrorCode::Unsupported, "refusal code ", static_cast<int>(why.code), ctx());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange(0, 2)) {
+  switch (in.ConsumeIntegralInRange(0, 3)) {
     case 0: check_dense(in); break;
     case 1: check_tq2_plan(in); break;
+    case 2: check_tq2_moe_plan(in); break;
     default: check_workspace(in); break;
   }
   return 0;

@@ -152,5 +152,11 @@ TEST(Tq2Experts, RoutingRule) {
                ErrorCode::Unsupported, "sm_90a only");
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, false, false, Tq2MoeRoute::Naive),
             Tq2MoeRoute::Naive);
+  // The plan is public and pure: any u32 sizes (found by fuzz_plan: n = 0 divided by zero, and
+  // m * top_k overflowed a signed product).
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 0, 2048, 128), a, true, true, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "needs n >= 1");
+  EXPECT_EQ(plan_matmul_id_tq2(params(0xffffffffu, 0xffffffffu, 768, 2048, 128), a, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 0xffffffffu, 2048, 1), a, true, true), Tq2MoeRoute::Naive);
   EXPECT_STREQ(tq2_moe_route_name(Tq2MoeRoute::GroupedSm90), "tq2_moe_grouped_sm90");
 }

@@ -144,11 +144,14 @@ std::string tiled_sm90_tq2_moe_refusal(const MatmulIdParams& p, const ArchInfo& 
   if (p.input_dtype != DType::F16) return "needs an f16 input (bf16 and f32 take tq2_moe_naive for now)";
   if (p.output_dtype != DType::F32 && p.output_dtype != DType::F16) return "needs an f32 or f16 output";
   if (p.k < 128 || p.k % 128 != 0) return "needs k a positive multiple of 128";
+  if (p.n < 1) return "needs n >= 1";
   if (p.n_experts < 1 || p.n_experts > 1024) return "needs 1..1024 experts";
-  if (static_cast<std::int64_t>(p.n_experts) * ((p.n + 7) / 8 * 8) > kMaxTq2Rows)
+  // In 64 bits: u32 sizes (n + 7 would wrap in 32, m * top_k overflow a signed 64-bit product).
+  if (static_cast<std::int64_t>(p.n_experts) * ((static_cast<std::int64_t>(p.n) + 7) / 8 * 8) > kMaxTq2Rows)
     return "needs n_experts * n (rounded up to 8) <= 2^30 - 128 (the scale copy addresses a row's scales by byte offset)";
-  const std::int64_t routed = static_cast<std::int64_t>(p.m) * p.top_k;
-  if (routed > kMaxTiles) return "more than 2^31 - 1 routed rows";
+  const std::uint64_t routed_u = static_cast<std::uint64_t>(p.m) * p.top_k;
+  if (routed_u > static_cast<std::uint64_t>(kMaxTiles)) return "more than 2^31 - 1 routed rows";
+  const std::int64_t routed = static_cast<std::int64_t>(routed_u);
   const std::int64_t row_tiles = ceil_div(routed, kTiledNarrowBN) + p.n_experts;
   if (row_tiles > kMaxTiles / ceil_div(p.n, kTiledBM)) return "more than 2^31 tiles";
   return "";
