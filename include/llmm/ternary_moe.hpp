@@ -17,8 +17,10 @@ enum class Tq2MoeRoute {
   Naive,        // CUDA reference kernel: one thread per output, f32 accumulation; any dtype and ids
   GroupedSm90,  // sm_90: moe_map (stable counting sort by expert), the routed rows staged in expert
                 // order, then the Hopper tiled engine with the TQ2 decoder over each expert's
-                // rows. Needs an f16 input (16-byte aligned, strides multiples of 8) and a
-                // MatmulIdScratch with staged_row_bytes >= 2 k.
+                // rows. Needs an f16 input (16-byte aligned, strides multiples of 8) or a bf16
+                // one (evenly spaced rows: first copied to f16 scaled by a power of two, in the
+                // context's grow-only ternary workspace), and a MatmulIdScratch with
+                // staged_row_bytes >= 2 k. f32 inputs take Naive (f16 would round them).
 };
 const char* tq2_moe_route_name(Tq2MoeRoute r) noexcept;  // "auto", "cpu", "tq2_moe_naive", "tq2_moe_grouped_sm90"
 
@@ -27,9 +29,10 @@ struct Tq2MoeOptions {
 };
 
 // Auto: the CPU reference on CPU contexts; GroupedSm90 on sm_90 where it takes the call (f16
-// input readable by TMA, scratch with room to stage every routed row, at most 1024 experts,
-// n_experts * n (n rounded up to 8) <= 2^30 - 128); else Naive. Pure; `input_ok` says the f16 input's base and
-// strides are TMA-readable, `staging_ok` that the scratch can stage every routed row.
+// input readable by TMA or a bf16 one with evenly spaced rows, scratch with room to stage every
+// routed row as f16, at most 1024 experts,
+// n_experts * n (n rounded up to 8) <= 2^30 - 128); else Naive. Pure; `input_ok` says the input
+// is one the route can read (above), `staging_ok` that the scratch can stage every routed row.
 Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bool input_ok, bool staging_ok,
                                Tq2MoeRoute force = Tq2MoeRoute::Auto);
 

@@ -137,15 +137,21 @@ TEST(Tq2Experts, RoutingRule) {
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, true), Tq2MoeRoute::GroupedSm90);
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, false, true), Tq2MoeRoute::Naive);   // input not TMA-readable
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, false), Tq2MoeRoute::Naive);   // no staging room
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16, DType::BF16), a, true, true),
+            Tq2MoeRoute::GroupedSm90);  // copied to f16 first
+  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::F32), a, true, true), Tq2MoeRoute::Naive);
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 2048), a, true, true), Tq2MoeRoute::Naive);    // > 1024 experts
   EXPECT_EQ(plan_matmul_id_tq2(params(4, 1, 1 << 20, 128, 1024), a, true, true), Tq2MoeRoute::Naive);  // 2^30 rows
   ArchInfo a100 = a;
   a100.cc_major = 8;
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a100, true, true), Tq2MoeRoute::Naive);
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), ArchInfo{}, true, true), Tq2MoeRoute::Cpu);
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, true, true, Tq2MoeRoute::GroupedSm90); },
-               ErrorCode::Unsupported, "needs an f16 input");
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::F32), a, true, true, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "needs an f16 or bf16 input");
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16, DType::F16), a, true, true, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "needs an f32 or input-dtype output");
+  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, false, true, Tq2MoeRoute::GroupedSm90); },
+               ErrorCode::Unsupported, "evenly spaced rows");
   expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, false, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "staged_row_bytes");
   expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a100, true, true, Tq2MoeRoute::GroupedSm90); },

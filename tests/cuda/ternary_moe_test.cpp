@@ -73,9 +73,10 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
                       {64, 8, 256, 512, 128, Routing::Uniform, 0}, {600, 2, 96, 384, 4, Routing::Repeats, 5}};
   std::uint64_t seed = 700;
   for (const S& s : shapes)
-    for (DType out : {DType::F32, DType::F16})
+    for (DType in : {DType::F16, DType::BF16})  // bf16: first copied to f16 scaled by a power of two
+    for (DType out : {DType::F32, in})
       for (int layout = 0; layout < 2; ++layout) {
-        Tq2MoeCase c = make_case(s.m, s.top_k, s.n, s.k, s.experts, DType::F16, out, ++seed);
+        Tq2MoeCase c = make_case(s.m, s.top_k, s.n, s.k, s.experts, in, out, ++seed);
         c.route = Tq2MoeRoute::Auto;
         c.base.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
         c.base.input_pad = 8 * layout;  // TMA-readable rows: strides stay multiples of 8
@@ -84,13 +85,14 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
         MatmulIdScratch scratch(ctx, s.experts, s.m, s.top_k, 2 * s.k);
         const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, &scratch);
         EXPECT_EQ(o.receipt.route, "tq2_moe_grouped_sm90") << c.describe();
-        EXPECT_EQ(o.receipt.kernels_launched, 3) << c.describe();
+        EXPECT_EQ(o.receipt.kernels_launched, in == DType::F16 ? 3 : 5) << c.describe();
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
       }
 }
 
-// Auto takes the engine only where it can: a bf16 input, no scratch, a scratch without staging
-// room or an input row stride TMA cannot read go to the reference kernel; results correct on each.
+// Auto takes the engine only where it can: an f32 input, no scratch, a scratch without staging
+// room, an f16 row stride TMA cannot read or a bf16 slotted input with uneven rows go to the
+// reference kernel; results correct on each.
 TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -99,11 +101,12 @@ TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   struct R { DType in; MatmulIdScratch* scratch; std::int64_t pad; const char* route; };
   const char* engine = hopper(ctx) ? "tq2_moe_grouped_sm90" : "tq2_moe_naive";
   std::uint64_t seed = 900;
-  for (R r : {R{DType::F16, &staged, 0, engine}, R{DType::BF16, &staged, 0, "tq2_moe_naive"},
+  for (R r : {R{DType::F16, &staged, 0, engine}, R{DType::BF16, &staged, 3, engine}, R{DType::F32, &staged, 0, "tq2_moe_naive"},
               R{DType::F16, nullptr, 0, "tq2_moe_naive"}, R{DType::F16, &plain, 0, "tq2_moe_naive"},
-              R{DType::F16, &staged, 3, "tq2_moe_naive"}}) {
+              R{DType::F16, &staged, 3, "tq2_moe_naive"}, R{DType::BF16, &staged, -1, "tq2_moe_naive"}}) {
     Tq2MoeCase c = make_case(40, 4, 136, 256, 8, r.in, DType::F32, ++seed);
-    c.base.input_pad = r.pad, c.base.out_of_range_every = 6;
+    c.base.input_pad = r.pad < 0 ? 0 : r.pad, c.base.out_of_range_every = 6;
+    if (r.pad < 0) c.base.input_rank3 = true;  // [m, top_k, k] with 3 extra elements a token: uneven rows
     const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, r.scratch);
     EXPECT_EQ(o.receipt.route, r.route) << c.describe();
     EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
@@ -124,7 +127,7 @@ TEST(Tq2ExpertsGpu, GroupedSm90DeterministicAndRefusals) {
   // Forced, it refuses what it cannot take, before writing anything.
   const std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(4 * 64, 256, 2);
   const WeightHandle h = cache.get_or_upload_experts(77, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), 4, 64, 256);
-  HostTensor in = host_tensor(DType::BF16, {8, 256}), ids = host_tensor(DType::U32, {8, 2}),
+  HostTensor in = host_tensor(DType::F32, {8, 256}), ids = host_tensor(DType::U32, {8, 2}),
              out = host_tensor(DType::F32, {8, 2, 64});
   std::memset(ids.bytes.data(), 0, ids.bytes.size());
   std::memset(out.bytes.data(), 0x7f, out.bytes.size());
@@ -132,7 +135,7 @@ TEST(Tq2ExpertsGpu, GroupedSm90DeterministicAndRefusals) {
   Tq2MoeOptions o;
   o.force_route = Tq2MoeRoute::GroupedSm90;
   expect_error([&] { matmul_id_tq2(ctx, h, din.view, dids.view, dout.view, &scratch, MatmulIdInputLayout::SharedPerToken, o); },
-               ErrorCode::Unsupported, "needs an f16 input");
+               ErrorCode::Unsupported, "needs an f16 or bf16 input");
   HostTensor in16 = host_tensor(DType::F16, {8, 256});
   DeviceTensor din16 = to_device(in16);
   expect_error([&] { matmul_id_tq2(ctx, h, din16.view, dids.view, dout.view, nullptr, MatmulIdInputLayout::SharedPerToken, o); },

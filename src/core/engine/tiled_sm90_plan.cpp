@@ -141,8 +141,9 @@ bool tiled_sm90_tq2_preferred(std::int64_t m, std::int64_t n, int sm_count) {
 
 std::string tiled_sm90_tq2_moe_refusal(const MatmulIdParams& p, const ArchInfo& arch) {
   if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
-  if (p.input_dtype != DType::F16) return "needs an f16 input (bf16 and f32 take tq2_moe_naive for now)";
-  if (p.output_dtype != DType::F32 && p.output_dtype != DType::F16) return "needs an f32 or f16 output";
+  if (p.input_dtype != DType::F16 && p.input_dtype != DType::BF16)
+    return "needs an f16 or bf16 input (f32 takes tq2_moe_naive: the engine would round it to f16)";
+  if (p.output_dtype != DType::F32 && p.output_dtype != p.input_dtype) return "needs an f32 or input-dtype output";
   if (p.k < 128 || p.k % 128 != 0) return "needs k a positive multiple of 128";
   if (p.n < 1) return "needs n >= 1";
   if (p.n_experts < 1 || p.n_experts > 1024) return "needs 1..1024 experts";

@@ -9,7 +9,7 @@
 //   moe     matmul_id's grouped route: w [E][n, k] f16/bf16, input of the weights' dtype
 //           gathered by routed row, output f32 or the input dtype.
 //   tq2 moe matmul_id_tq2's grouped_sm90 route: the moe instance's staged expert rows (f16) with
-//           the tq2 instance's decoder over a stack of ternary experts; output f32 or f16.
+//           the tq2 instance's decoder over a stack of ternary experts; output f32, f16 or bf16.
 //   tq2     gemm_tq2's tiled_sm90 route: W [n, k] TQ2_0_g128 codes decoded to f16 by the
 //           consumers (Tq2Weights), x [m, k] f16 (the input, or its f16 copy scaled by a power of
 //           two), output f32, f16 or bf16; the dense row map, tiled_sm90_tq2_shape's deeper rings.
@@ -84,15 +84,15 @@ bool tiled_sm90_tq2_preferred(std::int64_t m, std::int64_t n, int sm_count);
 std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
 
 // ---- tq2 moe
-// Why the tq2 moe instance cannot take a matmul_id_tq2 call ("" when it can): sm_90; f16 input;
-// output f32 or f16; 1..1024 experts; n_experts * round8(n) <= 2^30 - 128 (the scale copy's byte
+// Why the tq2 moe instance cannot take a matmul_id_tq2 call ("" when it can): sm_90; f16 input,
+// or bf16 (the route first writes it as f16 scaled by a power of two); output f32 or the input's; 1..1024 experts; n_experts * round8(n) <= 2^30 - 128 (the scale copy's byte
 // coordinate); routed rows and tiles below 2^31. Pointers, strides and scratch are the route's
 // to check (plan_matmul_id_tq2's input_ok / staging_ok).
 std::string tiled_sm90_tq2_moe_refusal(const MatmulIdParams& p, const ArchInfo& arch);
 // The moe launch (wide tiles of 256, narrow ones of 64 chosen on the device), always staged,
 // with the ternary ring.
 TiledSm90Launch tiled_sm90_tq2_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
-// tiled_sm90_tq2_moe_f16_<out>_bn256x64_staged
+// tiled_sm90_tq2_moe_f16_<out>_bn256x64_staged (the rows it reads are f16 whatever the input's dtype)
 std::string tiled_sm90_tq2_moe_kernel_name(DType out);
 
 }  // namespace llmm::engine

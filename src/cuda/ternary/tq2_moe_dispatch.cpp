@@ -4,6 +4,9 @@
 #include "core/ternary/tq2_moe_dispatch.hpp"
 #include "cuda/engine/launch.hpp"
 #include "cuda/moe/launch.hpp"
+#include "core/ternary/tq2_tiled_sm90_plan.hpp"
+#include "core/ternary/tq2_workspace.hpp"
+#include "cuda/ternary/tq2_dequant.hpp"
 #include "cuda/ternary/tq2_moe_naive.hpp"
 #include "llmm/error.hpp"
 
@@ -44,30 +47,70 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
   }
   if (route != Tq2MoeRoute::GroupedSm90)
     fail(ErrorCode::Internal, "matmul_id_tq2: route ", tq2_moe_route_name(route), " has no CUDA kernels");
-  // moe_map (counting sort; zero rows for out-of-range ids), the routed rows staged in expert
-  // order, then the engine over each expert's rows.
-  const engine::TiledSm90Launch l = engine::tiled_sm90_tq2_moe_launch(a.g, ctx.arch().sm_count);
-  const std::string map = cuda_moe::moe_map_kernel_name(a.g), stage = cuda_moe::moe_stage_rows_kernel_name(a.g),
-                    gemm = engine::tiled_sm90_tq2_moe_kernel_name(a.g.out_dtype);
+  // A bf16 input is first written as f16 scaled by a power of two (tq2_dequant_lt's absmax and
+  // split kernels over the input as a [rows, k] matrix: a token's row, or a (token, slot) row
+  // when slotted; exact within f16's range below the largest element), the epilogue multiplying
+  // the outputs back. Then moe_map (counting sort; zero rows for out-of-range ids), the routed
+  // rows staged in expert order, and the engine over each expert's rows.
+  const cuda_moe::MoeArgs& g = a.g;
+  const bool scaled = g.in_dtype != DType::F16;
+  const bool slotted = g.in_slot_stride != 0;  // a slot stride of 0 reads as a token's row
+  cuda_ternary::Tq2MoeArgs e = a;  // the engine's view: an f16 input
+  cuda_ternary::Tq2TiledSm90Plan sp;
+  cuda_ternary::Tq2LtInput x;
+  unsigned char* ws = nullptr;
+  if (scaled) {
+    if (slotted && g.in_token_stride != g.top_k * g.in_slot_stride)
+      fail(ErrorCode::Internal, "matmul_id_tq2: a scaled slotted input needs token stride top_k x slot stride");
+    x = cuda_ternary::Tq2LtInput{g.in, g.in_dtype, slotted ? g.m * g.top_k : g.m, g.k,
+                                 slotted ? g.in_slot_stride : g.in_token_stride};
+    sp = cuda_ternary::tq2_tiled_sm90_plan(x.m, g.n, g.k, g.in_dtype, g.out_dtype, false, ctx.arch().sm_count);
+    ws = static_cast<unsigned char*>(ternary_pool(ctx).get("route_workspace", sp.bytes));
+    e.g.in = ws + sp.part_off, e.g.in_dtype = DType::F16;
+    e.g.in_token_stride = slotted ? g.top_k * g.k : g.k, e.g.in_slot_stride = slotted ? g.k : 0;
+  }
+  // moe_map reads neither weights nor input; it writes the zero rows of out-of-range ids in the
+  // output dtype, and the MoE dtype contract pairs a bf16 output with bf16 weights and input.
+  cuda_moe::MoeArgs mg = e.g;
+  if (g.out_dtype == DType::BF16) mg.w_dtype = mg.in_dtype = DType::BF16;
+  const engine::TiledSm90Launch l = engine::tiled_sm90_tq2_moe_launch(e.g, ctx.arch().sm_count);
+  const std::string map = cuda_moe::moe_map_kernel_name(mg), stage = cuda_moe::moe_stage_rows_kernel_name(e.g),
+                    gemm = engine::tiled_sm90_tq2_moe_kernel_name(g.out_dtype);
+  if (scaled) ctx.check_launchable(sp.absmax_kernel), ctx.check_launchable(sp.split_kernel);
   ctx.check_launchable(map);
   ctx.check_launchable(stage);
   ctx.check_launchable(gemm);
-  cuda_moe::launch_moe_map(a.g, s);
+  const ByteRange route_ws{ws, scaled ? sp.bytes : 0};
+  const float* alpha = nullptr;
+  std::string names;
+  if (scaled) {
+    float* const scalars = reinterpret_cast<float*>(ws + sp.scalars_off);
+    float* const partial = reinterpret_cast<float*>(ws + sp.partial_off);
+    cuda_ternary::launch_tq2_lt_absmax(x, partial, sp.absmax_blocks, s);
+    ctx.note_launch(sp.absmax_kernel, [&] { return LaunchRanges{{Tq2MoeRanges(a).in}, {route_ws}}; });
+    cuda_ternary::launch_tq2_lt_split(x, partial, sp.absmax_blocks, 1, ws + sp.part_off, sp.bytes - sp.part_off, scalars, s);
+    ctx.note_launch(sp.split_kernel, [&] { return LaunchRanges{{Tq2MoeRanges(a).in, route_ws}, {route_ws}}; });
+    alpha = scalars;
+    names = sp.absmax_kernel + "+" + sp.split_kernel + "+";
+  }
+  cuda_moe::launch_moe_map(mg, s);
   ctx.note_launch(map, [&] {
     const Tq2MoeRanges r(a);
     return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};
   });
-  cuda_moe::launch_moe_stage_rows(a.g, s);
+  cuda_moe::launch_moe_stage_rows(e.g, s);
   ctx.note_launch(stage, [&] {
-    const Tq2MoeRanges r(a);
-    return LaunchRanges{{r.in, r.counts, r.rows}, {r.staged}};
+    const Tq2MoeRanges r(e);
+    return LaunchRanges{{scaled ? route_ws : r.in, r.counts, r.rows}, {r.staged}};
   });
-  engine::launch_tiled_sm90_tq2_moe(a, l, s);
+  engine::launch_tiled_sm90_tq2_moe(e, alpha, l, s);
   ctx.note_launch(gemm, [&] {
-    const Tq2MoeRanges r(a);
-    return LaunchRanges{{r.codes, r.scales_t, r.staged, r.counts, r.rows}, {r.out}};
+    const Tq2MoeRanges r(e);
+    LaunchRanges lr{{r.codes, r.scales_t, r.staged, r.counts, r.rows}, {r.out}};
+    if (scaled) lr.reads.push_back(route_ws);
+    return lr;
   });
-  return Receipt{tq2_moe_route_name(route), map + "+" + stage + "+" + gemm, 3};
+  return Receipt{tq2_moe_route_name(route), names + map + "+" + stage + "+" + gemm, scaled ? 5 : 3};
 }
 
 }  // namespace llmm::detail

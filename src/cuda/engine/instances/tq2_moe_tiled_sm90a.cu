@@ -2,7 +2,8 @@
 // MoE row map over routed rows staged in expert order (f16, by TMA), the TQ2 decoder over the
 // expert stack (codes [n_experts * n][k/4] and transposed scales by TMA, decoded by the
 // consumers into register fragments; expert e's rows start at e * n), each output row written to
-// its routed row.
+// its routed row, times alpha when the staged rows were scaled (a bf16 input).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "cuda/common/tensor_map.hpp"
@@ -17,7 +18,8 @@ namespace {
 constexpr int kBN = 256;
 
 template <class OutT>
-void launch_t(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+void launch_t(const cuda_ternary::Tq2MoeArgs& a, const float* alpha, const TiledSm90Launch& l, StreamHandle stream,
+              const std::string& name) {
   const cuda_moe::MoeArgs& g = a.g;
   const std::int64_t stack_rows = g.n_experts * g.n;
   Tq2WeightsParams w;
@@ -33,6 +35,7 @@ void launch_t(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, Strea
     w.scales = cuda_common::make_tensor_map_u8_2d(a.scales_t, dims, row, box, false, name.c_str());
   }
   w.group_rows = g.n, w.group_cols = (g.n + 7) / 8 * 8, w.n = static_cast<int>(g.n);
+  w.alpha = alpha;
 
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   const auto [tm_x, tm_n] = staged_rows_maps(g, kBN, name.c_str());
@@ -42,7 +45,8 @@ void launch_t(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, Strea
 
 }  // namespace
 
-void launch_tiled_sm90_tq2_moe(const cuda_ternary::Tq2MoeArgs& a, const TiledSm90Launch& l, StreamHandle stream) {
+void launch_tiled_sm90_tq2_moe(const cuda_ternary::Tq2MoeArgs& a, const float* alpha, const TiledSm90Launch& l,
+                               StreamHandle stream) {
   const cuda_moe::MoeArgs& g = a.g;
   const std::string name = tiled_sm90_tq2_moe_kernel_name(g.out_dtype);
   if (g.m * g.top_k == 0) return;
@@ -53,8 +57,9 @@ void launch_tiled_sm90_tq2_moe(const cuda_ternary::Tq2MoeArgs& a, const TiledSm9
       reinterpret_cast<std::uintptr_t>(a.scales_t) % 16 != 0 || reinterpret_cast<std::uintptr_t>(g.staged) % 16 != 0)
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   switch (g.out_dtype) {
-    case DType::F32: launch_t<float>(a, l, stream, name); break;
-    case DType::F16: launch_t<__half>(a, l, stream, name); break;
+    case DType::F32: launch_t<float>(a, alpha, l, stream, name); break;
+    case DType::F16: launch_t<__half>(a, alpha, l, stream, name); break;
+    case DType::BF16: launch_t<__nv_bfloat16>(a, alpha, l, stream, name); break;
     default: fail(ErrorCode::Internal, name, ": unsupported output dtype ", dtype_name(g.out_dtype));
   }
 }
