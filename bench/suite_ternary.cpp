@@ -245,15 +245,16 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
-        // A/B against the other decode versions: v1 at m = 1 and 16; v2 and v3 at m <= 2, v4 at
-        // m <= 8 (whichever Auto did not take; v4 on sm_90 and where its activation fits).
-        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4}) {
-          const std::int64_t top = other == Tq2Route::StreamV4 ? 8 : 2;
+        // A/B against the other decode versions: v1 at m = 1 and 16; v2 and v3 at m <= 2, v4 and
+        // v5 at m <= 8 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
+        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
+          const bool engine = other == Tq2Route::StreamV4 || other == Tq2Route::StreamV5;
+          const std::int64_t top = engine ? 8 : 2;
           if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > top) continue;
           if (receipt.route == tq2_route_name(other)) continue;
-          if (other == Tq2Route::StreamV4) {  // sm_90 only, and where the activation fits
+          if (engine) {  // sm_90 only, and where the activation fits
             try {
-              plan_tq2(m, sh.n, sh.k, DType::F32, env.ctx.arch(), Tq2Route::StreamV4);
+              plan_tq2(m, sh.n, sh.k, DType::F32, env.ctx.arch(), other);
             } catch (const Error&) {
               continue;
             }
@@ -269,7 +270,7 @@ void run_gpu(BenchEnv& env) {
           Row row;
           row.suite = "ternary", row.route = receipt.route;
           const char* vs = other == Tq2Route::Stream ? "_vs_v1" : other == Tq2Route::StreamV2 ? "_vs_v2"
-                           : other == Tq2Route::StreamV3 ? "_vs_v3" : "_vs_v4";
+                           : other == Tq2Route::StreamV3 ? "_vs_v3" : other == Tq2Route::StreamV4 ? "_vs_v4" : "_vs_v5";
           row.name = std::string(sh.name) + "_m" + std::to_string(m) + vs;
           row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
           row.m = m, row.n = sh.n, row.k = sh.k;

@@ -22,7 +22,7 @@ constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,   
                                        DenseRoute::Gemv,     DenseRoute::GemvWide,  DenseRoute::SkinnyMma,
                                        DenseRoute::Tiled,    DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
-                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled, Tq2Route::DequantLt,
+                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt,
                                    Tq2Route::TiledSm90};
 
 ArchInfo consume_arch(FuzzedDataProvider& in) {
@@ -128,6 +128,10 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   const std::int64_t tiles = m1 <= 8 ? (m1 + 1) / 2 : 1;  // n8 tiles of four digit columns a token
   const bool v4_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
                        (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 3 * 8192 + tiles * 8192 <= 232448;
+  // tq2_stream_v5: the same image beside a 2-stage ring of 17408-byte stages (128 rows x 4 groups
+  // of codes and scales), 1 KB of barriers, 1 KB of slack; no scale slots, no partial sums.
+  const bool v5_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
+                       (4 * m1 + 1) * (k + 64) + tiles * k / 2 + 2048 + 2 * 17408 <= 232448;
   const auto ctx = [&] {
     return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
            std::string(dtype_name(dt)) + (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
@@ -161,6 +165,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     }
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
+                          : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
                           : m <= 4 && sm90 && v4_fits ? Tq2Route::StreamV4
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
@@ -178,6 +183,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
+  if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && v5_fits;
   if (force == Tq2Route::TiledSm90) {
     // The tiled engine: sm_90 exactly, m, n, k below 2^31 and at most 2^31 - 1 tiles of 64 x 128
     // (m = 0 counted as 1); the input's dtype is checked with precision by gemm_tq2 itself.
@@ -255,12 +261,18 @@ void check_workspace(FuzzedDataProvider& in) {
       // The staged image: 4m + 1 record columns of k + 64 bytes (m <= 8 where it fits, else 0).
       if (*b > 0) FUZZ_CHECK(m >= 1 && m <= 8 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64),
                              "v4 workspace ", *b, ctx());
+    } else if (r == Tq2Route::StreamV5) {
+      // The image, a counter per 16 rows, and f32 partials when K is cut in parts.
+      if (*b > 0)
+        FUZZ_CHECK(m >= 1 && m <= 8 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64) + 4 * ((n + 15) / 16),
+                   "v5 workspace ", *b, ctx());
     } else if (r != Tq2Route::Auto) {
       FUZZ_CHECK(*b == 0, tq2_route_name(r), " needs no workspace but got ", *b, ctx());
     } else {
-      auto v2 = ws(Tq2Route::StreamV2), v4 = ws(Tq2Route::StreamV4), lt = ws(Tq2Route::DequantLt);
-      FUZZ_CHECK(v2 && v4 && lt && *b == std::max({*v2, *v4, *lt}), "Auto workspace ", *b, " is not the largest of v2 ",
-                 v2 ? std::to_string(*v2) : "refused", ", v4 ", v4 ? std::to_string(*v4) : "refused", " and dequant_lt ",
+      auto v2 = ws(Tq2Route::StreamV2), v4 = ws(Tq2Route::StreamV4), v5 = ws(Tq2Route::StreamV5), lt = ws(Tq2Route::DequantLt);
+      FUZZ_CHECK(v2 && v4 && v5 && lt && *b == std::max({*v2, *v4, *v5, *lt}), "Auto workspace ", *b, " is not the largest of v2 ",
+                 v2 ? std::to_string(*v2) : "refused", ", v4 ", v4 ? std::to_string(*v4) : "refused", ", v5 ",
+                 v5 ? std::to_string(*v5) : "refused", " and dequant_lt ",
                  lt ? std::to_string(*lt) : "refused", ctx());
     }
   }
@@ -282,7 +294,8 @@ void check_tq2_moe_plan(FuzzedDataProvider& in) {
   const Tq2MoeRoute force = in.PickValueInArray(kRoutes);
   const bool cuda = arch.kind == DeviceKind::CUDA, sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k, n8 = (static_cast<std::uint64_t>(p.n) + 7) / 8 * 8;
-  bool engine = sm90 && p.input_dtype == DType::F16 && (p.output_dtype == DType::F32 || p.output_dtype == DType::F16) &&
+  bool engine = sm90 && (p.input_dtype == DType::F16 || p.input_dtype == DType::BF16) &&
+                (p.output_dtype == DType::F32 || p.output_dtype == p.input_dtype) &&
                 p.k >= 128 && p.k % 128 == 0 && p.n >= 1 && p.n_experts >= 1 && p.n_experts <= 1024 &&
                 p.n_experts * n8 <= (std::uint64_t{1} << 30) - 128 && routed <= 0x7fffffff;
   if (engine) engine = (routed + 63) / 64 + p.n_experts <= 0x7fffffff / ((p.n + 127) / 128);

@@ -246,6 +246,14 @@ TEST(Tq2Plan, Routes) {
   ArchInfo h200;
   h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.sm_count = 132;
   for (std::int64_t m : {1, 2, 3, 4}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV4) << m;
+  // v5 where K stays whole: at least 212 super-bands of 128 rows (27648 rows: 216), m <= 8, where
+  // the activation fits (m = 8 at k = 8192 does not: v2).
+  for (std::int64_t m : {0, 1, 2, 4, 5, 8}) EXPECT_EQ(plan_tq2(m, 27648, 3072, DType::F32, h200), Tq2Route::StreamV5) << m;
+  EXPECT_EQ(plan_tq2(1, 211 * 128, 3072, DType::F32, h200), Tq2Route::StreamV4);
+  EXPECT_EQ(plan_tq2(1, 211 * 128 + 1, 3072, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(4, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(4, 64, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // 17 record columns of 32 KB
   // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
   EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);

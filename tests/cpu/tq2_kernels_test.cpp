@@ -249,5 +249,57 @@ TEST(Tq2Kernels, StreamV4Config) {
     }
 }
 
+TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
+  // The suite's decode shapes: 27648x3072 (216 super-bands: K whole), 3072x3072 (24: parts of 4
+  // groups), 14336x4096 (112: 2 parts of 16), 8192x28672 (64: 4 parts of 56).
+  EXPECT_EQ(tq2_stream_v5_parts(27648, 3072), (Tq2StreamV5Parts{1, 24}));
+  EXPECT_EQ(tq2_stream_v5_parts(3072, 3072), (Tq2StreamV5Parts{6, 4}));
+  EXPECT_EQ(tq2_stream_v5_parts(14336, 4096), (Tq2StreamV5Parts{2, 16}));
+  EXPECT_EQ(tq2_stream_v5_parts(8192, 28672), (Tq2StreamV5Parts{4, 56}));
+  EXPECT_EQ(tq2_stream_v5_parts(9001, 1152), (Tq2StreamV5Parts{3, 4}));  // 4 + 4 + 1 groups
+  EXPECT_EQ(tq2_stream_v5_parts(17, 128), (Tq2StreamV5Parts{1, 4}));
+  EXPECT_EQ(tq2_stream_v5_parts(std::int64_t{1} << 20, 4096), (Tq2StreamV5Parts{1, 32}));  // 8192 super-bands: K whole
+  for (std::int64_t n : {1, 200, 5000, 70000, 1 << 24})
+    for (std::int64_t k : {128, 384, 1152, 6912, 28672, 1 << 20}) {
+      const Tq2StreamV5Parts p = tq2_stream_v5_parts(n, k);
+      const std::int64_t groups = k / 128;
+      EXPECT_EQ(p.part_groups % kTq2V5StageGroups, 0) << n << " " << k;
+      EXPECT_LT(static_cast<std::int64_t>(p.parts - 1) * p.part_groups, groups) << n << " " << k;  // no empty part
+      EXPECT_GE(static_cast<std::int64_t>(p.parts) * p.part_groups, groups) << n << " " << k;
+    }
+  Tq2Args a = args(1, 27648, 3072);
+  EXPECT_FALSE(tq2_stream_v5_supports(a));  // no transposed scales
+  a.scales_t = at<const std::uint16_t>(0x500000), a.scales_t_ld = 27648;
+  auto c = tq2_stream_v5_config(a, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->blocks_per_sm, 2);
+  EXPECT_EQ(c->items, 216);
+  EXPECT_EQ(c->grid, 216);
+  EXPECT_LE(c->smem_bytes * 2, kTq2V4SmemOptin);
+  EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132), "tq2_stream_v5_f32_f32_i8x4_n8_s" + std::to_string(c->stages) + "_b2_p1");
+  a.scales_t_ld = 27644;  // not a multiple of 8
+  EXPECT_FALSE(tq2_stream_v5_supports(a));
+  a.scales_t_ld = 27648, a.scales_t = at<const std::uint16_t>(0x500008);
+  EXPECT_FALSE(tq2_stream_v5_supports(a));  // tensor maps need 16-byte aligned bases
+  // Workspace: the image (as v4's), a counter per 16 rows, partials [parts][m][n] f32.
+  const std::size_t image = tq2_stream_v4_stage_bytes(2, 3072);
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(2, 27648, 3072), (image + 15) / 16 * 16 + 1728 * 4);
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(2, 14336, 4096),
+            (tq2_stream_v4_stage_bytes(2, 4096) + 15) / 16 * 16 + 896 * 4 + 2 * 2 * 14336 * 4);
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(1, 17, 128), (tq2_stream_v4_stage_bytes(1, 128) + 15) / 16 * 16 + 16);
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(9, 17, 128), 0u);
+  // Long K: one block per SM; past the shared memory the kernel is refused.
+  Tq2Args l = args(1, 8192, 28672);
+  l.scales_t = at<const std::uint16_t>(0x500000), l.scales_t_ld = 8192;
+  auto cl = tq2_stream_v5_config(l, 132);
+  ASSERT_TRUE(cl.has_value());
+  EXPECT_EQ(cl->blocks_per_sm, 1);
+  EXPECT_GE(cl->stages, kTq2V5MinStages);
+  EXPECT_LE(cl->smem_bytes, kTq2V4SmemOptin);
+  EXPECT_EQ(cl->grid, 132);
+  l.m = 2;
+  EXPECT_FALSE(tq2_stream_v5_supports(l));
+}
+
 }  // namespace
 }  // namespace llmm::cuda_ternary

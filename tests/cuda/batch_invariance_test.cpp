@@ -121,11 +121,11 @@ TEST(BatchInvarianceGpu, Ternary) {
   for (DType t : {DType::F32, DType::BF16})
     for (const R& r : {R{Tq2Route::Naive, {1, 5, 40}, true}, R{Tq2Route::Tiled, {1, 17, 100}, true},
                        R{Tq2Route::Stream, {1, 5, 16}, true}, R{Tq2Route::StreamV3, {1, 2}, true},
-                       R{Tq2Route::StreamV4, {1, 2, 5, 8}, true},
+                       R{Tq2Route::StreamV4, {1, 2, 5, 8}, true}, R{Tq2Route::StreamV5, {1, 2, 5, 8}, true},
                        R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false},
                        R{Tq2Route::TiledSm90, {1, 17, 100, 300}, true}}) {
       const bool engine = r.route == Tq2Route::TiledSm90;
-      if ((r.route == Tq2Route::StreamV4 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
+      if ((r.route == Tq2Route::StreamV4 || r.route == Tq2Route::StreamV5 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
       HostTensor x0 = host_tensor(t, {1, k});
       fill_random(x0.view, 21);
       auto row_of = [&](std::int64_t m) {

@@ -197,10 +197,10 @@ TEST(CaptureGpu, TernaryEveryRoute) {
   std::vector<float> wf = tq2_dequantize(blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
   struct R { Tq2Route route; std::int64_t m; };
   for (R rt : {R{Tq2Route::Naive, 5}, R{Tq2Route::Stream, 5}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
-               R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 2}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
+               R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 2}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
                R{Tq2Route::TiledSm90, 40}}) {
     const bool engine = rt.route == Tq2Route::TiledSm90;
-    if ((rt.route == Tq2Route::StreamV4 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
+    if ((rt.route == Tq2Route::StreamV4 || rt.route == Tq2Route::StreamV5 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
     HostTensor in = host_tensor_3d(DType::F32, 1, rt.m, k, 4), out = host_tensor_3d(DType::F32, 1, rt.m, n, 4);
     fill_random(in.view, 7);
     Guarded gin = guarded(in), gout = guarded(out);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/ternary/tq2_dequant_lt_plan.hpp"
+#include "core/ternary/tq2_kernels.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"
 #include "support/expect_error.hpp"
@@ -21,16 +22,17 @@ using namespace llmm::test;
 namespace {
 std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
 bool streaming(Tq2Route r) {
-  return r == Tq2Route::Stream || r == Tq2Route::StreamV2 || r == Tq2Route::StreamV3 || r == Tq2Route::StreamV4;
+  return r == Tq2Route::Stream || r == Tq2Route::StreamV2 || r == Tq2Route::StreamV3 || r == Tq2Route::StreamV4 ||
+         r == Tq2Route::StreamV5;
 }
 // Largest m a route takes.
 std::int64_t max_m(Tq2Route r) {
-  return r == Tq2Route::StreamV3 ? 2 : r == Tq2Route::StreamV4 ? 8 : streaming(r) ? 16 : 1 << 30;
+  return r == Tq2Route::StreamV3 ? 2 : r == Tq2Route::StreamV4 || r == Tq2Route::StreamV5 ? 8 : streaming(r) ? 16 : 1 << 30;
 }
-// tq2_stream_v4 is built for sm_90a alone: on other GPUs its forced route is refused (tested in
-// StreamV4RefusedOffHopper) and the sweeps leave it out.
+// tq2_stream_v4 and v5 are built for sm_90a alone: on other GPUs their forced routes are refused
+// (tested in StreamV4RefusedOffHopper) and the sweeps leave them out.
 bool runs_here(const Context& ctx, Tq2Route r) {
-  return r != Tq2Route::StreamV4 || (ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0);
+  return (r != Tq2Route::StreamV4 && r != Tq2Route::StreamV5) || (ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0);
 }
 }  // namespace
 
@@ -38,7 +40,7 @@ TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5,
                      Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::Auto})
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
@@ -64,7 +66,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 1;
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled,
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
                      Tq2Route::Naive, Tq2Route::DequantLt})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
@@ -119,7 +121,7 @@ TEST(Tq2Gpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::Tiled,
+  for (Tq2Route r : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
                      Tq2Route::DequantLt}) {
     if (!runs_here(ctx, r)) continue;
     Tq2Case c;
@@ -154,7 +156,7 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   wrong_k.strides = {512, 1};
   EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5,
                      Tq2Route::Tiled, Tq2Route::DequantLt}) {
     if (!runs_here(ctx, r)) continue;
     Tq2Options o;
@@ -346,7 +348,7 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
   std::uint64_t seed = 500;
   struct R { Tq2Route route; std::int64_t m; };
   for (R r : {R{Tq2Route::StreamV3, 1}, R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 1}, R{Tq2Route::StreamV4, 2},
-              R{Tq2Route::StreamV4, 7},
+              R{Tq2Route::StreamV4, 7}, R{Tq2Route::StreamV5, 1}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7},
               R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
               R{Tq2Route::Stream, 5}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40}, R{Tq2Route::Naive, 7},
               R{Tq2Route::Auto, 16}})
@@ -390,6 +392,37 @@ TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
       }
 }
 
+// tq2_stream_v5's own edges: one part and several (partials summed by the last part to arrive,
+// through counters the staging kernel zeroes on every call), a part whose last stage is short
+// (k / 128 not a multiple of 4), a last super-band with warps past n (n not a multiple of 128 nor
+// of 16), more items than blocks, wide input ranges and an all-zero group, 16-bit inputs and
+// outputs; every output against float64 with poisoned padding, and the parts the plan names.
+TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct NK { std::int64_t n, k; };
+  std::uint64_t seed = 1900;
+  for (NK nk : {NK{8453, 384}, NK{9001, 1152}, NK{40, 2560}, NK{2600, 6912}, NK{17, 128}, NK{4229, 1024}, NK{27648, 3072}})
+    for (std::int64_t m : {1, 2, 3, 6, 8})
+      for (DType in : {DType::F32, DType::F16, DType::BF16}) {
+        if (m > 2 && (nk.k > 2560 || in == DType::F16)) continue;  // fits, and keeps the test short
+        Tq2Case c;
+        c.m = m, c.n = nk.n, c.k = nk.k, c.route = Tq2Route::StreamV5, c.in_dtype = in;
+        c.out_dtype = m % 2 == 1 ? DType::F32 : in;
+        c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
+        c.zero_group = nk.k >= 256;
+        Tq2Outcome o = run_tq2_case(ctx, cache, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_TRUE(o.padding_untouched) << c.describe();
+        EXPECT_EQ(o.receipt.kernels_launched, 2);  // tq2_stage_v5, then the engine
+        const std::string parts = "_p" + std::to_string(cuda_ternary::tq2_stream_v5_parts(nk.n, nk.k).parts);
+        const std::string& kn = o.receipt.kernel;
+        EXPECT_EQ(kn.substr(kn.size() - std::min(kn.size(), parts.size())), parts) << kn;
+      }
+}
+
 TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -401,8 +434,15 @@ TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
                  "tq2_stream_v4 cannot run (m: 9, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 8");
     expect_error([&] { plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
                  "does not fit in shared memory");
+    EXPECT_EQ(plan_tq2(8, 64, 256, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5);
+    expect_error([&] { plan_tq2(9, 64, 256, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
+                 "tq2_stream_v5 cannot run (m: 9, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 8");
+    expect_error([&] { plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
+                 "does not fit in shared memory");
   } else {
     expect_error([&] { plan_tq2(1, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
+                 "the sm_90 streaming engine is built for sm_90a only");
+    expect_error([&] { plan_tq2(1, 64, 256, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
                  "the sm_90 streaming engine is built for sm_90a only");
   }
 }

@@ -139,6 +139,7 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::StreamV2: return "tq2_stream_v2";
     case Tq2Route::StreamV3: return "tq2_stream_v3";
     case Tq2Route::StreamV4: return "tq2_stream_v4";
+    case Tq2Route::StreamV5: return "tq2_stream_v5";
     case Tq2Route::Tiled: return "tq2_tiled";
     case Tq2Route::DequantLt: return "tq2_dequant_lt";
     case Tq2Route::TiledSm90: return "tq2_tiled_sm90";
@@ -171,6 +172,13 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
       else if (cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0)
         why = "the whole K's activation does not fit in shared memory beside the ring";
     }
+    if (force == Tq2Route::StreamV5 && cuda) {
+      if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
+      else if (m > cuda_ternary::kTq2V5MaxM) why = "the sm_90 streaming engine's int8 decoder takes m <= 8";
+      else if (n >= (std::int64_t{1} << 31)) why = "the sm_90 streaming engine's tensor maps take n < 2^31";
+      else if (cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total < 0)
+        why = "the whole K's activation does not fit in shared memory beside the ring";
+    }
     std::string engine_why;
     if (force == Tq2Route::TiledSm90 && cuda) {
       // Precision is not known here: the engine's f32 Exact refusal comes from validate().
@@ -187,8 +195,14 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   // Decode (measured, docs/performance.md "Decode v4"): the sm_90 streaming engine to m = 4 where
   // its activation fits (1.1-3.5x v3 at m <= 2, 1.1-1.8x v2 at m = 4; at m = 8 it lost to v2 on
   // the large-N shapes), else the int8 kernel v3 at m <= 2 and v2 (staged from m = 3) to 16.
+  const bool sm90 = arch.cc_major == 9 && arch.cc_minor == 0;
+  // v5 where K stays whole (at least kTq2V5TargetItems super-bands of 128 rows), m <= 8: 1.09-1.61x
+  // v4 at m <= 4 and 1.42x v2 at m = 8 on 27648x3072, 1.17-1.26x v4 on 28672x8192; where K is
+  // cut into parts it lost to v4 (0.58-1.0x; docs/performance.md "Decode v5").
+  if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) && (n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows >= cuda_ternary::kTq2V5TargetItems &&
+      cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total > 0)
+    return Tq2Route::StreamV5;
   if (m <= 4) {
-    const bool sm90 = arch.cc_major == 9 && arch.cc_minor == 0;
     const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total > 0;
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;

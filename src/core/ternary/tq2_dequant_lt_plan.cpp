@@ -120,6 +120,7 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
   // tq2_stream_v4 stages the activation once for all blocks (m <= 2, where it fits).
   const std::size_t stage_v4 = cuda_ternary::tq2_stream_v4_stage_bytes(m, k);
   if (opts.force_route == Tq2Route::StreamV4) return stage_v4;
+  if (opts.force_route == Tq2Route::StreamV5) return cuda_ternary::tq2_stream_v5_workspace_bytes(m, n, k);
   if (opts.force_route == Tq2Route::TiledSm90) {
     const std::string why = engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, out_dtype, exact);
     if (!why.empty())
@@ -130,7 +131,7 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
   if (opts.force_route != Tq2Route::Auto && opts.force_route != Tq2Route::DequantLt) return 0;
   const std::size_t lt = cuda_ternary::tq2_lt_plan(m, n, k, in_dtype, out_dtype, exact, opts.dequant_chunk_rows).bytes;
   if (opts.force_route == Tq2Route::DequantLt) return lt;
-  return std::max({stage, stage_v4, lt});
+  return std::max({stage, stage_v4, cuda_ternary::tq2_stream_v5_workspace_bytes(m, n, k), lt});
 }
 
 }  // namespace llmm

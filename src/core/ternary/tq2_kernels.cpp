@@ -252,6 +252,91 @@ std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
          std::to_string(c->blocks_per_sm);
 }
 
+Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k) noexcept {
+  const std::int64_t supers = (n + kTq2V5Rows - 1) / kTq2V5Rows, groups = k / kTq2Group;
+  constexpr std::int64_t G = kTq2V5StageGroups;
+  for (std::int64_t p = 1;; ++p) {
+    const std::int64_t pg = G * ((groups + G * p - 1) / (G * p));
+    const std::int64_t parts = (groups + pg - 1) / pg;
+    if (supers * parts >= kTq2V5TargetItems || pg == G) return {static_cast<int>(parts), static_cast<int>(pg)};
+  }
+}
+
+Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) noexcept {
+  Tq2StreamV5Smem s;
+  if (m < 1 || m > kTq2V5MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < kTq2V5MinStages ||
+      stages > kTq2V5MaxStages) {
+    s.total = -1;
+    return s;
+  }
+  const std::int64_t groups = k / kTq2Group, cols = m * 4, n_tiles = (cols + 7) / 8;
+  const std::int64_t col_stride = groups * 128 + 64;  // v4's image: 128-byte records, 64 bytes of padding
+  const std::int64_t ring = 1024;                     // after the mbarriers
+  const std::int64_t coef = ring + static_cast<std::int64_t>(stages) * kTq2V5StageBytes;
+  const std::int64_t xs = coef + groups * 8 * n_tiles * 8;
+  const std::int64_t total = 1024 + xs + (cols + 1) * col_stride;
+  if (total > kTq2V4SmemOptin) {
+    s.total = -1;
+    return s;
+  }
+  s.ring = static_cast<int>(ring), s.coef = static_cast<int>(coef), s.xs = static_cast<int>(xs);
+  s.total = static_cast<int>(total), s.col_stride = static_cast<int>(col_stride);
+  return s;
+}
+
+bool tq2_stream_v5_supports(const Tq2Args& a) noexcept {
+  return tq2_args_ok(a) && a.m <= kTq2V5MaxM && a.n < (std::int64_t{1} << 31) && tq2_codes_vec16(a) && a.scales_t &&
+         detail::aligned16(a.scales_t) && a.scales_t_ld >= a.n && a.scales_t_ld % 8 == 0 &&
+         tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages).total > 0;
+}
+
+std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_count) noexcept {
+  if (!tq2_stream_v5_supports(a)) return std::nullopt;
+  Tq2StreamV5Config c;
+  c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
+  // Two blocks per SM with the deepest ring that fits in half the SM, else one block.
+  const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
+  c.blocks_per_sm = tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages).total <= half ? 2 : 1;
+  const int limit = c.blocks_per_sm == 2 ? half : static_cast<int>(kTq2V4SmemOptin);
+  c.stages = kTq2V5MinStages;
+  for (int s = kTq2V5MaxStages; s > kTq2V5MinStages; --s) {
+    const int t = tq2_stream_v5_smem(a.m, a.k, s).total;
+    if (t > 0 && t <= limit) {
+      c.stages = s;
+      break;
+    }
+  }
+  c.smem_bytes = tq2_stream_v5_smem(a.m, a.k, c.stages).total;
+  c.parts = tq2_stream_v5_parts(a.n, a.k);
+  c.items = (a.n + kTq2V5Rows - 1) / kTq2V5Rows * c.parts.parts;
+  const std::int64_t slots = static_cast<std::int64_t>(sm_count > 0 ? sm_count : 132) * c.blocks_per_sm;
+  c.grid = static_cast<int>(c.items < slots ? c.items : slots);
+  return c;
+}
+
+std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  const Tq2StreamV5Smem s = tq2_stream_v5_smem(m, k, kTq2V5MinStages);
+  if (s.total < 0 || n < 1 || n >= (std::int64_t{1} << 31)) return 0;
+  auto r16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
+  const std::int64_t image = (s.xs - s.coef) + (4 * m + 1) * s.col_stride;
+  const std::int64_t counters = r16((n + 15) / 16 * 4);
+  const Tq2StreamV5Parts p = tq2_stream_v5_parts(n, k);
+  const std::int64_t partials = p.parts > 1 ? static_cast<std::int64_t>(p.parts) * m * n * 4 : 0;
+  return static_cast<std::size_t>(r16(image) + counters + partials);
+}
+
+std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& a) {
+  if (!tq2_stream_v5_supports(a)) return {};
+  return "tq2_stage_v5_" + dname(a.in_dtype) + "_i8x4";
+}
+
+std::string tq2_stream_v5_kernel_name(const Tq2Args& a, int sm_count) {
+  const auto c = tq2_stream_v5_config(a, sm_count);
+  if (!c) return {};
+  return prefix("tq2_stream_v5", a) + "_i8x4_n" + std::to_string(8 * c->n_tiles) + "_s" + std::to_string(c->stages) + "_b" +
+         std::to_string(c->blocks_per_sm) + "_p" + std::to_string(c->parts.parts);
+}
+
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {
   constexpr int BM = kTq2TiledBM, BN = kTq2TiledBN, BK = kTq2TiledBK, S = kTq2TiledStages;
   constexpr int LD16 = BK + 8;                 // padded 16-bit rows (ldmatrix without conflicts)

@@ -184,6 +184,70 @@ std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& args);
 std::string tq2_stream_v4_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
+// tq2_stream_v5: the sm_90 streaming engine with warp-owned row bands (tq2_stream_v5_sm90a.cu),
+// m <= 8, the same decoder and staged activation image as v4. What changed (ncu of v4 on
+// 27648x3072, session 9: 110 warp instructions per 512-byte group, of which ~35 decode and mma;
+// the rest per-stage and per-band overhead, a band being only 24 groups there, split over 8 warps
+// that met at a named barrier and a 232-instruction reduction for every band):
+// - work items are (super-band of 128 rows, part of K): warp w owns band 8 s + w of the item and
+//   sums its part's groups alone, in order; no block barrier, no shared-memory reduction;
+// - a stage is 128 rows x 4 groups: one tensor-map copy of codes (16 KB, 128-byte swizzle) and
+//   one of their scales from the transposed copy (scales_t, 4 groups x 128 rows, 1 KB);
+// - K is cut into `parts` of `part_groups` groups (a function of n and k alone, so results are
+//   bitwise independent of m and of the grid): one part writes the output itself; several write
+//   f32 partials to the workspace and the last part to arrive (a counter per band, zeroed by the
+//   staging kernel) sums them in part order.
+
+inline constexpr int kTq2V5MaxM = 8;
+inline constexpr int kTq2V5Consumers = 8;
+inline constexpr int kTq2V5Threads = 32 * (kTq2V5Consumers + 1);
+inline constexpr int kTq2V5Rows = 16 * kTq2V5Consumers;             // rows of a super-band
+inline constexpr int kTq2V5StageGroups = 4;                          // 128-groups per stage
+inline constexpr int kTq2V5CodeBytes = kTq2V5Rows * kTq2V5StageGroups * 32;  // 16 KB
+inline constexpr int kTq2V5ScaleBytes = kTq2V5Rows * kTq2V5StageGroups * 2;  // 1 KB
+inline constexpr int kTq2V5StageBytes = kTq2V5CodeBytes + kTq2V5ScaleBytes;
+inline constexpr int kTq2V5MinStages = 2, kTq2V5MaxStages = 8;
+// Items the parts aim for: four fifths of two blocks on each of 132 SMs. Each block asks for its
+// first stages at once, so with that many blocks nearly the whole weight is in flight and whole-K
+// items cost no reduction; below it, too few bytes are in flight and too few warps decode (session
+// 9, run 3: aiming for 528 items cut 27648x3072 into 3 parts and ran 1.27x slower than v4, the
+// partials' fence, atomic and loads serialised after every 2-stage item).
+inline constexpr std::int64_t kTq2V5TargetItems = 212;
+
+struct Tq2StreamV5Parts {
+  int parts = 1;        // ceil(groups / part_groups)
+  int part_groups = 4;  // groups of every part but the last; a multiple of kTq2V5StageGroups
+  friend bool operator==(const Tq2StreamV5Parts&, const Tq2StreamV5Parts&) = default;
+};
+// The fewest parts (each a multiple of 4 groups, as even as possible) that give
+// ceil(n / 128) x parts >= kTq2V5TargetItems, or parts of 4 groups. n >= 1, k >= 128.
+Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k) noexcept;
+
+struct Tq2StreamV5Config {
+  int n_tiles = 1, stages = 0, blocks_per_sm = 1, grid = 0, smem_bytes = 0;
+  Tq2StreamV5Parts parts;
+  std::int64_t items = 0;  // ceil(n / 128) x parts
+  friend bool operator==(const Tq2StreamV5Config&, const Tq2StreamV5Config&) = default;
+};
+
+// Shared memory of one block (offsets from the base rounded up to 1024; total includes that
+// slack): mbarriers, the ring, then v4's activation image (coefficients, record columns).
+struct Tq2StreamV5Smem {
+  int ring = 0, coef = 0, xs = 0, total = 0, col_stride = 0;
+};
+Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) noexcept;
+// tq2_args_ok, m <= 8, n < 2^31, codes 16-byte aligned, the transposed scales present (ld a
+// multiple of 8, >= n, 16-byte aligned), and the activation image next to a 2-stage ring.
+bool tq2_stream_v5_supports(const Tq2Args& args) noexcept;
+std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& args, int sm_count = 0) noexcept;
+// Workspace: the activation image (v4's), a u32 counter per 16-row band, f32 partials
+// [parts][m][n] when parts > 1 (16-byte aligned pieces); 0 when v5 cannot take (m, k).
+std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& args);
+// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>.
+std::string tq2_stream_v5_kernel_name(const Tq2Args& args, int sm_count = 0);
+
+// ---------------------------------------------------------------------------------------------
 // tq2_tiled: 128 (m) x 128 (n) output tile per 256-thread block, K slices of 64 through a
 // 3-stage cp.async ring; 8 warps of 64 x 32.
 

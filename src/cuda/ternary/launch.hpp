@@ -37,6 +37,12 @@ void launch_tq2_stream_v3(const Tq2Args& args, StreamHandle stream);
 // sm_90a only.
 void launch_tq2_stream_v4(const Tq2Args& args, StreamHandle stream);
 
+// Decode kernel v5 for m <= 8 on sm_90 (tq2_stream_v5_supports): v4's decoder and staged image,
+// warp-owned row bands, stages of 128 rows x 4 groups with their transposed scales, K parts
+// summed by the last to arrive (see tq2_stream_v5_sm90a.cu). args.workspace holds
+// tq2_stream_v5_workspace_bytes. Built for sm_90a only.
+void launch_tq2_stream_v5(const Tq2Args& args, StreamHandle stream);
+
 // Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
 // f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.
 void launch_tq2_tiled(const Tq2Args& args, StreamHandle stream);

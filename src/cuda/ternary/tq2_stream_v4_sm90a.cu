@@ -30,6 +30,7 @@
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/ternary/launch.hpp"
 #include "cuda/ternary/tq2_i8_digits.cuh"
+#include "cuda/ternary/tq2_stage_i8x4_sm90.cuh"
 
 namespace llmm::cuda_ternary {
 namespace {
@@ -46,40 +47,6 @@ struct V4Params {
   Tq2StreamV4Smem smem;
   bool in_vec;
 };
-
-// tq2_stage_v4: one warp per (token, group) item writes that item's records and coefficients
-// into the workspace, laid out as the main kernel's shared memory from `coef` on (the zero column
-// and the unused columns' coefficients included, written by the warps past the items). 256
-// threads a block.
-template <class TIn>
-__global__ void __launch_bounds__(256) tq2_stage_v4_kernel(const Tq2Args a, const V4Params p) {
-  using E = EngineI8Masked;
-  // Let the engine start streaming weights now; it waits for this grid's completion (and so,
-  // through the wait below, for the kernels before it) before it reads the image.
-  ptx::grid_launch_dependents();
-  ptx::grid_dependency_wait();  // the activation may come from the previous kernel
-  const int groups = static_cast<int>(a.k / kTq2Group), cols = static_cast<int>(a.m) * E::kSplit;
-  const int col_stride = p.smem.col_stride, tile_cols = 8 * p.n_tiles;
-  auto* const image = static_cast<unsigned char*>(a.workspace);
-  auto* const coef = reinterpret_cast<float2*>(image);
-  unsigned char* const xs = image + (p.smem.xs - p.smem.coef);
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int item = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x >> 5);
-  const int items = static_cast<int>(a.m) * groups;
-  if (item < items) {
-    const int m = item / groups, gl = item - m * groups;
-    const TIn* const in = static_cast<const TIn*>(a.in);
-    const float4 x = stream::load_x4<TIn>(in + m * a.in_ld + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
-    E::convert(x, lane, m, xs + gl * E::kRecBytes, col_stride, coef + gl * tile_cols);
-    return;
-  }
-  // The warps past the items: the zero column, then the unused coefficients.
-  const int t = (item - items) * 32 + lane, threads = (static_cast<int>(gridDim.x) * 8 - items) * 32;
-  for (int i = t; i < col_stride / 16; i += threads) reinterpret_cast<uint4*>(xs + cols * col_stride)[i] = make_uint4(0, 0, 0, 0);
-  const int unused = tile_cols - cols;
-  for (int i = t; i < groups * unused; i += threads)
-    coef[(i / unused) * tile_cols + cols + i % unused] = make_float2(0.0f, 0.0f);
-}
 
 template <class TIn, class TOut, int NT>
 __global__ void __launch_bounds__(kTq2V4Threads, 2)
@@ -266,16 +233,10 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  // tq2_stage_v4: one warp per (token, group) item, plus one block for the zero column and the
-  // unused coefficients.
-  cudaLaunchConfig_t scfg = {};
-  const std::int64_t items = a.m * (a.k / kTq2Group);
-  scfg.gridDim = dim3(static_cast<unsigned>((items + 7) / 8 + 1));
-  scfg.blockDim = dim3(256);
-  scfg.stream = stream;
-  scfg.attrs = attr;
-  scfg.numAttrs = 1;
-  cudaLaunchKernelEx(&scfg, &tq2_stage_v4_kernel<TIn>, a, p);
+  // tq2_stage_v4 (tq2_stage_i8x4): one warp per (token, group) item, plus one block for the zero
+  // column and the unused coefficients.
+  launch_tq2_stage_i8x4<TIn>(a, StageImage{p.smem.col_stride, p.smem.xs - p.smem.coef, p.n_tiles, p.in_vec, nullptr, 0}, 1,
+                             stream);
   cuda_dense::host::check_launch(tq2_stream_v4_stage_kernel_name(a));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(c.grid));
