@@ -40,8 +40,8 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
         xd = torch.from_numpy(x).to("cuda", torch.float16)
         idd = torch.from_numpy(ids).cuda()
         # Room to stage every routed row as f16 for the Hopper engine (its fast route).
-        s_gu = llmm.matmul_id_scratch(experts, tokens, "cuda:0", top_k, 2 * hidden)
-        s_dn = llmm.matmul_id_scratch(experts, tokens, "cuda:0", top_k, 2 * inter)
+        s_gu = llmm.matmul_id_scratch(experts, tokens, "cuda:0", max_top_k=top_k, max_k=hidden, dtype="float16")
+        s_dn = llmm.matmul_id_scratch(experts, tokens, "cuda:0", max_top_k=top_k, max_k=inter, dtype="float16")
         sync = torch.cuda.synchronize
     else:
         xd, idd, s_gu, s_dn, sync = x, ids, None, None, (lambda: None)
