@@ -192,3 +192,19 @@ __device__ __forceinline__ float ieee_dot(const Tq2Args& a, std::int64_t i, std:
 }
 
 }  // namespace llmm::cuda_ternary::dev
+
+namespace llmm::cuda_ternary {
+
+// Calls f(TIn{}, TOut{}) for a's (input, output) dtypes: input f32, f16 or bf16, output f32 or
+// the input's dtype (gemm_tq2 has refused anything else). The streaming launchers' dispatch.
+template <class F>
+void with_in_out(const Tq2Args& a, F&& f) {
+  const bool same = a.out_dtype == a.in_dtype;
+  switch (a.in_dtype) {
+    case DType::F32: f(float{}, float{}); break;
+    case DType::F16: same ? f(__half{}, __half{}) : f(__half{}, float{}); break;
+    default: same ? f(__nv_bfloat16{}, __nv_bfloat16{}) : f(__nv_bfloat16{}, float{}); break;
+  }
+}
+
+}  // namespace llmm::cuda_ternary

@@ -25,18 +25,7 @@ void launch_tq2_stream_v3(const Tq2Args& a, StreamHandle stream) {
   const auto c = tq2_stream_v3_config(a);  // default SM count: the launched config is the named one
   if (!c) fail(ErrorCode::Internal, "tq2_stream_v3: arguments outside the kernel's contract (m ", a.m, ")");
   const std::string name = tq2_stream_v3_kernel_name(a);
-  const bool same_out = a.out_dtype == a.in_dtype;
-  switch (a.in_dtype) {
-    case DType::F32: launch_one<float, float>(a, *c, stream); break;
-    case DType::F16:
-      if (same_out) launch_one<__half, __half>(a, *c, stream);
-      else launch_one<__half, float>(a, *c, stream);
-      break;
-    default:
-      if (same_out) launch_one<__nv_bfloat16, __nv_bfloat16>(a, *c, stream);
-      else launch_one<__nv_bfloat16, float>(a, *c, stream);
-      break;
-  }
+  with_in_out(a, [&](auto in, auto out) { launch_one<decltype(in), decltype(out)>(a, *c, stream); });
   cuda_dense::host::check_launch(name);
 }
 

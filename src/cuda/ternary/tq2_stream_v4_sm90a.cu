@@ -213,13 +213,6 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
   }
 }
 
-int device_sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 0;
-  return sms;
-}
-
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
   auto* kernel = &tq2_stream_v4_kernel<TIn, TOut, NT>;
@@ -261,25 +254,14 @@ void launch_one(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle strea
 }  // namespace
 
 void launch_tq2_stream_v4(const Tq2Args& a, StreamHandle stream) {
-  const auto c = tq2_stream_v4_config(a, device_sm_count());
+  const auto c = tq2_stream_v4_config(a, cuda_dense::host::current_sm_count());
   if (!c) fail(ErrorCode::Internal, "tq2_stream_v4: arguments outside the kernel's contract (m ", a.m, ", k ", a.k, ")");
   if (!a.workspace || a.workspace_bytes != tq2_stream_v4_stage_bytes(a.m, a.k) ||
       reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
     fail(ErrorCode::Internal, "tq2_stream_v4: needs a 16-byte aligned workspace of exactly ", tq2_stream_v4_stage_bytes(a.m, a.k),
          " bytes, got ", a.workspace_bytes);
   const std::string name = tq2_stream_v4_kernel_name(a);
-  const bool same_out = a.out_dtype == a.in_dtype;
-  switch (a.in_dtype) {
-    case DType::F32: launch_one<float, float>(a, *c, stream); break;
-    case DType::F16:
-      if (same_out) launch_one<__half, __half>(a, *c, stream);
-      else launch_one<__half, float>(a, *c, stream);
-      break;
-    default:
-      if (same_out) launch_one<__nv_bfloat16, __nv_bfloat16>(a, *c, stream);
-      else launch_one<__nv_bfloat16, float>(a, *c, stream);
-      break;
-  }
+  with_in_out(a, [&](auto in, auto out) { launch_one<decltype(in), decltype(out)>(a, *c, stream); });
   cuda_dense::host::check_launch(name);
 }
 
