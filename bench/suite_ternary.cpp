@@ -245,11 +245,11 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
-        // A/B against the other decode versions: v1 at m = 1 and 16; v2 and v3 at m <= 2, v4 and
-        // v5 at m <= 8 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
+        // A/B against the other decode versions: v1 at m = 1 and 16; v3 at m <= 2, v2, v4 and v5 at
+        // m <= 8 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
         for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
           const bool engine = other == Tq2Route::StreamV4 || other == Tq2Route::StreamV5;
-          const std::int64_t top = engine ? 8 : 2;
+          const std::int64_t top = engine || other == Tq2Route::StreamV2 ? 8 : 2;
           if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > top) continue;
           if (receipt.route == tq2_route_name(other)) continue;
           if (engine) {  // sm_90 only, and where the activation fits

@@ -166,7 +166,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
-                          : m <= 4 && sm90 && v4_fits ? Tq2Route::StreamV4
+                          : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits ? Tq2Route::StreamV4
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
                           : engine ? Tq2Route::TiledSm90

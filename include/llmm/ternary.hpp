@@ -186,8 +186,9 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
                                 const Tq2Options& opts = {});
 
 // Pure router: CPU -> Cpu; before sm_80 Naive; m <= 8 -> StreamV5 on sm_90 for n > 211 x 128
-// (K whole in every item) where its activation image fits; m <= 4 -> StreamV4 on sm_90 where the
-// whole K's activation fits in shared memory (k <= ~40k at m = 1, ~13k at m = 4), else m <= 2 ->
+// (K whole in every item) where its activation image fits; m <= 4 (m <= 8 for n <= 4096) ->
+// StreamV4 on sm_90 where the whole K's activation fits in shared memory (k <= ~40k at m = 1,
+// ~13k at m = 4), else m <= 2 ->
 // StreamV3; m <= 16 -> StreamV2;
 // m * n * k >= 2^27 -> DequantLt; else Tiled (see gemm_tq2.cpp for why; calibrated against the
 // GPU in docs/performance.md).

@@ -261,7 +261,12 @@ TEST(Tq2Plan, Routes) {
   a100.cc_major = 8;
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, a100), Tq2Route::StreamV3);
   expect_error([&] { plan_tq2(1, 3072, 3072, DType::F32, a100, Tq2Route::StreamV4); }, ErrorCode::Unsupported, "sm_90a");
-  for (std::int64_t m : {5, 9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  // m = 5..8: v4 on small N (n <= 4096), else v2; m > 8: v2.
+  for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV4) << m;
+  for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 4097, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  EXPECT_EQ(plan_tq2(8, 4096, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // v4's image does not fit
+  EXPECT_EQ(plan_tq2(5, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
+  for (std::int64_t m : {9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
   EXPECT_EQ(plan_tq2(3, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.
   EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::DequantLt);

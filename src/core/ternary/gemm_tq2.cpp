@@ -202,7 +202,10 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) && (n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows >= cuda_ternary::kTq2V5TargetItems &&
       cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total > 0)
     return Tq2Route::StreamV5;
-  if (m <= 4) {
+  // v4 also takes m = 5..8 on small N (n <= 4096): 1.27-1.28x v2 at m = 8 on 3072x3072 and
+  // 3840x2560, where it lost at 13824 and 14336 rows (0.77-0.94x; session 9 run 5, the
+  // bench-summary router audit).
+  if (m <= 4 || (m <= 8 && n <= 4096 && sm90)) {
     const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total > 0;
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;
