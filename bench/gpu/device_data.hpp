@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "cuda/dense/dense_args.hpp"
+#include "core/dense/dense_args.hpp"
 
 namespace llmm::bench {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "cuda/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_args.hpp"
 #include "llmm/context.hpp"
 #include "llmm/dtype.hpp"
 

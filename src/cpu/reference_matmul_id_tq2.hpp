@@ -2,7 +2,7 @@
 // order, the ternary weight decoded on the fly ((code - 1) * scale, exact), products and sums in
 // double, rounded once to the output dtype. Multithreaded over (routed row, column block).
 #pragma once
-#include "cuda/ternary/tq2_moe_args.hpp"
+#include "core/ternary/tq2_moe_args.hpp"
 
 namespace llmm::cpu {
 // Writes every output row of a (zero rows for out-of-range ids). The args must be valid.

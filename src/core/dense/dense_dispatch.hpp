@@ -1,7 +1,7 @@
 // Seam between the host-side dense op and the CUDA launchers (src/cuda/dense/dispatch.cpp, or a
 // refusal in CPU-only builds). Everything here is already validated and planned.
 #pragma once
-#include "cuda/dense/dense_args.hpp"
+#include "core/dense/dense_args.hpp"
 #include "llmm/matmul.hpp"
 
 namespace llmm::detail {

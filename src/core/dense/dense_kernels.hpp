@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "cuda/dense/dense_args.hpp"
+#include "core/dense/dense_args.hpp"
 #include "llmm/dtype.hpp"
 
 namespace llmm::cuda_dense {

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "cuda/dense/dense_args.hpp"
+#include "core/dense/dense_args.hpp"
 
 namespace llmm::cuda_dense {
 

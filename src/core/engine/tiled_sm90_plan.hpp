@@ -18,8 +18,8 @@
 #include <string>
 
 #include "core/engine/tiled_sm90_shape.hpp"
-#include "cuda/dense/dense_args.hpp"
-#include "cuda/moe/moe_args.hpp"
+#include "core/dense/dense_args.hpp"
+#include "core/moe/moe_args.hpp"
 #include "llmm/context.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/moe.hpp"

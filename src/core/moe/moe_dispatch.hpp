@@ -2,7 +2,7 @@
 // CPU-only builds). Everything is validated; every kernel of the route is resolved and offered
 // to ctx.check_launchable before the first launch.
 #pragma once
-#include "cuda/moe/moe_args.hpp"
+#include "core/moe/moe_args.hpp"
 #include "llmm/moe.hpp"
 
 namespace llmm::detail {

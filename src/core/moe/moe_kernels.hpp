@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/moe/moe_args.hpp"
+#include "core/moe/moe_args.hpp"
 #include "llmm/dtype.hpp"
 
 namespace llmm::cuda_moe {

@@ -4,7 +4,7 @@
 // the launchers in src/cuda/ternary call the same functions, so a name or configuration
 // computed here is exactly what a launch uses.
 //
-// Kernels (all compute out[i, j] = sum_l in[i, l] * W[j, l], see cuda/ternary/tq2_args.hpp):
+// Kernels (all compute out[i, j] = sum_l in[i, l] * W[j, l], see core/ternary/tq2_args.hpp):
 //   tq2_naive  : reference, one thread per output, f32 FMA in l order.
 //   tq2_stream : decode (m <= 16), memory-bound, tensor cores with the weight as the A operand.
 //   tq2_stream_v4: decode (m <= 8) on the sm_90 streaming engine (copy-engine ring, persistent).
@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "cuda/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_args.hpp"
 
 namespace llmm::cuda_ternary {
 

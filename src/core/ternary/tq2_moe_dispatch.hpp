@@ -1,7 +1,7 @@
 // Seam between matmul_id_tq2 and the CUDA launchers (src/cuda/ternary/tq2_moe_dispatch.cpp; a
 // refusal in CPU-only builds). Arguments are validated and the route planned.
 #pragma once
-#include "cuda/ternary/tq2_moe_args.hpp"
+#include "core/ternary/tq2_moe_args.hpp"
 #include "llmm/ternary_moe.hpp"
 
 namespace llmm::detail {

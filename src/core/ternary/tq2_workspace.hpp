@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-#include "cuda/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_args.hpp"
 #include "llmm/ternary.hpp"
 
 namespace llmm::detail {

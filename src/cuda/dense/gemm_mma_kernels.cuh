@@ -13,7 +13,7 @@
 //   f32 exact: 3xTF32, x = hi + lo with tf32 parts; acc += lo*hi' + hi*lo' + hi*hi'
 //              (the lo*lo' term is below f32 rounding), near-f32 accuracy.
 #pragma once
-#include "cuda/dense/dense_args.hpp"
+#include "core/dense/dense_args.hpp"
 #include "cuda/common/mma_sync.cuh"
 #include "cuda/dense/dense_common.cuh"
 

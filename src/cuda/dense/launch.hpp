@@ -5,7 +5,7 @@
 // synchronizes or allocates. Names: the *_kernel_name functions of core/dense/dense_kernels.hpp.
 #pragma once
 #include "core/dense/dense_kernels.hpp"
-#include "cuda/dense/dense_args.hpp"
+#include "core/dense/dense_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::cuda_dense {

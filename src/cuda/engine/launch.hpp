@@ -5,10 +5,10 @@
 // its refusal function rejects (a router bug). None synchronizes or allocates.
 #pragma once
 #include "core/engine/tiled_sm90_plan.hpp"
-#include "cuda/dense/dense_args.hpp"
-#include "cuda/moe/moe_args.hpp"
-#include "cuda/ternary/tq2_args.hpp"
-#include "cuda/ternary/tq2_moe_args.hpp"
+#include "core/dense/dense_args.hpp"
+#include "core/moe/moe_args.hpp"
+#include "core/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_moe_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::engine {

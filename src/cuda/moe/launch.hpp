@@ -7,7 +7,7 @@
 // Names and configurations: core/moe/moe_kernels.hpp.
 #pragma once
 #include "core/moe/moe_kernels.hpp"
-#include "cuda/moe/moe_args.hpp"
+#include "core/moe/moe_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::cuda_moe {

@@ -6,7 +6,7 @@
 
 #include "core/moe/moe_kernels.hpp"
 #include "cuda/dense/dense_common.cuh"
-#include "cuda/moe/moe_args.hpp"
+#include "core/moe/moe_args.hpp"
 
 namespace llmm::cuda_moe::dev {
 

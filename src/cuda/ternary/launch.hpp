@@ -6,7 +6,7 @@
 // element. Names and eligibility: core/ternary/tq2_kernels.hpp.
 #pragma once
 #include "core/ternary/tq2_kernels.hpp"
-#include "cuda/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::cuda_ternary {

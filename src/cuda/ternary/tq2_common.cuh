@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "cuda/dense/dense_common.cuh"  // to_f32, from_f32, ldg16, check_launch
-#include "cuda/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_args.hpp"
 
 namespace llmm::cuda_ternary::dev {
 

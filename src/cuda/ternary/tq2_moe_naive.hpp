@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "cuda/ternary/tq2_moe_args.hpp"
+#include "core/ternary/tq2_moe_args.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::cuda_ternary {

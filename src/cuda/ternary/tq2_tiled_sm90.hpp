@@ -3,7 +3,7 @@
 #pragma once
 #include <functional>
 
-#include "cuda/ternary/tq2_args.hpp"
+#include "core/ternary/tq2_args.hpp"
 #include "llmm/matmul.hpp"
 
 namespace llmm::detail {

@@ -9,7 +9,7 @@
 
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/engine/tiled/row_maps_sm90.cuh"
-#include "cuda/moe/moe_args.hpp"
+#include "core/moe/moe_args.hpp"
 
 namespace llmm::engine {
 

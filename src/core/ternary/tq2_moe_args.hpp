@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "cuda/moe/moe_args.hpp"
+#include "core/moe/moe_args.hpp"
 
 namespace llmm::cuda_ternary {
 
