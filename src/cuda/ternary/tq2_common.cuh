@@ -207,4 +207,16 @@ void with_in_out(const Tq2Args& a, F&& f) {
   }
 }
 
+// Calls f(std::integral_constant<int, NT>) for NT = n_tiles clamped to 1..4: the n8 tiles of
+// digit columns (ceil(4 m / 8)) the sm_90 streaming kernels are instantiated for.
+template <class F>
+void with_n_tiles(int n_tiles, F&& f) {
+  switch (n_tiles) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 }  // namespace llmm::cuda_ternary

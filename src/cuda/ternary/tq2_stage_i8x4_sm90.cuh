@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/bulk_copy_sm90.cuh"
+#include "cuda/common/launch_pdl.cuh"
 #include "cuda/ternary/tq2_i8_digits.cuh"
 
 namespace llmm::cuda_ternary {
@@ -55,17 +56,9 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
 // Enqueues tq2_stage_i8x4 for a.m x (k / 128) items plus `extra_blocks` blocks of the other work.
 template <class TIn>
 void launch_tq2_stage_i8x4(const Tq2Args& a, const StageImage& p, int extra_blocks, cudaStream_t stream) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
   const std::int64_t items = a.m * (a.k / kTq2Group);
-  cfg.gridDim = dim3(static_cast<unsigned>((items + 7) / 8 + extra_blocks));
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, &tq2_stage_i8x4_kernel<TIn>, a, p);
+  cuda_common::launch_pdl(&tq2_stage_i8x4_kernel<TIn>, dim3(static_cast<unsigned>((items + 7) / 8 + extra_blocks)), dim3(256), 0,
+                          stream, a, p);
 }
 
 }  // namespace

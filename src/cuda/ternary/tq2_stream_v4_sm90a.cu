@@ -223,32 +223,13 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream
   const std::uint32_t box[2] = {128, 16};
   const CUtensorMap map =
       cuda_common::make_tensor_map_u8_2d(a.codes, dims, static_cast<std::uint64_t>(a.k / 4), box, true, "tq2_stream_v4");
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
   // tq2_stage_v4 (tq2_stage_i8x4): one warp per (token, group) item, plus one block for the zero
   // column and the unused coefficients.
   launch_tq2_stage_i8x4<TIn>(a, StageImage{p.smem.col_stride, p.smem.xs - p.smem.coef, p.n_tiles, p.in_vec, nullptr, 0}, 1,
                              stream);
   cuda_dense::host::check_launch(tq2_stream_v4_stage_kernel_name(a));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(c.grid));
-  cfg.blockDim = dim3(kTq2V4Threads);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(c.smem_bytes);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, a, p, map);
-}
-
-template <class TIn, class TOut>
-void launch_one(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
-  switch (c.n_tiles) {
-    case 1: launch_nt<TIn, TOut, 1>(a, c, stream); break;
-    case 2: launch_nt<TIn, TOut, 2>(a, c, stream); break;
-    case 3: launch_nt<TIn, TOut, 3>(a, c, stream); break;
-    default: launch_nt<TIn, TOut, 4>(a, c, stream); break;
-  }
+  cuda_common::launch_pdl(kernel, dim3(static_cast<unsigned>(c.grid)), dim3(kTq2V4Threads), static_cast<std::size_t>(c.smem_bytes),
+                          stream, a, p, map);
 }
 
 }  // namespace
@@ -261,7 +242,9 @@ void launch_tq2_stream_v4(const Tq2Args& a, StreamHandle stream) {
     fail(ErrorCode::Internal, "tq2_stream_v4: needs a 16-byte aligned workspace of exactly ", tq2_stream_v4_stage_bytes(a.m, a.k),
          " bytes, got ", a.workspace_bytes);
   const std::string name = tq2_stream_v4_kernel_name(a);
-  with_in_out(a, [&](auto in, auto out) { launch_one<decltype(in), decltype(out)>(a, *c, stream); });
+  with_in_out(a, [&](auto in, auto out) {
+    with_n_tiles(c->n_tiles, [&](auto nt) { launch_nt<decltype(in), decltype(out), nt()>(a, *c, stream); });
+  });
   cuda_dense::host::check_launch(name);
 }
 

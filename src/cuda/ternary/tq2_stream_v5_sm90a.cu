@@ -163,28 +163,6 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
       if (lane == 0) arrived = atomicAdd(&p.counters[band], 1u);
       if (__shfl_sync(0xffffffffu, arrived, 0) != static_cast<std::uint32_t>(p.parts - 1)) continue;
       __threadfence();  // every other part's partial is visible now
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int tok = 2 * nt + (t4 >> 1);
-        if (!writer || tok >= a.m) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const std::int64_t row = row0 + 8 * h;
-          if (row >= a.n) continue;
-          // In part order, four loads in flight at a time.
-          const float* const src = p.partials + static_cast<std::int64_t>(tok) * a.n + row;
-          const std::int64_t step = a.m * a.n;
-          float t = 0.0f;
-          int q = 0;
-          for (; q + 4 <= p.parts; q += 4) {
-            const float x0 = __ldcg(src + q * step), x1 = __ldcg(src + (q + 1) * step);
-            const float x2 = __ldcg(src + (q + 2) * step), x3 = __ldcg(src + (q + 3) * step);
-            t = (((t + x0) + x1) + x2) + x3;
-          }
-          for (; q < p.parts; ++q) t += __ldcg(src + q * step);
-          v[nt][h] = t;
-        }
-      }
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -195,6 +173,20 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
         const std::int64_t row = row0 + 8 * h;
         if (row >= a.n) continue;
         float t = v[nt][h];
+        if (p.parts > 1) {
+          // The last part sums every part's partial (its own included) in part order, four loads
+          // in flight at a time.
+          const float* const src = p.partials + static_cast<std::int64_t>(tok) * a.n + row;
+          const std::int64_t step = a.m * a.n;
+          t = 0.0f;
+          int q = 0;
+          for (; q + 4 <= p.parts; q += 4) {
+            const float x0 = __ldcg(src + q * step), x1 = __ldcg(src + (q + 1) * step);
+            const float x2 = __ldcg(src + (q + 2) * step), x3 = __ldcg(src + (q + 3) * step);
+            t = (((t + x0) + x1) + x2) + x3;
+          }
+          for (; q < p.parts; ++q) t += __ldcg(src + q * step);
+        }
         if (t != t) t = dev::ieee_dot<TIn>(a, tok, row);  // a non-finite input (marked) or an overflow
         out[tok * a.out_ld + row] = dev::from_f32<TOut>(t);
       }
@@ -228,27 +220,8 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
   const StageImage im{l.col_stride, l.xs - l.coef, c.n_tiles, tq2_input_vec16(a), p.counters, static_cast<int>(bands)};
   launch_tq2_stage_i8x4<TIn>(a, im, 1 + static_cast<int>(bands / 8192), stream);
   cuda_dense::host::check_launch(tq2_stream_v5_stage_kernel_name(a));
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(c.grid));
-  cfg.blockDim = dim3(kTq2V5Threads);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(c.smem_bytes);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, a, p, codes, scales);
-}
-
-template <class TIn, class TOut>
-void launch_one(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream) {
-  switch (c.n_tiles) {
-    case 1: launch_nt<TIn, TOut, 1>(a, c, stream); break;
-    case 2: launch_nt<TIn, TOut, 2>(a, c, stream); break;
-    case 3: launch_nt<TIn, TOut, 3>(a, c, stream); break;
-    default: launch_nt<TIn, TOut, 4>(a, c, stream); break;
-  }
+  cuda_common::launch_pdl(kernel, dim3(static_cast<unsigned>(c.grid)), dim3(kTq2V5Threads), static_cast<std::size_t>(c.smem_bytes),
+                          stream, a, p, codes, scales);
 }
 
 }  // namespace
@@ -261,7 +234,9 @@ void launch_tq2_stream_v5(const Tq2Args& a, StreamHandle stream) {
     fail(ErrorCode::Internal, "tq2_stream_v5: needs a 16-byte aligned workspace of exactly ", need, " bytes, got ",
          a.workspace_bytes);
   const std::string name = tq2_stream_v5_kernel_name(a);
-  with_in_out(a, [&](auto in, auto out) { launch_one<decltype(in), decltype(out)>(a, *c, stream); });
+  with_in_out(a, [&](auto in, auto out) {
+    with_n_tiles(c->n_tiles, [&](auto nt) { launch_nt<decltype(in), decltype(out), nt()>(a, *c, stream); });
+  });
   cuda_dense::host::check_launch(name);
 }
 

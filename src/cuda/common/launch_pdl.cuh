@@ -1,0 +1,29 @@
+// Host side of programmatic dependent launch (PDL): a kernel launched this way may start while
+// the kernel before it on the stream is still running, so it must call ptx::grid_dependency_wait
+// (bulk_copy_sm90.cuh) before it reads that kernel's output. One definition for every sm_90
+// launcher that chains kernels (the streaming engine's staging kernel and its consumers).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+namespace llmm::cuda_common {
+
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace llmm::cuda_common
