@@ -2,7 +2,8 @@
 // dequantized stack, which is exactly f16): Qwen3-30B-A3B-like MoE FFN shapes (128 experts, top
 // 8), uniform routing, decode and prefill m. The f16 side runs the route matmul_id's suggestion
 // picks (direct for decode, the Hopper grouped engine staged for prefill); the ternary side its
-// Auto route. The error column is the largest difference between the two outputs relative to
+// Auto route, and up to m = 512 an A/B row (*_vs_grouped / *_vs_stream) against the other
+// ternary route forced. Weights rotate past L2 (copies of each stack). The error column is the largest difference between the two outputs relative to
 // the largest output (both f32, the same exact products summed in different orders).
 #include <algorithm>
 #include <cmath>
@@ -40,7 +41,7 @@ void run_tq2_experts(BenchEnv& env) {
   StreamHandle s = env.ctx.stream();
   TernaryWeightCache cache(env.ctx);
   const Shape shapes[] = {{"qwen3_30b_gate_up", 128, 8, 1536, 2048}, {"qwen3_30b_down", 128, 8, 2048, 768}};
-  const std::uint32_t ms[] = {1, 16, 512, 4096};
+  const std::uint32_t ms[] = {1, 4, 16, 64, 128, 256, 512, 4096};
   std::uint64_t key = 1;
   for (const Shape& sh : shapes) {
     const std::int64_t rows = static_cast<std::int64_t>(sh.experts) * sh.n, bpr = sh.k / 128;
@@ -63,10 +64,26 @@ void run_tq2_experts(BenchEnv& env) {
           blk.qs[q] = v;
         }
       }
-    const WeightHandle tw =
-        cache.get_or_upload_experts(key++, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), sh.experts, sh.n, sh.k);
-    DeviceBuffer dw(wf16.size() * 2);
-    copy_to_device(dw.data(), wf16.data(), wf16.size() * 2);
+    // Rotation (as the MoE suite): the smallest active set (top_k experts, m = 1) of either side
+    // must not stay in L2 between calls, so call i reads copy i % copies of its stack (the same
+    // weights: each side's copies are identical).
+    const double l2 = static_cast<double>(env.ctx.arch().l2_bytes);
+    const double tbytes = static_cast<double>(sh.n) * (sh.k / 4 + sh.k / 64), fbytes = 2.0 * sh.n * sh.k;
+    const auto copies_of = [&](double expert_bytes) {
+      const double min_active = sh.top_k * expert_bytes;
+      const int c = min_active >= 3.0 * l2 ? 1 : rotation_copies(min_active, l2);
+      return std::max(1, std::min<int>(c, static_cast<int>((16ull << 30) / (expert_bytes * sh.experts))));
+    };
+    const int tcopies = copies_of(tbytes), fcopies = copies_of(fbytes);
+    std::vector<WeightHandle> tws;
+    for (int c = 0; c < tcopies; ++c)
+      tws.push_back(
+          cache.get_or_upload_experts(key++, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), sh.experts, sh.n, sh.k));
+    std::vector<DeviceBuffer> dws;
+    for (int c = 0; c < fcopies; ++c) {
+      dws.emplace_back(wf16.size() * 2);
+      copy_to_device(dws.back().data(), wf16.data(), wf16.size() * 2);
+    }
     const std::uint32_t max_m = ms[std::size(ms) - 1];
     MatmulIdScratch scratch(env.ctx, sh.experts, max_m, sh.top_k, 2ull * sh.k);
     DeviceBuffer in(static_cast<std::size_t>(max_m) * sh.k * 2), ids_d(static_cast<std::size_t>(max_m) * sh.top_k * 4),
@@ -98,12 +115,16 @@ void run_tq2_experts(BenchEnv& env) {
       const View idv = View::contiguous(ids_d.data(), DType::U32, {m, sh.top_k}, DeviceKind::CUDA);
       const View otv = View::contiguous(out_t.data(), DType::F32, {m, sh.top_k, sh.n}, DeviceKind::CUDA);
       const View odv = View::contiguous(out_d.data(), DType::F32, {m, sh.top_k, sh.n}, DeviceKind::CUDA);
-      const View wv = View::contiguous(dw.data(), DType::F16, {sh.experts, sh.n, sh.k}, DeviceKind::CUDA);
-      MatmulIdParams p = matmul_id_params(wv, iv, idv, odv);
+      auto wv = [&](int i) {
+        return View::contiguous(dws[static_cast<std::size_t>(i % fcopies)].data(), DType::F16, {sh.experts, sh.n, sh.k},
+                                DeviceKind::CUDA);
+      };
+      const WeightHandle* const tw = tws.data();
+      MatmulIdParams p = matmul_id_params(wv(0), iv, idv, odv);
       p.route = suggest_matmul_id_route(p, env.ctx.arch());
       Receipt rt, rd;
-      auto tern = [&](int) { rt = matmul_id_tq2(env.ctx, tw, iv, idv, otv, &scratch); };
-      auto dense = [&](int) { rd = matmul_id(env.ctx, wv, iv, idv, odv, &scratch, p); };
+      auto tern = [&](int i) { rt = matmul_id_tq2(env.ctx, tw[i % tcopies], iv, idv, otv, &scratch); };
+      auto dense = [&](int i) { rd = matmul_id(env.ctx, wv(i), iv, idv, odv, &scratch, p); };
       tern(0);
       dense(0);
       env.ctx.synchronize();
@@ -130,6 +151,25 @@ void run_tq2_experts(BenchEnv& env) {
       row.err_note = "max |ternary - f16 experts| over all outputs, relative to the largest";
       row.device = env.device_label;
       env.out.add(row);
+      // A/B against the route Auto did not take, where both run (the decode gate's evidence):
+      // us = Auto's route, baseline_us = the other one forced, in alternating rounds.
+      if (m <= 512) {
+        const bool streamed = rt.route == std::string(tq2_moe_route_name(Tq2MoeRoute::StreamSm90));
+        Tq2MoeOptions o;
+        o.force_route = streamed ? Tq2MoeRoute::GroupedSm90 : Tq2MoeRoute::StreamSm90;
+        Receipt rf;
+        auto forced = [&](int i) {
+          rf = matmul_id_tq2(env.ctx, tw[i % tcopies], iv, idv, odv, &scratch, MatmulIdInputLayout::SharedPerToken, o);
+        };
+        forced(0);
+        auto [ta, tf] = time_pair(s, tern, forced);
+        Row ab = row;
+        ab.name = name + (streamed ? "_vs_grouped" : "_vs_stream");
+        ab.us = ta.median_us, ab.us_min = ta.min_us, ab.us_max = ta.max_us;
+        ab.baseline = rf.route + "/" + rf.kernel, ab.baseline_us = tf.median_us;
+        ab.max_abs_err = ab.max_rel_err = 0, ab.err_note = "";
+        env.out.add(ab);
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 // n < 1, k not a positive multiple of 128) for every route.
 #include <algorithm>
 
+#include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "fuzz_util.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/ternary.hpp"
@@ -290,7 +291,8 @@ void check_tq2_moe_plan(FuzzedDataProvider& in) {
   p.input_dtype = fuzz::pick_dtype(in), p.output_dtype = fuzz::pick_dtype(in);
   const bool input_ok = in.ConsumeBool(), staging_ok = in.ConsumeBool();
   const ArchInfo arch = consume_arch(in);
-  constexpr Tq2MoeRoute kRoutes[] = {Tq2MoeRoute::Auto, Tq2MoeRoute::Cpu, Tq2MoeRoute::Naive, Tq2MoeRoute::GroupedSm90};
+  constexpr Tq2MoeRoute kRoutes[] = {Tq2MoeRoute::Auto, Tq2MoeRoute::Cpu, Tq2MoeRoute::Naive, Tq2MoeRoute::GroupedSm90,
+                                     Tq2MoeRoute::StreamSm90};
   const Tq2MoeRoute force = in.PickValueInArray(kRoutes);
   const bool cuda = arch.kind == DeviceKind::CUDA, sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k, n8 = (static_cast<std::uint64_t>(p.n) + 7) / 8 * 8;
@@ -299,6 +301,14 @@ void check_tq2_moe_plan(FuzzedDataProvider& in) {
                 p.k >= 128 && p.k % 128 == 0 && p.n >= 1 && p.n_experts >= 1 && p.n_experts <= 1024 &&
                 p.n_experts * n8 <= (std::uint64_t{1} << 30) - 128 && routed <= 0x7fffffff;
   if (engine) engine = (routed + 63) / 64 + p.n_experts <= 0x7fffffff / ((p.n + 127) / 128);
+  // The streaming route: any float input, f32 or input-dtype output, k a multiple of 128 up to
+  // 2^20, at most 65536 routed rows, and the block's activation rows in shared memory (the
+  // config's own answer: this checks that the planner follows it and the rest of the rule).
+  const bool float_in = p.input_dtype == DType::F32 || p.input_dtype == DType::F16 || p.input_dtype == DType::BF16;
+  const bool stream = sm90 && float_in && (p.output_dtype == DType::F32 || p.output_dtype == p.input_dtype) && p.k >= 128 &&
+                      p.k % 128 == 0 && p.k <= (1u << 20) && p.n >= 1 && p.n_experts >= 1 && routed <= 65536 &&
+                      p.n_experts * n8 <= (std::uint64_t{1} << 30) - 128 &&
+                      cuda_ternary::tq2_moe_stream_config(p.m, p.top_k, p.n, p.k, p.n_experts, false, arch.sm_count).has_value();
   const auto ctx = [&] {
     return " (m " + std::to_string(p.m) + " top_k " + std::to_string(p.top_k) + " n " + std::to_string(p.n) + " k " +
            std::to_string(p.k) + " E " + std::to_string(p.n_experts) + " " + std::string(dtype_name(p.input_dtype)) +
@@ -309,16 +319,18 @@ void check_tq2_moe_plan(FuzzedDataProvider& in) {
   auto r = attempt([&] { return plan_matmul_id_tq2(p, arch, input_ok, staging_ok, force); }, &why);
   if (force == Tq2MoeRoute::Auto) {
     FUZZ_CHECK(r.has_value(), "plan_matmul_id_tq2 Auto refused: ", why.message, ctx());
-    const Tq2MoeRoute want = !cuda ? Tq2MoeRoute::Cpu
-                             : engine && input_ok && staging_ok ? Tq2MoeRoute::GroupedSm90
-                                                                : Tq2MoeRoute::Naive;
+    const Tq2MoeRoute want = !cuda                                 ? Tq2MoeRoute::Cpu
+                             : stream && p.m <= 64                 ? Tq2MoeRoute::StreamSm90
+                             : engine && input_ok && staging_ok    ? Tq2MoeRoute::GroupedSm90
+                                                                   : Tq2MoeRoute::Naive;
     FUZZ_CHECK(*r == want, "plan_matmul_id_tq2 chose ", tq2_moe_route_name(*r), ", the documented rule says ",
                tq2_moe_route_name(want), ctx());
     return;
   }
-  const bool accepts = force == Tq2MoeRoute::Cpu ? !cuda
-                       : force == Tq2MoeRoute::Naive ? cuda
-                                                     : cuda && engine && input_ok && staging_ok;
+  const bool accepts = force == Tq2MoeRoute::Cpu          ? !cuda
+                       : force == Tq2MoeRoute::Naive      ? cuda
+                       : force == Tq2MoeRoute::StreamSm90 ? stream
+                                                          : cuda && engine && input_ok && staging_ok;
   FUZZ_CHECK(accepts == r.has_value(), "forced ", tq2_moe_route_name(force), accepts ? " refused: " : " accepted",
              accepts ? why.message : std::string(), ctx());
   if (r) FUZZ_CHECK(*r == force, "forced ", tq2_moe_route_name(force), " became ", tq2_moe_route_name(*r), ctx());

@@ -21,14 +21,21 @@ enum class Tq2MoeRoute {
                 // one (evenly spaced rows: first copied to f16 scaled by a power of two, in the
                 // context's grow-only ternary workspace), and a MatmulIdScratch with
                 // staged_row_bytes >= 2 k. f32 inputs take Naive (f16 would round them).
+  StreamSm90,   // sm_90, decode: the streaming engine (tq2_stream_v5's) over routed rows; each row
+                // streams its expert's codes once and multiplies them by its activation, staged
+                // as exact int8 digits (f32-class: f32, f16 and bf16 inputs alike). Any input
+                // strides, no scratch (the context's grow-only ternary workspace), at most 65536
+                // routed rows; batch-invariant (a row's result does not depend on m).
 };
-const char* tq2_moe_route_name(Tq2MoeRoute r) noexcept;  // "auto", "cpu", "tq2_moe_naive", "tq2_moe_grouped_sm90"
+// "auto", "cpu", "tq2_moe_naive", "tq2_moe_grouped_sm90", "tq2_moe_stream_sm90"
+const char* tq2_moe_route_name(Tq2MoeRoute r) noexcept;
 
 struct Tq2MoeOptions {
   Tq2MoeRoute force_route = Tq2MoeRoute::Auto;
 };
 
-// Auto: the CPU reference on CPU contexts; GroupedSm90 on sm_90 where it takes the call (f16
+// Auto: the CPU reference on CPU contexts; on sm_90 StreamSm90 for m <= 64 tokens where it takes
+// the call; else GroupedSm90 where it takes the call (f16
 // input readable by TMA or a bf16 one with evenly spaced rows, scratch with room to stage every
 // routed row as f16, at most 1024 experts,
 // n_experts * n (n rounded up to 8) <= 2^30 - 128); else Naive. Pure; `input_ok` says the input
@@ -37,7 +44,8 @@ Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bo
                                Tq2MoeRoute force = Tq2MoeRoute::Auto);
 
 // Enqueues on ctx's stream (never synchronises). `experts` must be a handle on ctx's device;
-// `scratch` is needed by GroupedSm90 only (Auto without one takes Naive).
+// `scratch` is needed by GroupedSm90 only (Auto without one takes StreamSm90 where it can, else
+// Naive).
 Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& input, const View& ids, const View& out,
                       MatmulIdScratch* scratch, MatmulIdInputLayout layout = MatmulIdInputLayout::SharedPerToken,
                       const Tq2MoeOptions& opts = {});

@@ -341,10 +341,10 @@ Tq2Route tq2_route_of(nb::handle h, const char* op) {
 
 Tq2MoeRoute tq2_moe_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (Tq2MoeRoute x : {Tq2MoeRoute::Auto, Tq2MoeRoute::Cpu, Tq2MoeRoute::Naive, Tq2MoeRoute::GroupedSm90})
+  for (Tq2MoeRoute x : {Tq2MoeRoute::Auto, Tq2MoeRoute::Cpu, Tq2MoeRoute::Naive, Tq2MoeRoute::GroupedSm90, Tq2MoeRoute::StreamSm90})
     if (r == tq2_moe_route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown ternary-experts route '", r,
-       "' (auto, cpu, tq2_moe_naive, tq2_moe_grouped_sm90)");
+       "' (auto, cpu, tq2_moe_naive, tq2_moe_grouped_sm90, tq2_moe_stream_sm90)");
 }
 
 MatmulIdInputLayout layout_of(nb::handle h, const char* op) {

@@ -2,11 +2,13 @@
 // refusal of a stack), matmul_id_tq2's float64 route against cpu::matmul_id_f64 on the
 // dequantized stack over layouts, id dtypes, routings, out-of-range ids and dtypes, each refusal
 // before anything is written, and the pure routing rule.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "llmm/ternary_moe.hpp"
 #include "support/expect_error.hpp"
 #include "support/tensor.hpp"
@@ -134,35 +136,119 @@ TEST(Tq2Experts, RefusalsWriteNothing) {
 
 TEST(Tq2Experts, RoutingRule) {
   const ArchInfo a = h200();
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, true), Tq2MoeRoute::GroupedSm90);
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, false, true), Tq2MoeRoute::Naive);   // input not TMA-readable
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, false), Tq2MoeRoute::Naive);   // no staging room
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16, DType::BF16), a, true, true),
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, true, true), Tq2MoeRoute::GroupedSm90);
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, false, true), Tq2MoeRoute::Naive);   // input not TMA-readable
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, true, false), Tq2MoeRoute::Naive);   // no staging room
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128, DType::BF16, DType::BF16), a, true, true),
             Tq2MoeRoute::GroupedSm90);  // copied to f16 first
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::F32), a, true, true), Tq2MoeRoute::Naive);
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 2048), a, true, true), Tq2MoeRoute::Naive);    // > 1024 experts
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128, DType::F32), a, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 2048), a, true, true), Tq2MoeRoute::Naive);    // > 1024 experts
   EXPECT_EQ(plan_matmul_id_tq2(params(4, 1, 1 << 20, 128, 1024), a, true, true), Tq2MoeRoute::Naive);  // 2^30 rows
   ArchInfo a100 = a;
   a100.cc_major = 8;
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a100, true, true), Tq2MoeRoute::Naive);
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), ArchInfo{}, true, true), Tq2MoeRoute::Cpu);
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::F32), a, true, true, Tq2MoeRoute::GroupedSm90); },
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a100, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), ArchInfo{}, true, true), Tq2MoeRoute::Cpu);
+  expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128, DType::F32), a, true, true, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "needs an f16 or bf16 input");
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16, DType::F16), a, true, true, Tq2MoeRoute::GroupedSm90); },
+  expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128, DType::BF16, DType::F16), a, true, true, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "needs an f32 or input-dtype output");
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, false, true, Tq2MoeRoute::GroupedSm90); },
+  expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, false, true, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "evenly spaced rows");
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a, true, false, Tq2MoeRoute::GroupedSm90); },
+  expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, true, false, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "staged_row_bytes");
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 768, 2048, 128), a100, true, true, Tq2MoeRoute::GroupedSm90); },
+  expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a100, true, true, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "sm_90a only");
-  EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 768, 2048, 128, DType::BF16), a, false, false, Tq2MoeRoute::Naive),
+  EXPECT_EQ(plan_matmul_id_tq2(params(128, 8, 768, 2048, 128, DType::BF16), a, false, false, Tq2MoeRoute::Naive),
             Tq2MoeRoute::Naive);
   // The plan is public and pure: any u32 sizes (found by fuzz_plan: n = 0 divided by zero, and
   // m * top_k overflowed a signed product).
-  expect_error([&] { plan_matmul_id_tq2(params(64, 8, 0, 2048, 128), a, true, true, Tq2MoeRoute::GroupedSm90); },
+  expect_error([&] { plan_matmul_id_tq2(params(128, 8, 0, 2048, 128), a, true, true, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "needs n >= 1");
   EXPECT_EQ(plan_matmul_id_tq2(params(0xffffffffu, 0xffffffffu, 768, 2048, 128), a, true, true), Tq2MoeRoute::Naive);
   EXPECT_EQ(plan_matmul_id_tq2(params(64, 8, 0xffffffffu, 2048, 1), a, true, true), Tq2MoeRoute::Naive);
   EXPECT_STREQ(tq2_moe_route_name(Tq2MoeRoute::GroupedSm90), "tq2_moe_grouped_sm90");
+}
+
+// The decode route: Auto takes it on sm_90 for m <= 64 tokens (any float input, no scratch),
+// the grouped route above; forced, it refuses what it cannot take.
+TEST(Tq2Experts, StreamRoutingRule) {
+  const ArchInfo a = h200();
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (std::uint32_t m : {1u, 5u, 16u, 64u})
+      EXPECT_EQ(plan_matmul_id_tq2(params(m, 8, 1536, 2048, 128, in), a, false, false), Tq2MoeRoute::StreamSm90)
+          << dtype_name(in) << " m " << m;
+  EXPECT_EQ(plan_matmul_id_tq2(params(65, 8, 1536, 2048, 128), a, true, true), Tq2MoeRoute::GroupedSm90);
+  EXPECT_EQ(plan_matmul_id_tq2(params(65, 8, 1536, 2048, 128, DType::F32), a, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(16, 8, 1536, 2048, 128, DType::F16, DType::BF16), a, true, true), Tq2MoeRoute::Naive);
+  EXPECT_EQ(plan_matmul_id_tq2(params(1, 8, 1536, 1 << 16, 128), a, true, true), Tq2MoeRoute::GroupedSm90);  // rows too wide
+  EXPECT_EQ(plan_matmul_id_tq2(params(512, 8, 1536, 2048, 128), a, true, true, Tq2MoeRoute::StreamSm90),
+            Tq2MoeRoute::StreamSm90);  // forced past Auto's gate: it takes any m up to 65536 routed rows
+  ArchInfo a100 = a;
+  a100.cc_major = 8;
+  EXPECT_EQ(plan_matmul_id_tq2(params(1, 8, 1536, 2048, 128), a100, true, true), Tq2MoeRoute::Naive);
+  const auto refused = [&](MatmulIdParams p, const ArchInfo& arch, const char* why) {
+    expect_error([&] { plan_matmul_id_tq2(p, arch, true, true, Tq2MoeRoute::StreamSm90); }, ErrorCode::Unsupported, why);
+  };
+  refused(params(1, 8, 1536, 2048, 128), a100, "sm_90a only");
+  refused(params(1, 8, 1536, 2048, 128, DType::F16, DType::BF16), a, "needs an f32 or input-dtype output");
+  refused(params(1, 8, 1536, 2000, 128), a, "multiple of 128");
+  refused(params(1, 8, 0, 2048, 128), a, "needs n >= 1");
+  refused(params(1, 8, 16, 2048, 0), a, "at least one expert");
+  refused(params(8193, 8, 1536, 2048, 128), a, "at most 65536 routed rows");
+  refused(params(4, 1, 1 << 20, 128, 1024), a, "2^30 - 128");
+  refused(params(1, 8, 1536, 1 << 16, 128), a, "do not fit in shared memory");
+  EXPECT_STREQ(tq2_moe_route_name(Tq2MoeRoute::StreamSm90), "tq2_moe_stream_sm90");
+}
+
+// The config the launcher uses: every block's image rows within rows_cap (the device traps
+// otherwise), shared memory within the per-block limit (half of it at two blocks per SM), parts
+// independent of m (batch invariance), the workspace's pieces in order.
+TEST(Tq2Experts, StreamConfigBoundsEveryBlock) {
+  using namespace cuda_ternary;
+  struct S { std::int64_t m, top_k, n, k, experts; bool slotted; int sms; };
+  const S cases[] = {{1, 8, 1536, 2048, 128, false, 132}, {1, 8, 2048, 768, 128, true, 132},
+                     {16, 8, 1536, 2048, 128, false, 132}, {16, 8, 2048, 768, 128, true, 132},
+                     {3, 2, 204, 640, 3, true, 132},       {1, 1, 8, 128, 1, false, 132},
+                     {7, 4, 300, 4096, 16, true, 78},      {64, 8, 128, 1024, 64, false, 132},
+                     {2, 1, 27648, 3072, 2, false, 132},   {5, 3, 1000, 16384, 9, true, 132}};
+  for (const S& s : cases) {
+    const auto c = tq2_moe_stream_config(s.m, s.top_k, s.n, s.k, s.experts, s.slotted, s.sms);
+    ASSERT_TRUE(c.has_value()) << "m " << s.m << " n " << s.n << " k " << s.k;
+    const std::int64_t groups = s.k / 128;
+    EXPECT_EQ(c->routed, s.m * s.top_k);
+    EXPECT_EQ(c->bands, (s.n + 127) / 128);
+    EXPECT_EQ(c->items, c->routed * c->bands * c->parts.parts);
+    EXPECT_EQ(c->image_rows, s.slotted ? s.m * s.top_k : s.m);
+    EXPECT_EQ(c->parts.part_groups % 4, 0);
+    EXPECT_GE(static_cast<std::int64_t>(c->parts.parts) * c->parts.part_groups, groups);
+    EXPECT_LT(static_cast<std::int64_t>(c->parts.parts - 1) * c->parts.part_groups, groups);
+    EXPECT_EQ(c->row_bytes % 16, 0);
+    EXPECT_EQ(c->row_bytes, groups * 64 + 5 * c->col_stride);
+    EXPECT_LE(c->smem_bytes, c->blocks_per_sm == 2 ? 232448 / 2 - 1024 : 232448);
+    EXPECT_EQ(c->smem_bytes, 1024 + c->image_smem + c->rows_cap * std::int64_t{c->row_bytes});
+    EXPECT_LE(c->grid, std::int64_t{s.sms} * c->blocks_per_sm);
+    std::int64_t widest = 0, covered = 0;
+    for (int b = 0; b < c->grid; ++b) {
+      const Tq2MoeStreamRows r = tq2_moe_stream_block_rows(*c, s.top_k, s.slotted, b);
+      EXPECT_GE(r.count, 1) << "block " << b << " has no items";
+      EXPECT_LE(r.first + r.count, c->image_rows);
+      widest = std::max(widest, r.count);
+      covered += c->items * (b + 1) / c->grid - c->items * b / c->grid;
+    }
+    EXPECT_EQ(covered, c->items);
+    EXPECT_LE(widest, c->rows_cap) << "m " << s.m << " n " << s.n << " k " << s.k;
+    const auto other = tq2_moe_stream_config(s.m + 5, s.top_k, s.n, s.k, s.experts, s.slotted, s.sms);
+    ASSERT_TRUE(other.has_value());
+    EXPECT_EQ(other->parts, c->parts) << "parts must not depend on m";
+    EXPECT_EQ(c->counters_off, static_cast<std::size_t>(c->image_rows * c->row_bytes));
+    if (c->parts.parts > 1) {
+      EXPECT_EQ(c->partials_off, c->counters_off + (c->routed * ((s.n + 15) / 16) * 4 + 15) / 16 * 16);
+      EXPECT_EQ(c->workspace_bytes, c->partials_off + static_cast<std::size_t>(c->parts.parts * c->routed * s.n * 4));
+    } else {
+      EXPECT_EQ(c->workspace_bytes, c->counters_off);
+    }
+  }
+  EXPECT_FALSE(tq2_moe_stream_config(1, 8, 1536, 1 << 16, 128, false, 132).has_value());  // one row overflows shared memory
+  EXPECT_FALSE(tq2_moe_stream_config(8193, 8, 1536, 2048, 128, false, 132).has_value());
+  EXPECT_FALSE(tq2_moe_stream_config(1, 8, 1536, 2000, 128, false, 132).has_value());
 }

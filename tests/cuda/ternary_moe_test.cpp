@@ -1,9 +1,12 @@
 // Ternary experts (matmul_id_tq2) on the GPU: the reference kernel tq2_moe_naive over every input
-// dtype, layout and id dtype; the Hopper route tq2_moe_grouped_sm90 (moe_map, staged f16 rows,
+// dtype, layout and id dtype; the decode route tq2_moe_stream_sm90 (the streaming engine over
+// routed rows: every dtype and layout, parts, non-finite inputs, batch invariance, capture);
+// the Hopper route tq2_moe_grouped_sm90 (moe_map, staged f16 rows,
 // the engine's TQ2 decoder over the expert stack) over shapes off every tile multiple, skewed and
 // repeated routings, out-of-range ids, one to 128 experts; both against cpu::matmul_id_f64 on the
 // dequantized stack with poisoned outputs. Also: the router's choices and fallbacks, bitwise
 // determinism, CUDA-graph capture replayed with new ids, and refusals before anything is written.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -77,7 +80,7 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
     for (DType out : {DType::F32, in})
       for (int layout = 0; layout < 2; ++layout) {
         Tq2MoeCase c = make_case(s.m, s.top_k, s.n, s.k, s.experts, in, out, ++seed);
-        c.route = Tq2MoeRoute::Auto;
+        c.route = s.m <= 64 ? Tq2MoeRoute::GroupedSm90 : Tq2MoeRoute::Auto;  // Auto streams m <= 64
         c.base.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
         c.base.input_pad = 8 * layout;  // TMA-readable rows: strides stay multiples of 8
         c.base.ids_dtype = layout == 0 ? DType::U32 : DType::I64;
@@ -97,14 +100,14 @@ TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  MatmulIdScratch staged(ctx, 8, 40, 4, 2 * 256), plain(ctx, 8, 40, 4);
+  MatmulIdScratch staged(ctx, 8, 80, 4, 2 * 256), plain(ctx, 8, 80, 4);
   struct R { DType in; MatmulIdScratch* scratch; std::int64_t pad; const char* route; };
   const char* engine = hopper(ctx) ? "tq2_moe_grouped_sm90" : "tq2_moe_naive";
   std::uint64_t seed = 900;
   for (R r : {R{DType::F16, &staged, 0, engine}, R{DType::BF16, &staged, 3, engine}, R{DType::F32, &staged, 0, "tq2_moe_naive"},
               R{DType::F16, nullptr, 0, "tq2_moe_naive"}, R{DType::F16, &plain, 0, "tq2_moe_naive"},
               R{DType::F16, &staged, 3, "tq2_moe_naive"}, R{DType::BF16, &staged, -1, "tq2_moe_naive"}}) {
-    Tq2MoeCase c = make_case(40, 4, 136, 256, 8, r.in, DType::F32, ++seed);
+    Tq2MoeCase c = make_case(80, 4, 136, 256, 8, r.in, DType::F32, ++seed);  // m > 64: past the streaming route
     c.base.input_pad = r.pad < 0 ? 0 : r.pad, c.base.out_of_range_every = 6;
     if (r.pad < 0) c.base.input_rank3 = true;  // [m, top_k, k] with 3 extra elements a token: uneven rows
     const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, r.scratch);
@@ -146,13 +149,12 @@ TEST(Tq2ExpertsGpu, GroupedSm90DeterministicAndRefusals) {
   EXPECT_EQ(back.bytes, out.bytes) << "a refused call wrote its output";
 }
 
-// The grouped route under CUDA-graph capture (no host sync inside), replayed with new ids.
-TEST(Tq2ExpertsGpu, GroupedSm90GraphReplayWithChangingIds) {
-  LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+namespace {
+// Auto's route under CUDA-graph capture (no host sync inside), replayed with new ids: m = 96 takes
+// the grouped route, m = 6 the streaming one.
+void graph_replay_with_changing_ids(Context& ctx, std::uint32_t m, const char* route) {
   TernaryWeightCache cache(ctx);
-  const std::uint32_t m = 48, top_k = 4, n = 136, k = 384, experts = 16;
+  const std::uint32_t top_k = 4, n = 136, k = 384, experts = 16;
   MatmulIdScratch scratch(ctx, experts, m, top_k, 2 * k);
   MoeCase c;
   c.p.m = m, c.p.top_k = top_k, c.p.n = n, c.p.k = k, c.p.n_experts = experts;
@@ -180,7 +182,7 @@ TEST(Tq2ExpertsGpu, GroupedSm90GraphReplayWithChangingIds) {
   const Receipt r = matmul_id_tq2(ctx, h, din.view, dids.view, dout.view, &scratch);
   ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  EXPECT_EQ(r.route, "tq2_moe_grouped_sm90");
+  EXPECT_EQ(r.route, route);
   for (std::uint64_t seed : {11, 12, 13}) {
     const std::vector<unsigned char> ids = set_ids(seed);
     copy_to_device(dout.buffer.data(), b.out.bytes.data(), b.out.bytes.size());  // re-poison
@@ -192,9 +194,109 @@ TEST(Tq2ExpertsGpu, GroupedSm90GraphReplayWithChangingIds) {
     const cpu::MatmulF64 dense{1, ref.rows, ref.n, k, ref.value, ref.abs_sum};
     EXPECT_TRUE(matches_reference(View::contiguous(got.view.data, DType::F32, {1, ref.rows, ref.n}), dense,
                                   Tolerance{1e-30, 1.0, (k + 1) * std::ldexp(1.0, -24), 0}))
-        << "replay with ids seed " << seed;
+        << route << ": replay with ids seed " << seed;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+}  // namespace
+
+TEST(Tq2ExpertsGpu, GroupedSm90GraphReplayWithChangingIds) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  graph_replay_with_changing_ids(ctx, 96, "tq2_moe_grouped_sm90");
+}
+
+TEST(Tq2ExpertsGpu, StreamSm90GraphReplayWithChangingIds) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_stream_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  graph_replay_with_changing_ids(ctx, 6, "tq2_moe_stream_sm90");
+}
+
+// The streaming decode route against float64: every input dtype (f32 too: exact int8 digits),
+// both output dtypes, shared / slotted / [m, top_k, k] inputs with padded rows (odd pads: the
+// staging kernel's element loads), u32 / i32 / i64 ids with out-of-range ones, uniform, Zipf,
+// skewed and repeated routings; K whole and in parts (n 204 x k 640 makes 2 parts), rows past n
+// inside a 128-row box, one expert to 128, m to 16 and, forced, m = 40 with k 4096.
+TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_stream_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct S { std::uint32_t m, top_k, n, k, experts; Routing routing; int oor; };
+  const S shapes[] = {{1, 1, 8, 128, 1, Routing::Uniform, 0},     {2, 8, 384, 1024, 16, Routing::Uniform, 0},
+                      {5, 2, 204, 640, 3, Routing::Repeats, 3},   {16, 8, 300, 768, 64, Routing::Zipf, 7},
+                      {3, 4, 136, 512, 16, Routing::Skewed, 5},   {40, 4, 136, 4096, 8, Routing::Uniform, 6}};
+  std::uint64_t seed = 1300;
+  for (const S& s : shapes)
+    for (DType in : {DType::F32, DType::F16, DType::BF16})
+      for (DType out : {DType::F32, in})
+        for (int layout = 0; layout < 3; ++layout) {
+          if (out == DType::F32 && in == DType::F32 && layout == 1) continue;  // the same case twice
+          Tq2MoeCase c = make_case(s.m, s.top_k, s.n, s.k, s.experts, in, out, ++seed);
+          c.route = Tq2MoeRoute::StreamSm90;
+          c.base.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
+          c.base.input_rank3 = layout == 2;
+          c.base.input_pad = layout == 1 ? 8 : layout == 2 ? 1 : 0;
+          c.base.ids_dtype = layout == 0 ? DType::U32 : layout == 1 ? DType::I64 : DType::I32;
+          c.base.routing = s.routing, c.base.out_of_range_every = s.oor;
+          const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, nullptr);
+          EXPECT_EQ(o.receipt.route, "tq2_moe_stream_sm90") << c.describe();
+          EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          if (s.oor) EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
+        }
+}
+
+// NaN and +-Inf in the input reach the outputs as IEEE arithmetic makes them (the int8 digits
+// cannot carry them: a marked group makes the output recomputed in f32), in parts and whole.
+TEST(Tq2ExpertsGpu, StreamSm90NonFiniteInputs) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_stream_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 1500;
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (std::uint32_t k : {256u, 640u}) {
+      Tq2MoeCase c = make_case(6, 4, 204, k, 8, in, DType::F32, ++seed);
+      c.route = Tq2MoeRoute::StreamSm90;
+      c.base.p.input_layout = MatmulIdInputLayout::Slotted;
+      c.base.nonfinite_every = 3;
+      c.base.out_of_range_every = 9;
+      const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, nullptr);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+    }
+}
+
+// Bitwise: the same call twice gives the same bytes, and a token's rows do not depend on m (the
+// parts depend on n, k and top_k alone): the first 3 tokens of an m = 16 call equal an m = 3 call.
+TEST(Tq2ExpertsGpu, StreamSm90DeterministicAndBatchInvariant) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_stream_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  for (std::uint32_t k : {768u, 2048u}) {  // n 300, k 768: K in 2 parts; n 1536, k 2048: K whole
+    const std::uint32_t n = k == 768 ? 300 : 1536;
+    Tq2MoeCase big = make_case(16, 8, n, k, 32, DType::BF16, DType::F32, 77 + k);  // the seed keys the stack's upload
+    big.route = Tq2MoeRoute::StreamSm90, big.base.routing = Routing::Zipf, big.base.out_of_range_every = 11;
+    const Tq2MoeOutcome a = run_tq2_moe_case(ctx, cache, big, nullptr), b = run_tq2_moe_case(ctx, cache, big, nullptr);
+    EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
+    EXPECT_EQ(a.out_bytes, b.out_bytes) << "tq2_moe_stream_sm90 is not bitwise deterministic (k " << k << ")";
+    Tq2MoeCase small = big;
+    small.base.p.m = 3;
+    {  // the premise: the m = 3 case's input and ids are the m = 16 case's first 3 tokens
+      MoeCase hb = big.base, hs = small.base;
+      hb.w_dtype = hs.w_dtype = DType::F32;
+      const MoeBuffers bb = make_moe_buffers(hb), bs = make_moe_buffers(hs);
+      ASSERT_TRUE(std::equal(bs.in.bytes.begin(), bs.in.bytes.end(), bb.in.bytes.begin()));
+      ASSERT_TRUE(std::equal(bs.ids.bytes.begin(), bs.ids.bytes.end(), bb.ids.bytes.begin()));
+    }
+    const Tq2MoeOutcome c = run_tq2_moe_case(ctx, cache, small, nullptr);
+    ASSERT_EQ(c.out_bytes.size() * 16, a.out_bytes.size() * 3);
+    EXPECT_TRUE(std::equal(c.out_bytes.begin(), c.out_bytes.end(), a.out_bytes.begin()))
+        << "a token's rows depend on m (k " << k << ")";
+  }
 }
 

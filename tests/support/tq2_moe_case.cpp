@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "support/random.hpp"
 #include "support/tq2_case.hpp"
 
 namespace llmm::test {
@@ -13,6 +14,7 @@ Tq2MoeOutcome run_tq2_moe_case(Context& ctx, TernaryWeightCache& cache, const Tq
   MoeCase mc = c.base;
   mc.w_dtype = DType::F32, mc.expert_pad = 0, mc.nonfinite_every = 0;
   MoeBuffers b = make_moe_buffers(mc);
+  inject_nonfinite(b.in.view, mc.seed * 3 + 2, c.base.nonfinite_every);  // the input only: ternary weights are finite
   const MatmulIdParams& p = b.p;
   const std::int64_t rows = static_cast<std::int64_t>(p.n_experts) * p.n;
   const std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(rows, p.k, static_cast<std::uint32_t>(mc.seed * 2654435761u));
@@ -38,7 +40,7 @@ Tq2MoeOutcome run_tq2_moe_case(Context& ctx, TernaryWeightCache& cache, const Tq
   const double atol = p.output_dtype == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;
   View out3 = View::contiguous(b.out.view.data, p.output_dtype, {1, ref.rows, ref.n});
   cpu::MatmulF64 as_dense{1, ref.rows, ref.n, p.k, ref.value, ref.abs_sum};
-  r.cmp = compare(out3, as_dense, Tolerance{atol, 1.0, u, unit_roundoff(p.output_dtype), false});
+  r.cmp = compare(out3, as_dense, Tolerance{atol, 1.0, u, unit_roundoff(p.output_dtype), c.base.nonfinite_every > 0});
   for (std::int64_t id : make_ids(mc))
     if (const std::int64_t v = as_stored(mc.ids_dtype, id); v < 0 || v >= static_cast<std::int64_t>(p.n_experts))
       ++r.zero_rows_checked;

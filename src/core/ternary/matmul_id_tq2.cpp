@@ -10,6 +10,7 @@
 #include "core/moe/moe_kernels.hpp"
 #include "core/ranges.hpp"
 #include "core/ternary/tq2_moe_dispatch.hpp"
+#include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "core/vec16.hpp"
 #include "cpu/reference_matmul_id_tq2.hpp"
 #include "llmm/error.hpp"
@@ -32,6 +33,7 @@ const char* tq2_moe_route_name(Tq2MoeRoute r) noexcept {
     case Tq2MoeRoute::Cpu: return "cpu";
     case Tq2MoeRoute::Naive: return "tq2_moe_naive";
     case Tq2MoeRoute::GroupedSm90: return "tq2_moe_grouped_sm90";
+    case Tq2MoeRoute::StreamSm90: return "tq2_moe_stream_sm90";
   }
   return "?";
 }
@@ -40,6 +42,7 @@ Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bo
                                Tq2MoeRoute force) {
   const bool cuda = arch.kind == DeviceKind::CUDA;
   const std::string engine_why = engine::tiled_sm90_tq2_moe_refusal(p, arch);
+  const std::string stream_why = cuda_ternary::tq2_moe_stream_refusal(p, arch);
   if (force != Tq2MoeRoute::Auto) {
     std::string why;
     if (force == Tq2MoeRoute::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
@@ -52,12 +55,14 @@ Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bo
       else if (!staging_ok)
         why = "stages every routed row: it needs a MatmulIdScratch made with staged_row_bytes >= 2 k and room for m * top_k rows";
     }
+    if (force == Tq2MoeRoute::StreamSm90 && cuda) why = stream_why;
     if (!why.empty())
       fail(ErrorCode::Unsupported, kOp, ": route ", tq2_moe_route_name(force), " cannot run (m ", p.m, ", top_k ",
            p.top_k, ", n ", p.n, ", k ", p.k, ", ", p.n_experts, " experts, ", dtype_name(p.input_dtype), " input): ", why);
     return force;
   }
   if (!cuda) return Tq2MoeRoute::Cpu;
+  if (stream_why.empty() && p.m <= cuda_ternary::kTq2MoeStreamAutoMaxTokens) return Tq2MoeRoute::StreamSm90;
   if (engine_why.empty() && input_ok && staging_ok) return Tq2MoeRoute::GroupedSm90;
   return Tq2MoeRoute::Naive;
 }

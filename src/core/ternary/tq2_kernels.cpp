@@ -252,13 +252,13 @@ std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
          std::to_string(c->blocks_per_sm);
 }
 
-Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k) noexcept {
+Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_t target) noexcept {
   const std::int64_t supers = (n + kTq2V5Rows - 1) / kTq2V5Rows, groups = k / kTq2Group;
   constexpr std::int64_t G = kTq2V5StageGroups;
   for (std::int64_t p = 1;; ++p) {
     const std::int64_t pg = G * ((groups + G * p - 1) / (G * p));
     const std::int64_t parts = (groups + pg - 1) / pg;
-    if (supers * parts >= kTq2V5TargetItems || pg == G) return {static_cast<int>(parts), static_cast<int>(pg)};
+    if (supers * parts >= target || pg == G) return {static_cast<int>(parts), static_cast<int>(pg)};
   }
 }
 

@@ -221,7 +221,8 @@ struct Tq2StreamV5Parts {
 };
 // The fewest parts (each a multiple of 4 groups, as even as possible) that give
 // ceil(n / 128) x parts >= kTq2V5TargetItems, or parts of 4 groups. n >= 1, k >= 128.
-Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k) noexcept;
+// `target` replaces kTq2V5TargetItems (tq2_moe_stream_sm90 aims lower).
+Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_t target = kTq2V5TargetItems) noexcept;
 
 struct Tq2StreamV5Config {
   int n_tiles = 1, stages = 0, blocks_per_sm = 1, grid = 0, smem_bytes = 0;

@@ -69,6 +69,12 @@ __device__ __forceinline__ std::uint64_t l2_evict_last_policy() {
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
   return p;
 }
+// Normal priority: a line several blocks may read (an expert that several routed rows use).
+__device__ __forceinline__ std::uint64_t l2_evict_normal_policy() {
+  std::uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
 __device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
   std::uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));

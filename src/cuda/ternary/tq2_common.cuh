@@ -178,17 +178,18 @@ __device__ __forceinline__ std::uint32_t bf16_part(float lo, float hi, int part)
 // this path unless a split overflowed, and then this is the IEEE value too. Slow (one thread
 // reads the row), and only for such outputs.
 template <class TIn>
-__device__ __forceinline__ float ieee_dot(const Tq2Args& a, std::int64_t i, std::int64_t j) {
-  const TIn* x = static_cast<const TIn*>(a.in) + i * a.in_ld;
-  const std::uint8_t* codes = a.codes + j * (a.k / 4);
-  const std::uint16_t* scales = a.scales + j * (a.k / 128);
+__device__ __forceinline__ float ieee_dot_row(const TIn* x, const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t k) {
   float s = 0.0f;
-  for (std::int64_t l = 0; l < a.k; ++l) {
+  for (std::int64_t l = 0; l < k; ++l) {
     const int code = (codes[l >> 2] >> (2 * (l & 3))) & 3;
     const float w = static_cast<float>(code - 1) * f16_bits_to_f32(scales[l >> 7]);
     s = fmaf(to_f32(x[l]), w, s);
   }
   return s;
+}
+template <class TIn>
+__device__ __forceinline__ float ieee_dot(const Tq2Args& a, std::int64_t i, std::int64_t j) {
+  return ieee_dot_row(static_cast<const TIn*>(a.in) + i * a.in_ld, a.codes + j * (a.k / 4), a.scales + j * (a.k / 128), a.k);
 }
 
 }  // namespace llmm::cuda_ternary::dev

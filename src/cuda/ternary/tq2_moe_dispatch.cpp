@@ -8,6 +8,8 @@
 #include "core/ternary/tq2_workspace.hpp"
 #include "cuda/ternary/tq2_dequant.hpp"
 #include "cuda/ternary/tq2_moe_naive.hpp"
+#include "cuda/ternary/tq2_moe_stream.hpp"
+#include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "llmm/error.hpp"
 
 namespace llmm::detail {
@@ -44,6 +46,27 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
       return LaunchRanges{{r.codes, r.scales, r.in, r.ids}, {r.out}};
     });
     return Receipt{tq2_moe_route_name(route), name, 1};
+  }
+  if (route == Tq2MoeRoute::StreamSm90) {
+    // The staging kernel writes the activation image (and zeroes the part counters) in the
+    // context's grow-only ternary workspace; the streaming kernel reads it.
+    const cuda_moe::MoeArgs& g = a.g;
+    const auto c = cuda_ternary::tq2_moe_stream_config(g.m, g.top_k, g.n, g.k, g.n_experts, g.in_slot_stride != 0,
+                                                       ctx.arch().sm_count);
+    if (!c) fail(ErrorCode::Internal, "matmul_id_tq2: route tq2_moe_stream_sm90 was planned for sizes it cannot take");
+    const std::string stage = cuda_ternary::tq2_moe_stream_stage_kernel_name(g.in_dtype),
+                      kernel = cuda_ternary::tq2_moe_stream_kernel_name(*c, g.in_dtype, g.out_dtype);
+    ctx.check_launchable(stage);
+    ctx.check_launchable(kernel);
+    void* const ws = ternary_pool(ctx).get("route_workspace", c->workspace_bytes);
+    cuda_ternary::launch_tq2_moe_stream_sm90(a, ws, c->workspace_bytes, s);
+    const ByteRange route_ws{ws, c->workspace_bytes};
+    ctx.note_launch(stage, [&] { return LaunchRanges{{Tq2MoeRanges(a).in}, {route_ws}}; });
+    ctx.note_launch(kernel, [&] {
+      const Tq2MoeRanges r(a);
+      return LaunchRanges{{r.codes, r.scales, r.scales_t, r.in, r.ids, route_ws}, {r.out, route_ws}};
+    });
+    return Receipt{tq2_moe_route_name(route), stage + "+" + kernel, 2};
   }
   if (route != Tq2MoeRoute::GroupedSm90)
     fail(ErrorCode::Internal, "matmul_id_tq2: route ", tq2_moe_route_name(route), " has no CUDA kernels");

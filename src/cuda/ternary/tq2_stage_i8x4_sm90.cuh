@@ -20,6 +20,12 @@ struct StageImage {
   bool in_vec = false;
   std::uint32_t* zero = nullptr;  // words to zero as well (v5's band counters), or null
   int zero_words = 0;
+  // Activation row i is at in + (i / top_k) in_ld + (i % top_k) slot_ld (v4, v5: top_k 1).
+  int top_k = 1;
+  std::int64_t slot_ld = 0;
+  // 0: one image of a.m rows (v4, v5). Else row i is an image of its own (one row, n_tiles 1) at
+  // byte i row_bytes, so that a block can load just the rows it uses (tq2_moe_stream_sm90).
+  int row_bytes = 0;
 };
 
 // One warp per (token, group) item writes that item's records and coefficients into the
@@ -30,26 +36,36 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
   using E = EngineI8Masked;
   ptx::grid_launch_dependents();
   ptx::grid_dependency_wait();  // the activation may come from the previous kernel
-  const int groups = static_cast<int>(a.k / kTq2Group), cols = static_cast<int>(a.m) * E::kSplit;
+  const bool own = p.row_bytes != 0;
+  const int groups = static_cast<int>(a.k / kTq2Group), rows = static_cast<int>(a.m);
+  const int cols = (own ? 1 : rows) * E::kSplit, images = own ? rows : 1;  // record columns of one image
   const int col_stride = p.col_stride, tile_cols = 8 * p.n_tiles;
   auto* const image = static_cast<unsigned char*>(a.workspace);
-  auto* const coef = reinterpret_cast<float2*>(image);
-  unsigned char* const xs = image + p.xs_off;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int item = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x >> 5);
-  const int items = static_cast<int>(a.m) * groups;
+  const int items = rows * groups;
   if (item < items) {
-    const int m = item / groups, gl = item - m * groups;
-    const TIn* const in = static_cast<const TIn*>(a.in);
-    const float4 x = stream::load_x4<TIn>(in + m * a.in_ld + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
-    E::convert(x, lane, m, xs + gl * E::kRecBytes, col_stride, coef + gl * tile_cols);
+    const int i = item / groups, gl = item - i * groups;
+    const TIn* const in = static_cast<const TIn*>(a.in) + (i / p.top_k) * a.in_ld + (i % p.top_k) * p.slot_ld;
+    const float4 x = stream::load_x4<TIn>(in + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
+    unsigned char* const base = image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : 0);
+    E::convert(x, lane, own ? 0 : i, base + p.xs_off + gl * E::kRecBytes, col_stride,
+               reinterpret_cast<float2*>(base) + gl * tile_cols);
     return;
   }
+  // Per image: its zero column (col_stride / 16 vectors), then its unused columns' coefficients.
   const int t = (item - items) * 32 + lane, threads = (static_cast<int>(gridDim.x) * 8 - items) * 32;
-  for (int i = t; i < col_stride / 16; i += threads) reinterpret_cast<uint4*>(xs + cols * col_stride)[i] = make_uint4(0, 0, 0, 0);
-  const int unused = tile_cols - cols;
-  for (int i = t; i < groups * unused; i += threads)
-    coef[(i / unused) * tile_cols + cols + i % unused] = make_float2(0.0f, 0.0f);
+  const int unused = tile_cols - cols, zero_vecs = col_stride / 16, per_image = zero_vecs + groups * unused;
+  for (int i = t; i < images * per_image; i += threads) {
+    const int j = i / per_image, w = i - j * per_image;
+    unsigned char* const base = image + static_cast<std::int64_t>(j) * p.row_bytes;
+    if (w < zero_vecs) {
+      reinterpret_cast<uint4*>(base + p.xs_off + cols * col_stride)[w] = make_uint4(0, 0, 0, 0);
+    } else {
+      const int u = w - zero_vecs;
+      reinterpret_cast<float2*>(base)[(u / unused) * tile_cols + cols + u % unused] = make_float2(0.0f, 0.0f);
+    }
+  }
   for (int i = t; i < p.zero_words; i += threads) p.zero[i] = 0u;
 }
 
