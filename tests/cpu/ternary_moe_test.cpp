@@ -227,6 +227,7 @@ TEST(Tq2Experts, StreamConfigBoundsEveryBlock) {
     EXPECT_LE(c->smem_bytes, c->blocks_per_sm == 2 ? 232448 / 2 - 1024 : 232448);
     EXPECT_EQ(c->smem_bytes, 1024 + c->image_smem + c->rows_cap * std::int64_t{c->row_bytes});
     EXPECT_LE(c->grid, std::int64_t{s.sms} * c->blocks_per_sm);
+    EXPECT_EQ(c->overlap, c->grid <= s.sms);
     std::int64_t widest = 0, covered = 0;
     for (int b = 0; b < c->grid; ++b) {
       const Tq2MoeStreamRows r = tq2_moe_stream_block_rows(*c, s.top_k, s.slotted, b);

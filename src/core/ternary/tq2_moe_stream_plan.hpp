@@ -44,6 +44,7 @@ struct Tq2MoeStreamConfig {
   int row_bytes = 0;            // one activation row's image: coefficients [groups][8] float2, 5 record columns
   int rows_cap = 0;             // the most image rows one block's items use
   int image_smem = 0;           // shared-memory offset of the block's image rows (from the 1024-aligned base)
+  bool overlap = false;         // grid <= SMs: the kernel variant that overlaps a stage's groups (more registers)
   std::size_t counters_off = 0, partials_off = 0, workspace_bytes = 0;
   friend bool operator==(const Tq2MoeStreamConfig&, const Tq2MoeStreamConfig&) = default;
 };
@@ -66,7 +67,7 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
 std::string tq2_moe_stream_refusal(const MatmulIdParams& p, const ArchInfo& arch);
 
 std::string tq2_moe_stream_stage_kernel_name(DType in);
-// tq2_moe_stream_sm90_<in>_<out>_i8x4_s<stages>_b<blocks_per_sm>_p<parts>.
+// tq2_moe_stream_sm90_<in>_<out>_i8x4_s<stages>_b<blocks_per_sm>_p<parts>[_ilp].
 std::string tq2_moe_stream_kernel_name(const Tq2MoeStreamConfig& c, DType in, DType out);
 
 }  // namespace llmm::cuda_ternary

@@ -1,4 +1,4 @@
-// Host side of programmatic dependent launch (PDL): a kernel launched this way may start while
+// Host side of the sm_90 streaming launches. Programmatic dependent launch (PDL): a kernel launched this way may start while
 // the kernel before it on the stream is still running, so it must call ptx::grid_dependency_wait
 // (bulk_copy_sm90.cuh) before it reads that kernel's output. One definition for every sm_90
 // launcher that chains kernels (the streaming engine's staging kernel and its consumers).
@@ -9,6 +9,17 @@
 #include <utility>
 
 namespace llmm::cuda_common {
+
+// Opts `kernel` in to `smem_bytes` of dynamic shared memory and asks for the largest shared-memory
+// carveout, so that as many blocks share an SM as their shared memory allows. Without the
+// carveout the driver sized the SM's shared memory for one block: session 10's ncu of
+// tq2_moe_stream_sm90 (115 KB a block, configured for two per SM) showed "Block Limit Shared Mem
+// 1" and two waves of blocks.
+template <class... Params>
+void set_smem_bytes(void (*kernel)(Params...), int smem_bytes) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
 
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream,

@@ -16,7 +16,7 @@
 #include "cuda/common/bulk_copy_sm90.cuh"
 #include "cuda/common/launch_pdl.cuh"
 #include "cuda/common/tensor_map.hpp"
-#include "cuda/ternary/tq2_i8_digits.cuh"
+#include "cuda/ternary/tq2_band_stage_sm90.cuh"
 #include "cuda/ternary/tq2_moe_stream.hpp"
 #include "cuda/ternary/tq2_stage_i8x4_sm90.cuh"
 #include "llmm/error.hpp"
@@ -45,7 +45,10 @@ __device__ __forceinline__ int expert_of(const cuda_moe::MoeArgs& g, std::int64_
   return v < static_cast<std::uint64_t>(g.n_experts) ? static_cast<int>(v) : -1;
 }
 
-template <class TIn, class TOut>
+// Overlap: the stage's groups as straight-line code (tq2_band_stage_sm90.cuh), for grids of at
+// most one block per SM; else the guarded loop, whose ~72 registers let two blocks of 9 warps
+// share an SM (the scheduler holding 5 of the 18 warps needs 5 x 32 x regs <= 16384).
+template <class TIn, class TOut, bool Overlap>
 __global__ void __launch_bounds__(kTq2V5Threads, 1)
     tq2_moe_stream_sm90_kernel(const Tq2MoeArgs a, const MoeStreamParams p, const __grid_constant__ CUtensorMap codes_map,
                                const __grid_constant__ CUtensorMap scales_map) {
@@ -114,10 +117,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   ptx::mbar_wait(x_full, 0);
 
   const int gq = lane >> 2, t4 = lane & 3;
-  const int rec0 = E::rec_offset(2 * t4), rec1 = E::rec_offset(2 * t4 + 1);
-  // v5's fragment addressing: row 16 w + gq of the stage (+ 1024: row + 8), swizzled 16-byte units.
-  const int row_off = (16 * warp + gq) * 128 + 8 * (t4 & 1);
-  const int sc_off = kTq2V5CodeBytes + (16 * warp + gq) * 2;
+  const BandLane bl(warp, lane);
   const int col = gq < E::kSplit ? gq : E::kSplit;  // this lane's digit column, or the zero column
   TOut* const out = static_cast<TOut*>(g.out);
   const std::int64_t bands16 = (g.n + 15) / 16;
@@ -143,21 +143,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     float total[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     for (int gs = g0; gs < g1; gs += kG) {
       ptx::mbar_wait(&full[slot], parity);
-      const unsigned char* const st = ring + slot * kTq2V5StageBytes;
-#pragma unroll
-      for (int j = 0; j < kG; ++j) {
-        const int gl = gs + j;
-        if (gl < g1) {  // warp-uniform: a part's last stage may hold fewer groups
-          stream::Group cur;
-          const unsigned char* const q = st + row_off + (((2 * j + (t4 >> 1)) ^ gq) << 4);
-          cur.c[0] = *reinterpret_cast<const uint2*>(q);
-          cur.c[1] = *reinterpret_cast<const uint2*>(q + 1024);
-          const auto* const sc = reinterpret_cast<const std::uint16_t*>(st + sc_off + j * 2 * kTq2V5Rows);
-          cur.s = static_cast<std::uint32_t>(sc[0]) | (static_cast<std::uint32_t>(sc[8]) << 16);
-          const unsigned char* const xg[1] = {xb[0] + gl * E::kRecBytes};
-          E::template group<1>(cur, xg, rec0, rec1, coef + gl * 8, total);
-        }
-      }
+      band_stage<1, Overlap>(ring + slot * kTq2V5StageBytes, gs, g1, bl, xb, coef, total);
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
       if (++slot == p.stages) slot = 0, parity ^= 1u;
@@ -241,8 +227,8 @@ void launch_typed(const Tq2MoeArgs& a, const Tq2MoeStreamConfig& c, void* worksp
   launch_tq2_stage_i8x4<TIn>(sa, im, 1 + static_cast<int>(zero_work / 65536), stream);
   cuda_dense::host::check_launch(tq2_moe_stream_stage_kernel_name(g.in_dtype));
 
-  auto* kernel = &tq2_moe_stream_sm90_kernel<TIn, TOut>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem_bytes);
+  auto* kernel = c.overlap ? &tq2_moe_stream_sm90_kernel<TIn, TOut, true> : &tq2_moe_stream_sm90_kernel<TIn, TOut, false>;
+  cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   // Codes of the whole stack as bytes [n_experts n][k / 4], boxes of 128 rows x 128 bytes, swizzled.
   const std::uint64_t cdims[2] = {static_cast<std::uint64_t>(g.k / 4), static_cast<std::uint64_t>(g.n_experts * g.n)};
   const std::uint32_t cbox[2] = {128, kTq2V5Rows};

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/bulk_copy_sm90.cuh"
+#include "cuda/common/launch_pdl.cuh"
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/ternary/launch.hpp"
 #include "cuda/ternary/tq2_i8_digits.cuh"
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
   auto* kernel = &tq2_stream_v4_kernel<TIn, TOut, NT>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem_bytes);
+  cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   const V4Params p{c.stages, c.n_tiles, tq2_stream_v4_smem(a.m, a.k, c.stages), tq2_input_vec16(a)};
   // Codes as bytes [n rows][k/4], boxes of 16 rows x 128 bytes, 128-byte swizzle.
   const std::uint64_t dims[2] = {static_cast<std::uint64_t>(a.k / 4), static_cast<std::uint64_t>(a.n)};

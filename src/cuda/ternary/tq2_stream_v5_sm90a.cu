@@ -13,9 +13,10 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/bulk_copy_sm90.cuh"
+#include "cuda/common/launch_pdl.cuh"
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/ternary/launch.hpp"
-#include "cuda/ternary/tq2_i8_digits.cuh"
+#include "cuda/ternary/tq2_band_stage_sm90.cuh"
 #include "cuda/ternary/tq2_stage_i8x4_sm90.cuh"
 
 namespace llmm::cuda_ternary {
@@ -97,11 +98,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   const unsigned char* xb[NT];  // this lane's column 8 nt + g, or the zero column
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) xb[nt] = smem + p.xs + (8 * nt + g < cols ? 8 * nt + g : cols) * p.col_stride;
-  const int rec0 = E::rec_offset(2 * t4), rec1 = E::rec_offset(2 * t4 + 1);
-  // Row 16 w + g of the stage (+ 1024: row + 8); 16-byte unit 2 j + t4 / 2 of group j stored at
-  // unit ^ (row % 8) = ^ g; this lane's 8 bytes are half t4 % 2 of it.
-  const int row_off = (16 * warp + g) * 128 + 8 * (t4 & 1);
-  const int sc_off = kTq2V5CodeBytes + (16 * warp + g) * 2;  // scales [group j][128 rows] f16
+  const BandLane bl(warp, lane);
   TOut* const out = static_cast<TOut*>(a.out);
   int slot = 0;
   std::uint32_t parity = 0;
@@ -113,23 +110,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     for (int nt = 0; nt < NT; ++nt) total[nt][0] = total[nt][1] = total[nt][2] = total[nt][3] = 0.0f;
     for (int gs = g0; gs < g1; gs += kG) {
       ptx::mbar_wait(&full[slot], parity);
-      const unsigned char* const st = ring + slot * kTq2V5StageBytes;
-#pragma unroll
-      for (int j = 0; j < kG; ++j) {
-        const int gl = gs + j;
-        if (gl < g1) {  // warp-uniform: a part's last stage may hold fewer groups
-          stream::Group cur;
-          const unsigned char* const q = st + row_off + (((2 * j + (t4 >> 1)) ^ g) << 4);
-          cur.c[0] = *reinterpret_cast<const uint2*>(q);
-          cur.c[1] = *reinterpret_cast<const uint2*>(q + 1024);
-          const auto* const sc = reinterpret_cast<const std::uint16_t*>(st + sc_off + j * 2 * kTq2V5Rows);
-          cur.s = static_cast<std::uint32_t>(sc[0]) | (static_cast<std::uint32_t>(sc[8]) << 16);
-          const unsigned char* xg[NT];
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) xg[nt] = xb[nt] + gl * E::kRecBytes;
-          E::template group<NT>(cur, xg, rec0, rec1, coef + gl * 8 * NT + 2 * t4, total);
-        }
-      }
+      band_stage<NT, NT == 1>(ring + slot * kTq2V5StageBytes, gs, g1, bl, xb, coef + 2 * t4, total);
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
       if (++slot == p.stages) slot = 0, parity ^= 1u;
@@ -197,7 +178,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream) {
   auto* kernel = &tq2_stream_v5_kernel<TIn, TOut, NT>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem_bytes);
+  cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   const Tq2StreamV5Smem l = tq2_stream_v5_smem(a.m, a.k, c.stages);
   const std::int64_t bands = (a.n + 15) / 16;
   const std::int64_t image = (l.xs - l.coef) + (4 * a.m + 1) * l.col_stride;

@@ -1,0 +1,62 @@
+// One consumer warp's work on one stage of the sm_90 streaming engine's ring (tq2_stream_v5,
+// tq2_moe_stream_sm90): its 16-row band of the stage's 128 rows x kTq2V5StageGroups groups
+// (codes 128-byte swizzled, then the stage's scales [group][128 rows] f16), decoded by
+// EngineI8Masked against the activation image and added into the band's C fragment.
+//
+// Overlap = true runs a full stage's groups as straight-line code: each group is an independent
+// chain (shared loads, four dependent int8 mma, conversions), and without a branch between them
+// the compiler overlaps the chains, at ~104 registers instead of ~72. Session 10 (ncu of
+// tq2_moe_stream_sm90 at m = 1, one block per SM): with a warp-uniform guard before every group
+// the chains ran one after another, ~45% of the stall samples; overlapped, m = 1 ran 1.12-1.25x
+// faster (and v5 at m <= 2 1.03-1.05x), but where two blocks should share an SM the registers
+// allow only one and m >= 4 ran 1.15-1.4x slower. So launchers overlap only where one block per
+// SM is all the grid has (tq2_moe_stream_sm90) or the kernel has one n8 tile (v5, m <= 2).
+#pragma once
+#include "cuda/ternary/tq2_i8_digits.cuh"
+
+namespace llmm::cuda_ternary {
+
+struct BandLane {
+  int row_off;  // this lane's code bytes in a stage: row 16 w + g (+ 1024: row + 8), half t4 % 2 of a unit
+  int sc_off;   // this lane's scale of row 16 w + g in a stage
+  int g, t4;
+  int rec0, rec1;  // its words' record offsets (EngineI8Masked::rec_offset)
+  __device__ __forceinline__ BandLane(int warp, int lane)
+      : row_off((16 * warp + (lane >> 2)) * 128 + 8 * (lane & 1)),
+        sc_off(kTq2V5CodeBytes + (16 * warp + (lane >> 2)) * 2),
+        g(lane >> 2),
+        t4(lane & 3),
+        rec0(EngineI8Masked::rec_offset(2 * (lane & 3))),
+        rec1(EngineI8Masked::rec_offset(2 * (lane & 3) + 1)) {}
+};
+
+// Groups gs .. min(gs + kTq2V5StageGroups, g1) - 1 of the stage at `st`. xb[nt]: this lane's
+// record column (group 0); cf: its coefficients of group 0 (+ gl * 8 NT per group).
+template <int NT, bool Overlap>
+__device__ __forceinline__ void band_stage(const unsigned char* st, int gs, int g1, const BandLane& l,
+                                           const unsigned char* const (&xb)[NT], const float2* cf, float (&total)[NT][4]) {
+  using E = EngineI8Masked;
+  const auto one = [&](int j) {
+    const int gl = gs + j;
+    stream::Group cur;
+    const unsigned char* const q = st + l.row_off + (((2 * j + (l.t4 >> 1)) ^ l.g) << 4);
+    cur.c[0] = *reinterpret_cast<const uint2*>(q);
+    cur.c[1] = *reinterpret_cast<const uint2*>(q + 1024);
+    const auto* const sc = reinterpret_cast<const std::uint16_t*>(st + l.sc_off + j * 2 * kTq2V5Rows);
+    cur.s = static_cast<std::uint32_t>(sc[0]) | (static_cast<std::uint32_t>(sc[8]) << 16);
+    const unsigned char* xg[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xg[nt] = xb[nt] + gl * E::kRecBytes;
+    E::template group<NT>(cur, xg, l.rec0, l.rec1, cf + gl * 8 * NT, total);
+  };
+  if (Overlap && gs + kTq2V5StageGroups <= g1) {
+#pragma unroll
+    for (int j = 0; j < kTq2V5StageGroups; ++j) one(j);
+  } else {  // warp-uniform: a part's last stage may hold fewer groups
+#pragma unroll
+    for (int j = 0; j < kTq2V5StageGroups; ++j)
+      if (gs + j < g1) one(j);
+  }
+}
+
+}  // namespace llmm::cuda_ternary
