@@ -1,0 +1,235 @@
+// The sm_90 streaming engine's one kernel: a producer lane streams 128-row super-bands of TQ2
+// codes and their transposed scales through a shared-memory ring (full/empty mbarriers, two
+// tensor-map copies a stage); eight consumer warps each decode a 16-row band of every stage
+// (band_stage, tq2_band_stage_sm90.cuh) against an activation image loaded once by a bulk copy,
+// and end each item with the output or, when K is cut into parts, an f32 partial that the last
+// part to arrive sums in part order (deterministic, independent of the grid).
+//
+// The row map is a policy: which weight rows an item streams, which image rows its lanes read
+// and which output rows it writes. Instances: tq2_stream_v5 (one weight, the m <= 8 tokens of
+// one image, V5Map) and tq2_moe_stream_sm90 (an expert stack, one image row per routed row,
+// RoutedMap). A Map provides:
+//   Map(const Args&, const Params&)          (Params has `RingParams ring`)
+//   kOneSet                                  every item belongs to set 0
+//   kWaitBeforeProducer                      the producer reads data of the kernels before (ids)
+//   producer_policy()                        the L2 policy of the weight copies
+//   bool weights(item, code_row, scale_col)  false: the item streams nothing and writes zeros
+//   ImageSpan bind_block(i_begin, i_end)     the image bytes this block reads (all consumers)
+//   lanes(item, lane, xoff, coff)            shared-memory offsets of this lane's record columns
+//                                            and coefficients (kLanesPerItem: they change per item)
+//   tokens(), n(), k(), out(), out_ld()      the item's columns are tokens 0 .. tokens() - 1
+//   out_row(item, tok)                       the output (and partial) row of token tok
+//   ieee<TIn>(item, tok, row)                the IEEE dot product (non-finite inputs, overflow)
+// Item it is (set, super-band s, part): set = it / items_per_set (v5: one set; MoE: the routed
+// row), then s-major within a set.
+#pragma once
+#include "cuda/common/bulk_copy_sm90.cuh"
+#include "cuda/ternary/tq2_band_stage_sm90.cuh"
+
+namespace llmm::cuda_ternary {
+
+struct RingParams {
+  int stages = 0, parts = 1, part_groups = 0;
+  std::int64_t items = 0, items_per_set = 0;  // items_per_set = super-bands x parts (of one set)
+  std::int64_t partial_rows = 0;              // output rows of one part's partial
+  std::uint32_t* counters = nullptr;          // [sets][ceil(n / 16)] arrivals of parts (zeroed by the staging kernel)
+  float* partials = nullptr;                  // [parts][partial_rows][n] (parts > 1)
+};
+
+struct RingItem {
+  std::int64_t set;
+  int s, part, g0, g1;  // super-band, part, its groups [g0, g1)
+};
+
+struct ImageSpan {
+  const unsigned char* src;
+  std::uint32_t bytes;
+  int smem_off;  // from the 1024-aligned shared-memory base
+};
+
+template <bool OneSet>
+__device__ __forceinline__ RingItem ring_item(const RingParams& p, int groups, std::int64_t it) {
+  RingItem r;
+  r.set = OneSet ? 0 : it / p.items_per_set;
+  const std::int64_t rem = it - r.set * p.items_per_set;
+  r.s = static_cast<int>(rem / p.parts);
+  r.part = static_cast<int>(rem - static_cast<std::int64_t>(r.s) * p.parts);
+  r.g0 = r.part * p.part_groups;
+  r.g1 = min(groups, r.g0 + p.part_groups);
+  return r;
+}
+
+// The last part to arrive at a (set, band) sums every part's partial, its own included, in part
+// order, four loads in flight at a time.
+__device__ __forceinline__ float sum_parts(const float* src, std::int64_t step, int parts) {
+  float t = 0.0f;
+  int q = 0;
+  for (; q + 4 <= parts; q += 4) {
+    const float x0 = __ldcg(src + q * step), x1 = __ldcg(src + (q + 1) * step);
+    const float x2 = __ldcg(src + (q + 2) * step), x3 = __ldcg(src + (q + 3) * step);
+    t = (((t + x0) + x1) + x2) + x3;
+  }
+  for (; q < parts; ++q) t += __ldcg(src + q * step);
+  return t;
+}
+
+// Overlap: band_stage's straight-line variant (see tq2_band_stage_sm90.cuh for when it pays).
+template <class Map, class TIn, class TOut, int NT, bool Overlap>
+__global__ void __launch_bounds__(kTq2V5Threads, 1)
+    tq2_ring_sm90_kernel(const typename Map::Args a, const typename Map::Params p,
+                         const __grid_constant__ CUtensorMap codes_map, const __grid_constant__ CUtensorMap scales_map) {
+  constexpr int kConsumers = kTq2V5Consumers, kG = kTq2V5StageGroups;
+  static_assert(kTq2V5Rows == 16 * kConsumers, "a band of 16 rows per consumer warp");
+  static_assert(kTq2V5StageBytes % 1024 == 0, "stages stay 1024-byte aligned (swizzled copy targets)");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  const RingParams& rp = p.ring;
+  Map map(a, p);
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem);
+  std::uint64_t* const empty = full + rp.stages;
+  std::uint64_t* const x_full = empty + rp.stages;
+  unsigned char* const ring = smem + 1024;
+  const int groups = static_cast<int>(map.k() / kTq2Group);
+  const std::int64_t i_begin = rp.items * blockIdx.x / gridDim.x, i_end = rp.items * (blockIdx.x + 1) / gridDim.x;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < rp.stages; ++s) {
+      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&empty[s], kConsumers);
+    }
+    ptx::mbar_init(x_full, 1);
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+  ptx::grid_launch_dependents();
+  // Weights are never written by kernels; a map whose producer reads ids waits for the kernels
+  // ahead on the stream first, else streaming starts before they have finished.
+  if constexpr (Map::kWaitBeforeProducer) ptx::grid_dependency_wait();
+
+  if (warp == kConsumers) {
+    if (lane != 0) return;
+    const std::uint64_t policy = map.producer_policy();
+    int slot = 0;
+    std::uint32_t parity = 0;
+    for (std::int64_t it = i_begin; it < i_end; ++it) {
+      const RingItem item = ring_item<Map::kOneSet>(rp, groups, it);
+      int code_row, scale_col;
+      if (!map.weights(item, code_row, scale_col)) continue;
+      for (int gs = item.g0; gs < item.g1; gs += kG) {
+        ptx::mbar_wait(&empty[slot], parity ^ 1u);
+        unsigned char* const st = ring + slot * kTq2V5StageBytes;
+        ptx::mbar_arrive_expect_tx(&full[slot], kTq2V5StageBytes);  // out-of-bounds parts of a box count too
+        ptx::tensor_copy_2d_g2s(st, &codes_map, 32 * gs, code_row, &full[slot], policy);
+        ptx::tensor_copy_2d_g2s(st + kTq2V5CodeBytes, &scales_map, scale_col, gs, &full[slot], policy);
+        if (++slot == rp.stages) slot = 0, parity ^= 1u;
+      }
+    }
+    return;  // the consumers wait for every copy issued here before they finish
+  }
+
+  // Consumers. The activation and the output may belong to the kernels before this one.
+  if constexpr (!Map::kWaitBeforeProducer) ptx::grid_dependency_wait();
+  const ImageSpan span = map.bind_block(i_begin, i_end);
+  if (threadIdx.x == 0) {
+    ptx::mbar_arrive_expect_tx(x_full, span.bytes);
+    ptx::bulk_copy_g2s(smem + span.smem_off, span.src, span.bytes, x_full, ptx::l2_evict_last_policy());
+  }
+  ptx::mbar_wait(x_full, 0);
+
+  const int t4 = lane & 3, gq = lane >> 2;
+  const BandLane bl(warp, lane);
+  const bool writer = (t4 & 1) == 0;  // after the pair sum below, even lanes hold a token's value
+  TOut* const out = static_cast<TOut*>(map.out());
+  const unsigned char* xb[NT];  // this lane's record columns (group 0) and coefficients
+  const float2* cf;
+  // Maps give shared-memory offsets and the pointers are formed here, from smem: formed inside a
+  // map (pointer outputs), the decode's record addresses became 64-bit generic arithmetic in the
+  // PTX (no immediate offsets) and v5 at m = 1 ran 4.5% slower (measured, session 11).
+  const auto bind_lanes = [&](const RingItem& item) {
+    int xoff[NT], coff;
+    map.lanes(item, lane, xoff, coff);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xb[nt] = smem + xoff[nt];
+    cf = reinterpret_cast<const float2*>(smem + coff);
+  };
+  if constexpr (!Map::kLanesPerItem) bind_lanes(RingItem{});
+  int slot = 0;
+  std::uint32_t parity = 0;
+  for (std::int64_t it = i_begin; it < i_end; ++it) {
+    const RingItem item = ring_item<Map::kOneSet>(rp, groups, it);
+    int code_row, scale_col;
+    if (!map.weights(item, code_row, scale_col)) {  // streams nothing: zeros (every part writes the same)
+      const int band = kConsumers * item.s + warp;
+      const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + gq;
+      if (16 * static_cast<std::int64_t>(band) >= map.n()) continue;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int tok = 2 * nt + (t4 >> 1);
+        if (!writer || tok >= map.tokens()) continue;
+        const std::int64_t orow = map.out_row(item, tok);
+        for (int h = 0; h < 2; ++h)
+          if (row0 + 8 * h < map.n()) out[orow * map.out_ld() + row0 + 8 * h] = dev::from_f32<TOut>(0.0f);
+      }
+      continue;
+    }
+    if constexpr (Map::kLanesPerItem) bind_lanes(item);
+    float total[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) total[nt][0] = total[nt][1] = total[nt][2] = total[nt][3] = 0.0f;
+    for (int gs = item.g0; gs < item.g1; gs += kG) {
+      ptx::mbar_wait(&full[slot], parity);
+      band_stage<NT, Overlap>(ring + slot * kTq2V5StageBytes, gs, item.g1, bl, xb, cf, total);
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&empty[slot]);
+      if (++slot == rp.stages) slot = 0, parity ^= 1u;
+    }
+    const std::int64_t n = map.n();
+    const int band = kConsumers * item.s + warp;
+    if (16 * static_cast<std::int64_t>(band) >= n) continue;  // warp-uniform: rows past n
+    // C fragment: total[nt][0, 1] at row g, columns 8 nt + 2 t4 (+ 1), [2, 3] at row g + 8. A
+    // column is digit c % 4 of token c / 4: lanes t4 and t4 ^ 1 hold the four digits of token
+    // 2 nt + t4 / 2; the even lane sums (d0 + d1) + (d2 + d3).
+    float v[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float lo = total[nt][0] + total[nt][1], hi = total[nt][2] + total[nt][3];
+      v[nt][0] = lo + __shfl_xor_sync(0xffffffffu, lo, 1);
+      v[nt][1] = hi + __shfl_xor_sync(0xffffffffu, hi, 1);
+    }
+    const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + gq;
+    if (rp.parts > 1) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int tok = 2 * nt + (t4 >> 1);
+        if (!writer || tok >= map.tokens()) continue;
+        float* const dst = rp.partials + (item.part * rp.partial_rows + map.out_row(item, tok)) * n;
+        if (row0 < n) dst[row0] = v[nt][0];
+        if (row0 + 8 < n) dst[row0 + 8] = v[nt][1];
+      }
+      __threadfence();
+      __syncwarp();
+      std::uint32_t arrived = 0;
+      if (lane == 0) arrived = atomicAdd(&rp.counters[item.set * ((n + 15) / 16) + band], 1u);
+      if (__shfl_sync(0xffffffffu, arrived, 0) != static_cast<std::uint32_t>(rp.parts - 1)) continue;
+      __threadfence();  // every other part's partial is visible now
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int tok = 2 * nt + (t4 >> 1);
+      if (!writer || tok >= map.tokens()) continue;
+      const std::int64_t orow = map.out_row(item, tok);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t row = row0 + 8 * h;
+        if (row >= n) continue;
+        float t = v[nt][h];
+        if (rp.parts > 1) t = sum_parts(rp.partials + orow * n + row, rp.partial_rows * n, rp.parts);
+        if (t != t) t = map.template ieee<TIn>(item, tok, row);  // a non-finite input (marked) or an overflow
+        out[orow * map.out_ld() + row] = dev::from_f32<TOut>(t);
+      }
+    }
+  }
+}
+
+}  // namespace llmm::cuda_ternary
