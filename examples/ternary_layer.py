@@ -2,7 +2,9 @@
 (hidden 2560, 20 query / 5 KV heads of 128, FFN 6912 with a ReLU^2 gate) are written as TQ2_0
 tensors with gguf-py, loaded with llmm.load_tq2_gguf, and run with gemm_tq2 at m = 1 and m = 512
 (q, k, v, o projections on the input; the FFN end to end), against a float64 reference on the
-decoded weights and, on CUDA, a bf16 dense torch version. Prints errors and per-part times.
+decoded weights and, on CUDA, a bf16 dense torch version. Prints errors and per-part times: on
+CUDA both eager (one Python call per op, host cost included) and CUDA-graph replay (the parts
+captured once, as decode engines run a step; the GPU time without Python in the loop).
 
     python examples/ternary_layer.py [--device cpu|cuda] [--m 1 512] [--small]
 
@@ -75,6 +77,29 @@ def run(device="cpu", ms=(1, 16), small=True, seed=0, quiet=False):
             sync()
             return out, (time.perf_counter() - t0) / reps * 1e6
 
+        def graph_us(fn, reps=50):
+            """One CUDA graph of fn, replayed: warmed up on the capture stream first (workspaces
+            are sized there; capture may not allocate them)."""
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+                fn()
+            s.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                fn()
+            g.replay()
+            sync()
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    g.replay()
+                sync()
+                best = min(best, (time.perf_counter() - t0) / reps * 1e6)
+            return best
+
         def host(a):
             return a.float().cpu().numpy() if torch else a
 
@@ -87,31 +112,40 @@ def run(device="cpu", ms=(1, 16), small=True, seed=0, quiet=False):
 
         relu2 = (lambda a: torch.relu(a) ** 2) if torch else (lambda a: np.maximum(a, 0) ** 2)
         x64 = x_np.astype(np.float64)
+        projections = ("attn_q", "attn_k", "attn_v", "attn_output")  # attn_output's k is hidden here
+        parts = {name: (lambda lin, name=name: lin(name, x)) for name in projections}
+        parts["ffn (gate, up, ReLU^2, down)"] = lambda lin: ffn(lin, relu2)
+        parts["layer (q, k, v, o, ffn)"] = lambda lin: [parts[p](lin) for p in list(parts)[:5]]
         results = []
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            a = x if name != "attn_output" else (x if shapes[name][1] == hidden else None)
-            if a is None:
-                continue
-            y, t = timed(lambda: ours(name, a))
+        for name in projections:
+            y, t = timed(lambda: ours(name, x))
             ref = x64 @ dense[name].astype(np.float64).T
             results.append((name, t, float(np.max(np.abs(host(y) - ref)) / max(1e-30, np.max(np.abs(ref))))))
-        y, t = timed(lambda: ffn(ours, relu2))
+        y, t = timed(lambda: parts["ffn (gate, up, ReLU^2, down)"](ours))
         g64, u64 = x64 @ dense["ffn_gate"].T.astype(np.float64), x64 @ dense["ffn_up"].T.astype(np.float64)
         ref = (np.maximum(g64, 0) ** 2 * u64) @ dense["ffn_down"].T.astype(np.float64)
         results.append(("ffn (gate, up, ReLU^2, down)", t, float(np.max(np.abs(host(y) - ref)) / np.max(np.abs(ref)))))
-        bf16 = {}
+        results.append(("layer (q, k, v, o, ffn)", timed(lambda: parts["layer (q, k, v, o, ffn)"](ours))[1],
+                        max(err for _, _, err in results)))  # the same outputs as the rows above
+        bf16, graphs = {}, {}
         if torch:
             wt = {name: torch.from_numpy(w).cuda().to(torch.bfloat16) for name, w in dense.items()}
             xb = x.to(torch.bfloat16)
-            for name, _, _ in results[:-1]:
-                bf16[name] = timed(lambda: xb @ wt[name].T)[1]
-            bf16[results[-1][0]] = timed(lambda: (relu2(xb @ wt["ffn_gate"].T) * (xb @ wt["ffn_up"].T)) @ wt["ffn_down"].T)[1]
+
+            def dense_bf16(name, a):
+                return (xb if a is x else a.to(torch.bfloat16)) @ wt[name].T
+
+            for name, _, _ in results:
+                bf16[name] = timed(lambda: parts[name](dense_bf16))[1]
+                graphs[name] = (graph_us(lambda: parts[name](ours)), graph_us(lambda: parts[name](dense_bf16)))
         for name, t, err in results:
             worst = max(worst, err)
             if not quiet:
-                line = f"  m={m:<4d} {name:30s} llmm {t:10.1f} us   max rel err {err:.2e}"
+                line = f"  m={m:<4d} {name:30s} llmm {t:9.1f} us   max rel err {err:.2e}"
                 if name in bf16:
-                    line += f"   torch bf16 dense {bf16[name]:9.1f} us ({bf16[name] / t:.2f}x)"
+                    g_ours, g_bf16 = graphs[name]
+                    line += (f"   torch bf16 dense {bf16[name]:9.1f} us ({bf16[name] / t:.2f}x)   graph replay: "
+                             f"llmm {g_ours:8.1f} us, bf16 {g_bf16:8.1f} us ({g_bf16 / g_ours:.2f}x)")
                 print(line)
     for w in weights.values():
         llmm.release_tq2(w)
