@@ -4,6 +4,7 @@
 // before anything is written, and the pure routing rule.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -202,7 +203,8 @@ TEST(Tq2Experts, StreamRoutingRule) {
 
 // The config the launcher uses: every block's image rows within rows_cap (the device traps
 // otherwise), shared memory within the per-block limit (half of it at two blocks per SM), parts
-// independent of m (batch invariance), the workspace's pieces in order.
+// independent of m (batch invariance), the workspace's pieces in order (K in parts; K whole
+// needs none: the blocks convert their own rows).
 TEST(Tq2Experts, StreamConfigBoundsEveryBlock) {
   using namespace cuda_ternary;
   struct S { std::int64_t m, top_k, n, k, experts; bool slotted; int sms; };
@@ -211,6 +213,7 @@ TEST(Tq2Experts, StreamConfigBoundsEveryBlock) {
                      {3, 2, 204, 640, 3, true, 132},       {1, 1, 8, 128, 1, false, 132},
                      {7, 4, 300, 4096, 16, true, 78},      {64, 8, 128, 1024, 64, false, 132},
                      {2, 1, 27648, 3072, 2, false, 132},   {5, 3, 1000, 16384, 9, true, 132}};
+  int staged = 0;
   for (const S& s : cases) {
     const auto c = tq2_moe_stream_config(s.m, s.top_k, s.n, s.k, s.experts, s.slotted, s.sms);
     ASSERT_TRUE(c.has_value()) << "m " << s.m << " n " << s.n << " k " << s.k;
@@ -241,14 +244,20 @@ TEST(Tq2Experts, StreamConfigBoundsEveryBlock) {
     const auto other = tq2_moe_stream_config(s.m + 5, s.top_k, s.n, s.k, s.experts, s.slotted, s.sms);
     ASSERT_TRUE(other.has_value());
     EXPECT_EQ(other->parts, c->parts) << "parts must not depend on m";
-    EXPECT_EQ(c->counters_off, static_cast<std::size_t>(c->image_rows * c->row_bytes));
-    if (c->parts.parts > 1) {
-      EXPECT_EQ(c->partials_off, c->counters_off + (c->routed * ((s.n + 15) / 16) * 4 + 15) / 16 * 16);
-      EXPECT_EQ(c->workspace_bytes, c->partials_off + static_cast<std::size_t>(c->parts.parts * c->routed * s.n * 4));
-    } else {
-      EXPECT_EQ(c->workspace_bytes, c->counters_off);
+    EXPECT_EQ(c->stage_in_block, c->parts.parts == 1);
+    if (c->stage_in_block) {  // the blocks convert their rows: no staging kernel, no workspace
+      EXPECT_EQ(c->workspace_bytes, 0u);
+      EXPECT_NE(tq2_moe_stream_kernel_name(*c, DType::F16, DType::F16).find("_inblock"), std::string::npos);
+      continue;
     }
+    EXPECT_EQ(tq2_moe_stream_kernel_name(*c, DType::F16, DType::F16).find("_inblock"), std::string::npos);
+    ++staged;  // K in parts: the staged image, the counters, the partials, in that order
+    EXPECT_EQ(c->counters_off, static_cast<std::size_t>(c->image_rows * c->row_bytes));
+    EXPECT_EQ(c->partials_off, c->counters_off + (c->routed * ((s.n + 15) / 16) * 4 + 15) / 16 * 16);
+    EXPECT_EQ(c->workspace_bytes, c->partials_off + static_cast<std::size_t>(c->parts.parts * c->routed * s.n * 4));
   }
+  EXPECT_GE(staged, 2) << "the cases must cover both ways to the image";
+  EXPECT_LE(staged, static_cast<int>(std::size(cases)) - 2);
   EXPECT_FALSE(tq2_moe_stream_config(1, 8, 1536, 1 << 16, 128, false, 132).has_value());  // one row overflows shared memory
   EXPECT_FALSE(tq2_moe_stream_config(8193, 8, 1536, 2048, 128, false, 132).has_value());
   EXPECT_FALSE(tq2_moe_stream_config(1, 8, 1536, 2000, 128, false, 132).has_value());

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "llmm/ternary_moe.hpp"
 #include "support/expect_error.hpp"
 #include "support/gpu.hpp"
@@ -230,6 +231,7 @@ TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
                       {5, 2, 204, 640, 3, Routing::Repeats, 3},   {16, 8, 300, 768, 64, Routing::Zipf, 7},
                       {3, 4, 136, 512, 16, Routing::Skewed, 5},   {40, 4, 136, 4096, 8, Routing::Uniform, 6}};
   std::uint64_t seed = 1300;
+  int in_block = 0, staged = 0;
   for (const S& s : shapes)
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
@@ -244,10 +246,18 @@ TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
           c.base.routing = s.routing, c.base.out_of_range_every = s.oor;
           const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, nullptr);
           EXPECT_EQ(o.receipt.route, "tq2_moe_stream_sm90") << c.describe();
-          EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();
+          // K whole: one kernel (the blocks convert their rows); K in parts: staging + stream.
+          const auto cfg = cuda_ternary::tq2_moe_stream_config(s.m, s.top_k, s.n, s.k, s.experts, layout != 0,
+                                                               ctx.arch().sm_count);
+          ASSERT_TRUE(cfg.has_value()) << c.describe();
+          EXPECT_EQ(o.receipt.kernels_launched, cfg->stage_in_block ? 1 : 2) << c.describe();
+          EXPECT_EQ(o.receipt.kernel.find("_inblock") != std::string::npos, cfg->stage_in_block) << o.receipt.kernel;
+          ++(cfg->stage_in_block ? in_block : staged);
           EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
           if (s.oor) EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
         }
+  EXPECT_GT(in_block, 0) << "no case converted its rows in the blocks";
+  EXPECT_GT(staged, 0) << "no case staged its rows (K in parts)";
 }
 
 // NaN and +-Inf in the input reach the outputs as IEEE arithmetic makes them (the int8 digits

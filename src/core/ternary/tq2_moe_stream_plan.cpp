@@ -64,6 +64,8 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
     c.image_smem = 1024 + c.stages * kTq2V5StageBytes;
     c.overlap = c.grid <= sms;
     c.smem_bytes = static_cast<int>(total(c.stages));
+    c.stage_in_block = c.parts.parts == 1;
+    if (c.stage_in_block) return c;  // no workspace
     const std::int64_t image = c.image_rows * c.row_bytes;  // a multiple of 16
     c.counters_off = static_cast<std::size_t>(image);
     const std::int64_t counters = c.parts.parts > 1 ? r16(c.routed * ((n + 15) / 16) * 4) : 0;
@@ -99,7 +101,7 @@ std::string tq2_moe_stream_stage_kernel_name(DType in) { return "tq2_moe_stage_"
 std::string tq2_moe_stream_kernel_name(const Tq2MoeStreamConfig& c, DType in, DType out) {
   return "tq2_moe_stream_sm90_" + std::string(dtype_name(in)) + "_" + std::string(dtype_name(out)) + "_i8x4_s" +
          std::to_string(c.stages) + "_b" + std::to_string(c.blocks_per_sm) + "_p" + std::to_string(c.parts.parts) +
-         (c.overlap ? "_ilp" : "");
+         (c.overlap ? "_ilp" : "") + (c.stage_in_block ? "_inblock" : "");
 }
 
 }  // namespace llmm::cuda_ternary

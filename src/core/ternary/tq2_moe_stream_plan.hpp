@@ -6,9 +6,10 @@
 // item streams that expert's codes and transposed scales (the stack is one [n_experts * n] row
 // matrix) and multiplies them by one activation row: the token's (input shared by a token's
 // slots) or the (token, slot)'s. A routed row re-reads its expert (the direct route's rule;
-// rows that share an expert hit L2 when they run together). The activation is staged once as
-// v5's int8-digit image, one self-contained m = 1 image per activation row, and each block
-// loads only the rows its items use. Parts depend on n, k and top_k alone: a row's result does
+// rows that share an expert hit L2 when they run together). The activation becomes v5's
+// int8-digit image, one self-contained m = 1 image per activation row: converted by each block
+// for the rows its items use (K whole), or staged once by a kernel before and loaded by each
+// block (K in parts: that kernel also zeroes the parts' counters). Parts depend on n, k and top_k alone: a row's result does
 // not depend on m or on the other rows (batch-invariant within the route).
 #pragma once
 #include <cstddef>
@@ -45,7 +46,11 @@ struct Tq2MoeStreamConfig {
   int rows_cap = 0;             // the most image rows one block's items use
   int image_smem = 0;           // shared-memory offset of the block's image rows (from the 1024-aligned base)
   bool overlap = false;         // grid <= SMs: the kernel variant that overlaps a stage's groups (more registers)
-  std::size_t counters_off = 0, partials_off = 0, workspace_bytes = 0;
+  // K whole (one part): no staging kernel; each block's consumers convert the activation rows it
+  // uses into shared memory themselves (one launch instead of two, no workspace). With parts, the
+  // staging kernel writes the image to the workspace and zeroes the part counters.
+  bool stage_in_block = false;
+  std::size_t counters_off = 0, partials_off = 0, workspace_bytes = 0;  // all 0 with stage_in_block
   friend bool operator==(const Tq2MoeStreamConfig&, const Tq2MoeStreamConfig&) = default;
 };
 
@@ -67,7 +72,7 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
 std::string tq2_moe_stream_refusal(const MatmulIdParams& p, const ArchInfo& arch);
 
 std::string tq2_moe_stream_stage_kernel_name(DType in);
-// tq2_moe_stream_sm90_<in>_<out>_i8x4_s<stages>_b<blocks_per_sm>_p<parts>[_ilp].
+// tq2_moe_stream_sm90_<in>_<out>_i8x4_s<stages>_b<blocks_per_sm>_p<parts>[_ilp][_inblock].
 std::string tq2_moe_stream_kernel_name(const Tq2MoeStreamConfig& c, DType in, DType out);
 
 }  // namespace llmm::cuda_ternary

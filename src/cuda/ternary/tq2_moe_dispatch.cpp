@@ -48,14 +48,24 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
     return Receipt{tq2_moe_route_name(route), name, 1};
   }
   if (route == Tq2MoeRoute::StreamSm90) {
-    // The staging kernel writes the activation image (and zeroes the part counters) in the
-    // context's grow-only ternary workspace; the streaming kernel reads it.
+    // K whole: one kernel, its blocks convert the activation rows they use. K in parts: the
+    // staging kernel writes the activation image (and zeroes the part counters) in the context's
+    // grow-only ternary workspace first; the streaming kernel reads it.
     const cuda_moe::MoeArgs& g = a.g;
     const auto c = cuda_ternary::tq2_moe_stream_config(g.m, g.top_k, g.n, g.k, g.n_experts, g.in_slot_stride != 0,
                                                        ctx.arch().sm_count);
     if (!c) fail(ErrorCode::Internal, "matmul_id_tq2: route tq2_moe_stream_sm90 was planned for sizes it cannot take");
     const std::string stage = cuda_ternary::tq2_moe_stream_stage_kernel_name(g.in_dtype),
                       kernel = cuda_ternary::tq2_moe_stream_kernel_name(*c, g.in_dtype, g.out_dtype);
+    if (c->stage_in_block) {
+      ctx.check_launchable(kernel);
+      cuda_ternary::launch_tq2_moe_stream_sm90(a, nullptr, 0, s);
+      ctx.note_launch(kernel, [&] {
+        const Tq2MoeRanges r(a);
+        return LaunchRanges{{r.codes, r.scales, r.scales_t, r.in, r.ids}, {r.out}};
+      });
+      return Receipt{tq2_moe_route_name(route), kernel, 1};
+    }
     ctx.check_launchable(stage);
     ctx.check_launchable(kernel);
     void* const ws = ternary_pool(ctx).get("route_workspace", c->workspace_bytes);

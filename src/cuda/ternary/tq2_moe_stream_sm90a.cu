@@ -7,7 +7,9 @@
 // rows past the expert's n belong to the next expert or lie out of bounds and are never written)
 // and their transposed scales (expert e's columns start at e n8). Consumer warp w multiplies band
 // 8 s + w by r's activation row: a one-row image (4 digit columns and the zero column, v5's m = 1
-// layout), loaded with the block's other rows by one bulk copy. An id outside [0, n_experts)
+// layout): with K whole the block's consumers convert the rows its items use from the input
+// (one launch); with K in parts a staging kernel writes every row's image (and zeroes the
+// counters) and each block loads its rows by one bulk copy. An id outside [0, n_experts)
 // streams nothing and writes zeros. Parts as v5: the last part to arrive at (r, band) sums the
 // f32 partials in part order.
 #include <cuda_runtime.h>
@@ -31,20 +33,26 @@ __device__ __forceinline__ int expert_of(const cuda_moe::MoeArgs& g, std::int64_
   return v < static_cast<std::uint64_t>(g.n_experts) ? static_cast<int>(v) : -1;
 }
 
+struct RoutedParams {
+  RingParams ring;
+  int top_k;
+  bool slotted, in_vec;  // in_vec: the input's base and strides allow 16-byte loads
+  std::int64_t n8;       // an expert's transposed-scale columns
+  int row_bytes, col_stride, xs_off, image_smem, rows_cap;
+  const unsigned char* image;  // the staged rows (workspace); null when the blocks convert them
+};
+
 // The row map: items (routed row r, super-band, part), one image row per activation row.
+// InBlock: the consumer warps convert the block's rows from the input (K whole); else they load
+// the rows the staging kernel wrote.
+template <bool InBlock>
 struct RoutedMap {
   using Args = Tq2MoeArgs;
-  struct Params {
-    RingParams ring;
-    int top_k;
-    bool slotted;
-    std::int64_t n8;  // an expert's transposed-scale columns
-    int row_bytes, col_stride, xs_off, image_smem, rows_cap;
-    const unsigned char* image;  // the staged rows (workspace)
-  };
+  using Params = RoutedParams;
   static constexpr bool kOneSet = false;
   static constexpr bool kLanesPerItem = true;
   static constexpr bool kWaitBeforeProducer = true;  // the producer reads the ids
+  static constexpr bool kConvertsImage = InBlock;
   const Tq2MoeArgs& a;
   const Params& p;
   std::int64_t first = 0;  // the block's first image row
@@ -57,15 +65,47 @@ struct RoutedMap {
     scale_col = static_cast<int>(2 * (e * p.n8 + kTq2V5Rows * it.s));
     return e >= 0;
   }
-  // The image rows this block's items use, one bulk copy (the host's rows_cap bounds them;
-  // tq2_moe_stream_block_rows is the same rule).
+  // The image rows this block's items use (the host's rows_cap bounds them;
+  // tq2_moe_stream_block_rows is the same rule): one bulk copy, or converted here.
   __device__ __forceinline__ ImageSpan bind_block(std::int64_t i_begin, std::int64_t i_end) {
     const std::int64_t per_row = p.ring.items_per_set;
     first = i_begin / per_row;
     std::int64_t last = (i_end - 1) / per_row;
     if (!p.slotted) first /= p.top_k, last /= p.top_k;
     if (last - first + 1 > p.rows_cap) __trap();  // a host/device rule mismatch: fail loudly
-    return {p.image + first * p.row_bytes, static_cast<std::uint32_t>((last - first + 1) * p.row_bytes), p.image_smem};
+    const int rows = static_cast<int>(last - first + 1);
+    return {InBlock ? nullptr : p.image + first * p.row_bytes, static_cast<std::uint32_t>(rows * p.row_bytes), p.image_smem,
+            rows};
+  }
+  // Image rows first .. first + rows - 1 at dst, as tq2_stage_i8x4 writes them (one warp per
+  // (row, group) item: records and coefficients; then each row's zero column and the
+  // coefficients of its unused columns 4..7), by the kTq2V5Consumers consumer warps.
+  template <class TIn>
+  __device__ __forceinline__ void convert_image(unsigned char* dst, int rows, int warp, int lane) const {
+    using E = EngineI8Masked;
+    const cuda_moe::MoeArgs& g = a.g;
+    const int groups = static_cast<int>(g.k / kTq2Group);
+    const std::int64_t tk = p.slotted ? p.top_k : 1, slot_ld = p.slotted ? g.in_slot_stride : 0;
+    for (int item = warp; item < rows * groups; item += kTq2V5Consumers) {  // warp-uniform
+      const int j = item / groups, gl = item - j * groups;
+      const std::int64_t i = first + j;
+      const TIn* const in = static_cast<const TIn*>(g.in) + (i / tk) * g.in_token_stride + (i % tk) * slot_ld;
+      const float4 x = stream::load_x4<TIn>(in + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
+      unsigned char* const base = dst + j * p.row_bytes;
+      E::convert(x, lane, 0, base + p.xs_off + gl * E::kRecBytes, p.col_stride, reinterpret_cast<float2*>(base) + gl * 8);
+    }
+    constexpr int cols = E::kSplit, unused = 8 - cols;
+    const int zero_vecs = p.col_stride / 16, per_row = zero_vecs + groups * unused;
+    for (int t = warp * 32 + lane; t < rows * per_row; t += 32 * kTq2V5Consumers) {
+      const int j = t / per_row, w = t - j * per_row;
+      unsigned char* const base = dst + j * p.row_bytes;
+      if (w < zero_vecs) {
+        reinterpret_cast<uint4*>(base + p.xs_off + cols * p.col_stride)[w] = make_uint4(0, 0, 0, 0);
+      } else {
+        const int u = w - zero_vecs;
+        reinterpret_cast<float2*>(base)[(u / unused) * 8 + cols + u % unused] = make_float2(0.0f, 0.0f);
+      }
+    }
   }
   // Lanes g < 4 read digit column g of the item's row, the others its zero column.
   template <int NT>
@@ -98,32 +138,39 @@ void launch_typed(const Tq2MoeArgs& a, const Tq2MoeStreamConfig& c, void* worksp
   auto* const ws = static_cast<unsigned char*>(workspace);
   const int groups = static_cast<int>(g.k / kTq2Group);
   const std::int64_t bands16 = (g.n + 15) / 16;
-  RoutedMap::Params p{};
+  const std::size_t es = dtype_size(g.in_dtype);
+  const bool vec = reinterpret_cast<std::uintptr_t>(g.in) % 16 == 0 && (g.in_token_stride * es) % 16 == 0 &&
+                   (g.in_slot_stride * es) % 16 == 0;
+  RoutedParams p{};
   p.ring.stages = c.stages, p.ring.parts = c.parts.parts, p.ring.part_groups = c.parts.part_groups;
   p.ring.items = c.items, p.ring.items_per_set = c.bands * c.parts.parts, p.ring.partial_rows = c.routed;
   p.ring.counters = c.parts.parts > 1 ? reinterpret_cast<std::uint32_t*>(ws + c.counters_off) : nullptr;
   p.ring.partials = c.parts.parts > 1 ? reinterpret_cast<float*>(ws + c.partials_off) : nullptr;
-  p.top_k = static_cast<int>(g.top_k), p.slotted = slotted;
+  p.top_k = static_cast<int>(g.top_k), p.slotted = slotted, p.in_vec = vec;
   p.n8 = (g.n + 7) / 8 * 8;
   p.row_bytes = c.row_bytes, p.col_stride = c.col_stride, p.xs_off = groups * 64, p.image_smem = c.image_smem;
-  p.rows_cap = c.rows_cap, p.image = ws;
+  p.rows_cap = c.rows_cap, p.image = c.stage_in_block ? nullptr : ws;
 
-  // Stage: one m = 1 image per activation row (a token's, or a (token, slot)'s).
-  Tq2Args sa;
-  sa.m = c.image_rows, sa.n = g.n, sa.k = g.k;
-  sa.in_dtype = g.in_dtype, sa.in = g.in, sa.in_ld = g.in_token_stride;
-  sa.out_dtype = g.out_dtype;
-  sa.workspace = ws, sa.workspace_bytes = c.workspace_bytes;
-  const std::size_t es = dtype_size(g.in_dtype);
-  const bool vec = reinterpret_cast<std::uintptr_t>(g.in) % 16 == 0 && (g.in_token_stride * es) % 16 == 0 &&
-                   (g.in_slot_stride * es) % 16 == 0;
-  StageImage im{c.col_stride, groups * 64, 1, vec, p.ring.counters, p.ring.counters ? static_cast<int>(c.routed * bands16) : 0};
-  im.top_k = slotted ? static_cast<int>(g.top_k) : 1, im.slot_ld = slotted ? g.in_slot_stride : 0, im.row_bytes = c.row_bytes;
-  const std::int64_t zero_work = c.image_rows * (c.col_stride / 16 + groups * 4) + im.zero_words;
-  launch_tq2_stage_i8x4<TIn>(sa, im, 1 + static_cast<int>(zero_work / 65536), stream);
-  cuda_dense::host::check_launch(tq2_moe_stream_stage_kernel_name(g.in_dtype));
+  if (!c.stage_in_block) {
+    // Stage: one m = 1 image per activation row (a token's, or a (token, slot)'s), and the
+    // parts' counters zeroed.
+    Tq2Args sa;
+    sa.m = c.image_rows, sa.n = g.n, sa.k = g.k;
+    sa.in_dtype = g.in_dtype, sa.in = g.in, sa.in_ld = g.in_token_stride;
+    sa.out_dtype = g.out_dtype;
+    sa.workspace = ws, sa.workspace_bytes = c.workspace_bytes;
+    StageImage im{c.col_stride, groups * 64, 1, vec, p.ring.counters, p.ring.counters ? static_cast<int>(c.routed * bands16) : 0};
+    im.top_k = slotted ? static_cast<int>(g.top_k) : 1, im.slot_ld = slotted ? g.in_slot_stride : 0, im.row_bytes = c.row_bytes;
+    const std::int64_t zero_work = c.image_rows * (c.col_stride / 16 + groups * 4) + im.zero_words;
+    launch_tq2_stage_i8x4<TIn>(sa, im, 1 + static_cast<int>(zero_work / 65536), stream);
+    cuda_dense::host::check_launch(tq2_moe_stream_stage_kernel_name(g.in_dtype));
+  }
 
-  auto* kernel = c.overlap ? &tq2_ring_sm90_kernel<RoutedMap, TIn, TOut, 1, true> : &tq2_ring_sm90_kernel<RoutedMap, TIn, TOut, 1, false>;
+  using K = void (*)(Tq2MoeArgs, RoutedParams, CUtensorMap, CUtensorMap);
+  const K kernel = c.stage_in_block ? (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, true>}
+                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, false>})
+                                    : (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, true>}
+                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, false>});
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   // Codes of the whole stack as bytes [n_experts n][k / 4], boxes of 128 rows x 128 bytes, swizzled.
   const std::uint64_t cdims[2] = {static_cast<std::uint64_t>(g.k / 4), static_cast<std::uint64_t>(g.n_experts * g.n)};
@@ -146,7 +193,8 @@ void launch_tq2_moe_stream_sm90(const Tq2MoeArgs& a, void* workspace, std::size_
   const auto c = tq2_moe_stream_config(g.m, g.top_k, g.n, g.k, g.n_experts, g.in_slot_stride != 0,
                                        cuda_dense::host::current_sm_count());
   if (!c) fail(ErrorCode::Internal, "tq2_moe_stream_sm90: arguments outside the kernel's contract (m ", g.m, ", k ", g.k, ")");
-  if (!workspace || workspace_bytes != c->workspace_bytes || reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0)
+  if (workspace_bytes != c->workspace_bytes || (c->workspace_bytes && !workspace) ||
+      reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0)
     fail(ErrorCode::Internal, "tq2_moe_stream_sm90: needs a 16-byte aligned workspace of exactly ", c->workspace_bytes,
          " bytes, got ", workspace_bytes);
   if (!a.scales_t || reinterpret_cast<std::uintptr_t>(a.scales_t) % 16 != 0 || a.scales_t_ld % 8 != 0 ||

@@ -15,6 +15,10 @@
 //   producer_policy()                        the L2 policy of the weight copies
 //   bool weights(item, code_row, scale_col)  false: the item streams nothing and writes zeros
 //   ImageSpan bind_block(i_begin, i_end)     the image bytes this block reads (all consumers)
+//   kConvertsImage, convert_image<TIn>(dst, rows, warp, lane)
+//                                            the consumer warps write the block's image rows into
+//                                            shared memory themselves instead of loading a staged
+//                                            image (no staging kernel before)
 //   lanes(item, lane, xoff, coff)            shared-memory offsets of this lane's record columns
 //                                            and coefficients (kLanesPerItem: they change per item)
 //   tokens(), n(), k(), out(), out_ld()      the item's columns are tokens 0 .. tokens() - 1
@@ -42,9 +46,10 @@ struct RingItem {
 };
 
 struct ImageSpan {
-  const unsigned char* src;
+  const unsigned char* src;  // the staged image's bytes (bulk copy), unless the map converts
   std::uint32_t bytes;
   int smem_off;  // from the 1024-aligned shared-memory base
+  int rows;      // image rows (a map that converts them: its convert_image's count)
 };
 
 template <bool OneSet>
@@ -131,11 +136,18 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   // Consumers. The activation and the output may belong to the kernels before this one.
   if constexpr (!Map::kWaitBeforeProducer) ptx::grid_dependency_wait();
   const ImageSpan span = map.bind_block(i_begin, i_end);
-  if (threadIdx.x == 0) {
-    ptx::mbar_arrive_expect_tx(x_full, span.bytes);
-    ptx::bulk_copy_g2s(smem + span.smem_off, span.src, span.bytes, x_full, ptx::l2_evict_last_policy());
+  if constexpr (Map::kConvertsImage) {
+    // The consumer warps write the block's image rows themselves (the first stages' weights are
+    // in flight meanwhile), then meet at a named barrier: the producer warp is not in it.
+    map.template convert_image<TIn>(smem + span.smem_off, span.rows, warp, lane);
+    asm volatile("bar.sync 1, %0;\n" ::"n"(32 * kConsumers) : "memory");
+  } else {
+    if (threadIdx.x == 0) {
+      ptx::mbar_arrive_expect_tx(x_full, span.bytes);
+      ptx::bulk_copy_g2s(smem + span.smem_off, span.src, span.bytes, x_full, ptx::l2_evict_last_policy());
+    }
+    ptx::mbar_wait(x_full, 0);
   }
-  ptx::mbar_wait(x_full, 0);
 
   const int t4 = lane & 3, gq = lane >> 2;
   const BandLane bl(warp, lane);

@@ -29,6 +29,7 @@ struct V5Map {
   static constexpr bool kOneSet = true;
   static constexpr bool kLanesPerItem = false;
   static constexpr bool kWaitBeforeProducer = false;
+  static constexpr bool kConvertsImage = false;  // tq2_stage_v5 stages the image
   const Tq2Args& a;
   const Params& p;
   __device__ __forceinline__ V5Map(const Tq2Args& a_, const Params& p_) : a(a_), p(p_) {}
@@ -39,8 +40,10 @@ struct V5Map {
     return true;
   }
   __device__ __forceinline__ ImageSpan bind_block(std::int64_t, std::int64_t) const {
-    return {static_cast<const unsigned char*>(a.workspace), p.image_bytes, p.coef};
+    return {static_cast<const unsigned char*>(a.workspace), p.image_bytes, p.coef, 1};
   }
+  template <class TIn>
+  __device__ __forceinline__ void convert_image(unsigned char*, int, int, int) const {}
   template <int NT>
   __device__ __forceinline__ void lanes(const RingItem&, int lane, int (&xoff)[NT], int& coff) const {
     const int cols = static_cast<int>(a.m) * EngineI8Masked::kSplit, g = lane >> 2;
