@@ -64,7 +64,13 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
     c.image_smem = 1024 + c.stages * kTq2V5StageBytes;
     c.overlap = c.grid <= sms;
     c.smem_bytes = static_cast<int>(total(c.stages));
-    c.stage_in_block = c.parts.parts == 1;
+    // In the block where it measured faster (session 11, A/B in one run on the H200, Qwen3-30B
+    // f16): K whole and either one conversion item a consumer warp per row (k <= 1024: down,
+    // k 768, 5-9% faster at m = 1..16) or at least 4 items a block to amortize it over (gate_up,
+    // k 2048, m = 16: 3.6% faster). gate_up at m = 1 and 4 (one or two items a block, two
+    // conversions a warp on the consumers' path) ran 2.7-3.5% slower in the block: staged there.
+    const std::int64_t items_per_block = (c.items + c.grid - 1) / c.grid;
+    c.stage_in_block = c.parts.parts == 1 && (groups <= kTq2V5Consumers || items_per_block >= 4);
     if (c.stage_in_block) return c;  // no workspace
     const std::int64_t image = c.image_rows * c.row_bytes;  // a multiple of 16
     c.counters_off = static_cast<std::size_t>(image);

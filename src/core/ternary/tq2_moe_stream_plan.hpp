@@ -46,9 +46,10 @@ struct Tq2MoeStreamConfig {
   int rows_cap = 0;             // the most image rows one block's items use
   int image_smem = 0;           // shared-memory offset of the block's image rows (from the 1024-aligned base)
   bool overlap = false;         // grid <= SMs: the kernel variant that overlaps a stage's groups (more registers)
-  // K whole (one part): no staging kernel; each block's consumers convert the activation rows it
-  // uses into shared memory themselves (one launch instead of two, no workspace). With parts, the
-  // staging kernel writes the image to the workspace and zeroes the part counters.
+  // No staging kernel: each block's consumers convert the activation rows it uses into shared
+  // memory themselves (one launch instead of two, no workspace). Only with K whole (one part:
+  // no counters to zero) and where it measured faster (the rule in tq2_moe_stream_config).
+  // Else the staging kernel writes the image to the workspace (and zeroes the part counters).
   bool stage_in_block = false;
   std::size_t counters_off = 0, partials_off = 0, workspace_bytes = 0;  // all 0 with stage_in_block
   friend bool operator==(const Tq2MoeStreamConfig&, const Tq2MoeStreamConfig&) = default;
