@@ -220,7 +220,8 @@ TEST(Tq2ExpertsGpu, StreamSm90GraphReplayWithChangingIds) {
 // both output dtypes, shared / slotted / [m, top_k, k] inputs with padded rows (odd pads: the
 // staging kernel's element loads), u32 / i32 / i64 ids with out-of-range ones, uniform, Zipf,
 // skewed and repeated routings; K whole and in parts (n 204 x k 640 makes 2 parts), rows past n
-// inside a 128-row box, one expert to 128, m to 16 and, forced, m = 40 with k 4096.
+// inside a 128-row box, one expert to 128, m to 16 and, forced, m = 40 with k 4096; the image
+// converted in the blocks, staged with K whole and staged with K in parts.
 TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -229,9 +230,10 @@ TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
   struct S { std::uint32_t m, top_k, n, k, experts; Routing routing; int oor; };
   const S shapes[] = {{1, 1, 8, 128, 1, Routing::Uniform, 0},     {2, 8, 384, 1024, 16, Routing::Uniform, 0},
                       {5, 2, 204, 640, 3, Routing::Repeats, 3},   {16, 8, 300, 768, 64, Routing::Zipf, 7},
-                      {3, 4, 136, 512, 16, Routing::Skewed, 5},   {40, 4, 136, 4096, 8, Routing::Uniform, 6}};
+                      {3, 4, 136, 512, 16, Routing::Skewed, 5},   {40, 4, 136, 4096, 8, Routing::Uniform, 6},
+                      {1, 8, 1536, 2048, 8, Routing::Uniform, 0}};  // K whole, staged (one item a block)
   std::uint64_t seed = 1300;
-  int in_block = 0, staged = 0;
+  int in_block = 0, staged = 0, staged_whole = 0;
   for (const S& s : shapes)
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
@@ -253,11 +255,13 @@ TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
           EXPECT_EQ(o.receipt.kernels_launched, cfg->stage_in_block ? 1 : 2) << c.describe();
           EXPECT_EQ(o.receipt.kernel.find("_inblock") != std::string::npos, cfg->stage_in_block) << o.receipt.kernel;
           ++(cfg->stage_in_block ? in_block : staged);
+          if (!cfg->stage_in_block && cfg->parts.parts == 1) ++staged_whole;
           EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
           if (s.oor) EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
         }
   EXPECT_GT(in_block, 0) << "no case converted its rows in the blocks";
-  EXPECT_GT(staged, 0) << "no case staged its rows (K in parts)";
+  EXPECT_GT(staged, staged_whole) << "no case staged its rows with K in parts";
+  EXPECT_GT(staged_whole, 0) << "no case staged its rows with K whole";
 }
 
 // NaN and +-Inf in the input reach the outputs as IEEE arithmetic makes them (the int8 digits
