@@ -82,7 +82,6 @@ struct RoutedMap {
   // coefficients of its unused columns 4..7), by the kTq2V5Consumers consumer warps.
   template <class TIn>
   __device__ __forceinline__ void convert_image(unsigned char* dst, int rows, int warp, int lane) const {
-    using E = EngineI8Masked;
     const cuda_moe::MoeArgs& g = a.g;
     const int groups = static_cast<int>(g.k / kTq2Group);
     const std::int64_t tk = p.slotted ? p.top_k : 1, slot_ld = p.slotted ? g.in_slot_stride : 0;
@@ -90,22 +89,10 @@ struct RoutedMap {
       const int j = item / groups, gl = item - j * groups;
       const std::int64_t i = first + j;
       const TIn* const in = static_cast<const TIn*>(g.in) + (i / tk) * g.in_token_stride + (i % tk) * slot_ld;
-      const float4 x = stream::load_x4<TIn>(in + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
-      unsigned char* const base = dst + j * p.row_bytes;
-      E::convert(x, lane, 0, base + p.xs_off + gl * E::kRecBytes, p.col_stride, reinterpret_cast<float2*>(base) + gl * 8);
+      stage_row_group_i8x4(in, gl, p.in_vec, lane, 0, dst + j * p.row_bytes, p.xs_off, p.col_stride, 8);
     }
-    constexpr int cols = E::kSplit, unused = 8 - cols;
-    const int zero_vecs = p.col_stride / 16, per_row = zero_vecs + groups * unused;
-    for (int t = warp * 32 + lane; t < rows * per_row; t += 32 * kTq2V5Consumers) {
-      const int j = t / per_row, w = t - j * per_row;
-      unsigned char* const base = dst + j * p.row_bytes;
-      if (w < zero_vecs) {
-        reinterpret_cast<uint4*>(base + p.xs_off + cols * p.col_stride)[w] = make_uint4(0, 0, 0, 0);
-      } else {
-        const int u = w - zero_vecs;
-        reinterpret_cast<float2*>(base)[(u / unused) * 8 + cols + u % unused] = make_float2(0.0f, 0.0f);
-      }
-    }
+    stage_fill_unused_i8x4(dst, rows, p.row_bytes, EngineI8Masked::kSplit, 8, groups, p.xs_off, p.col_stride, warp * 32 + lane,
+                           32 * kTq2V5Consumers);
   }
   // Lanes g < 4 read digit column g of the item's row, the others its zero column.
   template <int NT>

@@ -28,6 +28,35 @@ struct StageImage {
   int row_bytes = 0;
 };
 
+// One warp: group gl of the activation row at `row` converted into the image at `base`, as record
+// column(s) `col` (EngineI8Masked::convert) with `tile_cols` coefficient columns a group.
+template <class TIn>
+__device__ __forceinline__ void stage_row_group_i8x4(const TIn* row, int gl, bool in_vec, int lane, int col, unsigned char* base,
+                                                     int xs_off, int col_stride, int tile_cols) {
+  using E = EngineI8Masked;
+  const float4 x = stream::load_x4<TIn>(row + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, in_vec);
+  E::convert(x, lane, col, base + xs_off + gl * E::kRecBytes, col_stride, reinterpret_cast<float2*>(base) + gl * tile_cols);
+}
+
+// Thread t of `threads`: the rest of `images` images (`image_bytes` apart) whose first `cols` of
+// `tile_cols` record columns are written: each image's zero column (col_stride / 16 vectors),
+// then the coefficients of its unused columns, which the decode reads and must find zero.
+__device__ __forceinline__ void stage_fill_unused_i8x4(unsigned char* image, int images, std::int64_t image_bytes, int cols,
+                                                       int tile_cols, int groups, int xs_off, int col_stride, int t,
+                                                       int threads) {
+  const int unused = tile_cols - cols, zero_vecs = col_stride / 16, per_image = zero_vecs + groups * unused;
+  for (int i = t; i < images * per_image; i += threads) {
+    const int j = i / per_image, w = i - j * per_image;
+    unsigned char* const base = image + j * image_bytes;
+    if (w < zero_vecs) {
+      reinterpret_cast<uint4*>(base + xs_off + cols * col_stride)[w] = make_uint4(0, 0, 0, 0);
+    } else {
+      const int u = w - zero_vecs;
+      reinterpret_cast<float2*>(base)[(u / unused) * tile_cols + cols + u % unused] = make_float2(0.0f, 0.0f);
+    }
+  }
+}
+
 // One warp per (token, group) item writes that item's records and coefficients into the
 // workspace; the warps past the items write the zero column, the unused columns' coefficients
 // and the zero words. 256 threads a block.
@@ -47,25 +76,12 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
   if (item < items) {
     const int i = item / groups, gl = item - i * groups;
     const TIn* const in = static_cast<const TIn*>(a.in) + (i / p.top_k) * a.in_ld + (i % p.top_k) * p.slot_ld;
-    const float4 x = stream::load_x4<TIn>(in + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, p.in_vec);
-    unsigned char* const base = image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : 0);
-    E::convert(x, lane, own ? 0 : i, base + p.xs_off + gl * E::kRecBytes, col_stride,
-               reinterpret_cast<float2*>(base) + gl * tile_cols);
+    stage_row_group_i8x4(in, gl, p.in_vec, lane, own ? 0 : i, image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : 0),
+                         p.xs_off, col_stride, tile_cols);
     return;
   }
-  // Per image: its zero column (col_stride / 16 vectors), then its unused columns' coefficients.
   const int t = (item - items) * 32 + lane, threads = (static_cast<int>(gridDim.x) * 8 - items) * 32;
-  const int unused = tile_cols - cols, zero_vecs = col_stride / 16, per_image = zero_vecs + groups * unused;
-  for (int i = t; i < images * per_image; i += threads) {
-    const int j = i / per_image, w = i - j * per_image;
-    unsigned char* const base = image + static_cast<std::int64_t>(j) * p.row_bytes;
-    if (w < zero_vecs) {
-      reinterpret_cast<uint4*>(base + p.xs_off + cols * col_stride)[w] = make_uint4(0, 0, 0, 0);
-    } else {
-      const int u = w - zero_vecs;
-      reinterpret_cast<float2*>(base)[(u / unused) * tile_cols + cols + u % unused] = make_float2(0.0f, 0.0f);
-    }
-  }
+  stage_fill_unused_i8x4(image, images, p.row_bytes, cols, tile_cols, groups, p.xs_off, col_stride, t, threads);
   for (int i = t; i < p.zero_words; i += threads) p.zero[i] = 0u;
 }
 
