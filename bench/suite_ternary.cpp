@@ -11,6 +11,7 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "core/ternary/tq2_dequant_lt_plan.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "gpu/device_data.hpp"
@@ -84,8 +85,11 @@ void run_bf16_prefill(BenchEnv& env, const char* shape, std::int64_t m, std::int
   cuda_dense::CublasLtGemm lt(env.ctx.cublaslt_handle(), g, cuda_dense::LtMath::Default, Context::kCublasLtWorkspaceBytes);
   const bool hopper = env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0;
   struct R { Tq2Route route; const char* suffix; };
-  for (R r : {R{Tq2Route::Auto, "_bf16"}, R{Tq2Route::TiledSm90, "_bf16_tiled_sm90"}, R{Tq2Route::DequantLt, "_bf16_dequant_lt"}}) {
-    if (r.route == Tq2Route::TiledSm90 && !hopper) continue;
+  for (R r : {R{Tq2Route::Auto, "_bf16"}, R{Tq2Route::TiledSm90, "_bf16_tiled_sm90"},
+              R{Tq2Route::TiledSm90SplitK, "_bf16_tiled_sm90_splitk"}, R{Tq2Route::DequantLt, "_bf16_dequant_lt"}}) {
+    if ((r.route == Tq2Route::TiledSm90 || r.route == Tq2Route::TiledSm90SplitK) && !hopper) continue;
+    // K in parts only where the weight leaves parts > 1 (few feature tiles).
+    if (r.route == Tq2Route::TiledSm90SplitK && engine::tiled_sm90_tq2_split_parts(n, k) < 2) continue;
     Tq2Options o;
     o.force_route = r.route;
     Receipt receipt;

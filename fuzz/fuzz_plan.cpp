@@ -24,7 +24,7 @@ constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,   
                                        DenseRoute::Tiled,    DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
                                    Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt,
-                                   Tq2Route::TiledSm90};
+                                   Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
 
 ArchInfo consume_arch(FuzzedDataProvider& in) {
   ArchInfo a;
@@ -126,6 +126,16 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   // (232448: the sm_90 limit). m = 0 is sized as m = 1.
   const bool sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const std::int64_t m1 = m < 1 ? 1 : m;
+  // tq2_tiled_sm90_splitk's K parts (n and k only): min(132 / ceil(n / 128), k-blocks / 8, 16),
+  // evened out over the k-blocks (1 below 2); its units, tiles of 64 tokens x parts, < 2^31.
+  std::int64_t split_parts = 1;
+  bool split_units_ok = false;
+  if (valid && n < (std::int64_t{1} << 31) && k < (std::int64_t{1} << 31)) {
+    const std::int64_t tn = (n + 127) / 128, kb = (k + 63) / 64;
+    const std::int64_t p = std::min<std::int64_t>({132 / tn, kb / 8, 16});
+    if (p >= 2) split_parts = (kb + (kb + p - 1) / p - 1) / ((kb + p - 1) / p);
+    split_units_ok = m1 <= 0x7fffffff && ((m1 + 63) / 64) * tn <= 0x7fffffff / split_parts;
+  }
   const std::int64_t tiles = m1 <= 8 ? (m1 + 1) / 2 : 1;  // n8 tiles of four digit columns a token
   const bool v4_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
                        (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 3 * 8192 + tiles * 8192 <= 232448;
@@ -154,6 +164,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     bool engine = sm90 && is_16bit_float(dt) && m > 16 && m < (std::int64_t{1} << 31) &&
                   k < (std::int64_t{1} << 31) && n <= (std::int64_t{1} << 30) - 128;
     if (engine) engine = (m + 63) / 64 <= 0x7fffffff / ((n + 127) / 128);
+    bool engine_fills = false;
     if (engine) {
       const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
       std::int64_t best_cost = -1, best_tiles = 0;
@@ -162,8 +173,20 @@ void check_tq2_plan(FuzzedDataProvider& in) {
         if (best_cost < 0 || cost < best_cost) best_cost = cost, best_tiles = t;
       }
       const std::int64_t waves = (best_tiles + sms - 1) / sms;
-      engine = 4 * best_tiles >= 3 * sms && 10 * best_tiles >= 8 * waves * sms;
+      engine_fills = 4 * best_tiles >= 3 * sms && 10 * best_tiles >= 8 * waves * sms;
     }
+    // Else K in parts (split) up to m = 512 where the parts' units fill the SMs the same way.
+    const bool split = engine && !engine_fills && m <= 512 && split_parts > 1 && [&] {
+      const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
+      std::int64_t best_cost = -1, best_units = 0;
+      for (std::int64_t bn : {256, 128, 64}) {  // widths planned for 132 SMs
+        const std::int64_t u = ((m + bn - 1) / bn) * ((n + 127) / 128) * split_parts, cost = ((u + 131) / 132) * (bn + 192);
+        if (best_cost < 0 || cost < best_cost) best_cost = cost, best_units = u;
+      }
+      const std::int64_t waves = (best_units + sms - 1) / sms;
+      return split_units_ok && 4 * best_units >= 3 * sms && 10 * best_units >= 8 * waves * sms;
+    }();
+    engine = engine && engine_fills;
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
@@ -171,6 +194,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
                           : engine ? Tq2Route::TiledSm90
+                          : split ? Tq2Route::TiledSm90SplitK
                           : macs >= (u128{1} << 27) ? Tq2Route::DequantLt
                                                     : Tq2Route::Tiled;
     FUZZ_CHECK(*r == want, "plan_tq2 chose ", tq2_route_name(*r), ", the documented rule says ", tq2_route_name(want), ctx());
@@ -185,12 +209,14 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
   if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && v5_fits;
-  if (force == Tq2Route::TiledSm90) {
+  if (force == Tq2Route::TiledSm90 || force == Tq2Route::TiledSm90SplitK) {
     // The tiled engine: sm_90 exactly, m, n, k below 2^31 and at most 2^31 - 1 tiles of 64 x 128
     // (m = 0 counted as 1); the input's dtype is checked with precision by gemm_tq2 itself.
+    // Split: also at most 2^31 - 1 of those tiles times the K parts.
     constexpr std::int64_t kI32 = 0x7fffffff;
     const std::int64_t tm = m1 / 64 + (m1 % 64 != 0), tn = n / 128 + (n % 128 != 0);
-    accepts = accepts && sm90 && m1 <= kI32 && n <= kI32 && k <= kI32 && tm <= kI32 / tn;
+    accepts = accepts && sm90 && m1 <= kI32 && n <= (std::int64_t{1} << 30) - 128 && k <= kI32 && tm <= kI32 / tn;
+    if (force == Tq2Route::TiledSm90SplitK) accepts = accepts && split_units_ok;
   }
   FUZZ_CHECK(r.has_value() == accepts, "forced ", tq2_route_name(force), r ? " accepted" : " refused", ctx(), " ", why.message);
   if (r) FUZZ_CHECK(*r == force, "forced ", tq2_route_name(force), " returned ", tq2_route_name(*r));
@@ -231,7 +257,8 @@ void check_workspace(FuzzedDataProvider& in) {
     auto b = ws(r, &why);
     // The tiled engine takes no f32 Exact (it would need the activation's second f16 part).
     const bool f32_exact = in_dt == DType::F32 && o.precision == Precision::Exact;
-    if (!b && r == Tq2Route::TiledSm90 && f32_exact) {
+    const bool engine_route = r == Tq2Route::TiledSm90 || r == Tq2Route::TiledSm90SplitK;
+    if (!b && engine_route && f32_exact) {
       // Invalid sizes are refused first (InvalidArgument); valid ones for the precision.
       FUZZ_CHECK(why.code == ErrorCode::Unsupported || why.code == ErrorCode::InvalidArgument, why.message);
       if (small) FUZZ_CHECK(why.code == ErrorCode::Unsupported, "f32 Exact refused as ", why.message, ctx());
@@ -253,11 +280,18 @@ void check_workspace(FuzzedDataProvider& in) {
       FUZZ_CHECK(*b % 256 == 0 && *b >= static_cast<u128>(k) * 2 &&
                      *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2,
                  "dequant_lt workspace ", *b, ctx());
-    } else if (r == Tq2Route::TiledSm90) {
+    } else if (engine_route) {
       // The activation's f16 copy and two 256-byte sections (bf16, f32 Fast); none for f16.
+      // Split with K in parts: also an f32 slot of every output element per part.
       const u128 copy = static_cast<u128>(m) * static_cast<u128>(k) * 2;
       FUZZ_CHECK(!f32_exact, "tiled_sm90 workspace given for f32 Exact, which the engine refuses", ctx());
-      FUZZ_CHECK(in_dt == DType::F16 ? *b == 0 : (*b % 256 == 0 && *b >= copy + 512), "tiled_sm90 workspace ", *b, ctx());
+      const u128 tn = static_cast<u128>((n + 127) / 128), kb = static_cast<u128>(k / 64);
+      u128 parts = std::min<u128>({132 / tn, kb / 8, 16});
+      if (parts >= 2) parts = (kb + (kb + parts - 1) / parts - 1) / ((kb + parts - 1) / parts);
+      const u128 slots = r == Tq2Route::TiledSm90SplitK && parts >= 2 ? static_cast<u128>(m) * static_cast<u128>(n) * parts * 4 : 0;
+      const u128 scaled = in_dt == DType::F16 ? 0 : copy + 512;
+      FUZZ_CHECK(*b % 256 == 0 && *b >= scaled + slots && ((scaled + slots == 0) == (*b == 0)), tq2_route_name(r),
+                 " workspace ", *b, ctx());
     } else if (r == Tq2Route::StreamV4) {
       // The staged image: 4m + 1 record columns of k + 64 bytes (m <= 8 where it fits, else 0).
       if (*b > 0) FUZZ_CHECK(m >= 1 && m <= 8 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64),
@@ -271,7 +305,10 @@ void check_workspace(FuzzedDataProvider& in) {
       FUZZ_CHECK(*b == 0, tq2_route_name(r), " needs no workspace but got ", *b, ctx());
     } else {
       auto v2 = ws(Tq2Route::StreamV2), v4 = ws(Tq2Route::StreamV4), v5 = ws(Tq2Route::StreamV5), lt = ws(Tq2Route::DequantLt);
-      FUZZ_CHECK(v2 && v4 && v5 && lt && *b == std::max({*v2, *v4, *v5, *lt}), "Auto workspace ", *b, " is not the largest of v2 ",
+      // Auto may take the split route for a 16-bit input at m <= 512 wherever it runs.
+      std::optional<std::size_t> sk;
+      if ((in_dt == DType::F16 || in_dt == DType::BF16) && m <= 512) sk = ws(Tq2Route::TiledSm90SplitK);
+      FUZZ_CHECK(v2 && v4 && v5 && lt && *b == std::max({*v2, *v4, *v5, *lt, sk.value_or(0)}), "Auto workspace ", *b, " is not the largest of v2 ",
                  v2 ? std::to_string(*v2) : "refused", ", v4 ", v4 ? std::to_string(*v4) : "refused", ", v5 ",
                  v5 ? std::to_string(*v5) : "refused", " and dequant_lt ",
                  lt ? std::to_string(*lt) : "refused", ctx());

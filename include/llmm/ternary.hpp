@@ -161,13 +161,17 @@ enum class Tq2Route {
   TiledSm90,  // prefill: the Hopper tiled engine, codes decoded into register fragments (sm_90; f16,
               // bf16, or f32 Fast input: bf16/f32 go through a scaled f16 copy in the workspace);
               // Auto takes it for 16-bit input, m > 16, where its tiles fill the SMs
+  TiledSm90SplitK,  // TiledSm90 with each tile's K cut into parts (a function of n and k only, so
+                    // batch-invariant), summed in a fixed order: for weights with few 128-row
+                    // tiles (small n); Auto takes it where TiledSm90's tiles do not fill the SMs
+                    // and the parts' do, up to m = 512. Workspace for the parts' f32 sums.
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 
 struct Tq2Options {
   Precision precision = Precision::Exact;  // f32 input: Exact keeps f32 accuracy
   Tq2Route force_route = Tq2Route::Auto;
-  // Device workspace of DequantLt, of TiledSm90 (bf16/f32 input), of StreamV2 at m >= 3 and of StreamV4 (tq2_workspace_bytes; 256-byte
+  // Device workspace of DequantLt, of TiledSm90 (bf16/f32 input), of TiledSm90SplitK, of StreamV2 at m >= 3 and of StreamV4 (tq2_workspace_bytes; 256-byte
   // aligned, on the context's device, not used by any other work in flight). nullptr: the context's grow-only buffer, allocated by
   // the first call that needs more: a CUDA-graph capture must follow a warm-up call at the
   // largest shape (which also creates the context's cuBLASLt handle and workspace).

@@ -275,7 +275,8 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, h200), Tq2Route::TiledSm90);
   EXPECT_EQ(plan_tq2(128, 27648, 3072, DType::F16, h200), Tq2Route::TiledSm90);     // 216 tiles, 82% of 2 waves
   EXPECT_EQ(plan_tq2(1536, 3072, 3072, DType::BF16, h200), Tq2Route::DequantLt);   // 144 tiles: 55% of 2 waves
-  EXPECT_EQ(plan_tq2(128, 2560, 6912, DType::BF16, h200), Tq2Route::DequantLt);    // 40 tiles
+  EXPECT_EQ(plan_tq2(128, 2560, 6912, DType::BF16, h200), Tq2Route::TiledSm90SplitK);  // 20 tiles x 6 K parts
+  EXPECT_EQ(plan_tq2(1024, 2560, 6912, DType::BF16, h200), Tq2Route::DequantLt);        // past the split route's m
   EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::F32, h200), Tq2Route::DequantLt);
   EXPECT_EQ(plan_tq2(1536, 27648, 3072, DType::BF16, a100), Tq2Route::DequantLt);
   EXPECT_EQ(plan_tq2(32, 2048, 2048, DType::F32, h200), Tq2Route::DequantLt);  // exactly 2^27

@@ -123,8 +123,9 @@ TEST(BatchInvarianceGpu, Ternary) {
                        R{Tq2Route::Stream, {1, 5, 16}, true}, R{Tq2Route::StreamV3, {1, 2}, true},
                        R{Tq2Route::StreamV4, {1, 2, 5, 8}, true}, R{Tq2Route::StreamV5, {1, 2, 5, 8}, true},
                        R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false},
-                       R{Tq2Route::TiledSm90, {1, 17, 100, 300}, true}}) {
-      const bool engine = r.route == Tq2Route::TiledSm90;
+                       R{Tq2Route::TiledSm90, {1, 17, 100, 300}, true},
+                       R{Tq2Route::TiledSm90SplitK, {1, 17, 100, 300}, true}}) {  // n 520, k 1024: 2 K parts
+      const bool engine = r.route == Tq2Route::TiledSm90 || r.route == Tq2Route::TiledSm90SplitK;
       if ((r.route == Tq2Route::StreamV4 || r.route == Tq2Route::StreamV5 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
       HostTensor x0 = host_tensor(t, {1, k});
       fill_random(x0.view, 21);

@@ -191,15 +191,16 @@ TEST(CaptureGpu, TernaryEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  const std::int64_t n = 200, k = 384;
-  std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(n, k, 5);
-  WeightHandle w = cache.get_or_upload(1, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
-  std::vector<float> wf = tq2_dequantize(blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
-  struct R { Tq2Route route; std::int64_t m; };
+  const std::int64_t n = 200;
+  struct R { Tq2Route route; std::int64_t m; std::int64_t k = 384; };
   for (R rt : {R{Tq2Route::Naive, 5}, R{Tq2Route::Stream, 5}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
                R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 2}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
-               R{Tq2Route::TiledSm90, 40}}) {
-    const bool engine = rt.route == Tq2Route::TiledSm90;
+               R{Tq2Route::TiledSm90, 40}, R{Tq2Route::TiledSm90SplitK, 40, 1664}}) {  // 1664: 3 K parts
+    const std::int64_t k = rt.k;
+    std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(n, k, 5);
+    WeightHandle w = cache.get_or_upload(static_cast<std::uint64_t>(k), blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
+    std::vector<float> wf = tq2_dequantize(blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
+    const bool engine = rt.route == Tq2Route::TiledSm90 || rt.route == Tq2Route::TiledSm90SplitK;
     if ((rt.route == Tq2Route::StreamV4 || rt.route == Tq2Route::StreamV5 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
     HostTensor in = host_tensor_3d(DType::F32, 1, rt.m, k, 4), out = host_tensor_3d(DType::F32, 1, rt.m, n, 4);
     fill_random(in.view, 7);

@@ -1,5 +1,6 @@
 // gemm_tq2's tq2_tiled_sm90 route (the Hopper tiled engine with the TQ2 decoder: codes by TMA,
-// decoded by the consumers into register fragments) on the GPU: random sweeps against float64 over input/output dtypes, shapes that are
+// decoded by the consumers into register fragments) and its K-in-parts form tq2_tiled_sm90_splitk
+// on the GPU: random sweeps against float64 over input/output dtypes, shapes that are
 // not tile multiples, every tile width, strides with poisoned padding, wide input ranges and an
 // all-zero scale group; NaN/Inf propagation; the caller-workspace rule; determinism; and each
 // refusal (f32 Exact, a misaligned f16 input, another GPU) before anything is launched.
@@ -192,6 +193,114 @@ TEST(Tq2TiledSm90Gpu, RefusalsLaunchNothing) {
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
   run(DType::BF16, 256, {}, ErrorCode::Cuda, "injected: tq2_lt_absmax_bf16");
   run(DType::F16, 256, {}, ErrorCode::Cuda, "injected: tiled_sm90_tq2_f16_f32_bn64");
+  EXPECT_TRUE(rec.launched.empty());
+  ctx.set_launch_recorder(nullptr);
+}
+
+// tq2_tiled_sm90_splitk: each tile's K in parts summed in part order by the last part to arrive.
+// Shapes whose n leaves parts > 1 (checked), m off every tile width, uneven last parts (k-blocks
+// not a multiple of the parts), n not a multiple of 8, all dtypes, strides with poisoned padding,
+// a zero scale group; then bitwise determinism and that Auto takes it where the plan says.
+TEST(Tq2TiledSm90Gpu, SplitKSweepAgainstFloat64) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90_splitk is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct Shape { std::int64_t m, n, k; };
+  const Shape shapes[] = {{1, 136, 1024},  {17, 200, 1664},  {65, 1000, 1280}, {300, 520, 2048},
+                          {128, 3072, 3072}, {513, 333, 4096}, {40, 2051, 1152}};
+  std::set<int> parts_seen;
+  std::uint64_t seed = 5000;
+  for (const Shape& s : shapes)
+    for (DType in : {DType::F16, DType::BF16, DType::F32})
+      for (DType out : {DType::F32, in}) {
+        if (in == DType::F32 && out != DType::F32) continue;
+        const int parts = engine::tiled_sm90_tq2_split_parts(s.n, s.k);
+        ASSERT_GT(parts, 1) << s.n << " x " << s.k;
+        parts_seen.insert(parts);
+        Tq2Case c;
+        c.m = s.m, c.n = s.n, c.k = s.k, c.route = Tq2Route::TiledSm90SplitK, c.in_dtype = in, c.out_dtype = out;
+        c.precision = Precision::Fast;
+        c.pad = in == DType::F16 ? 8 * (s.m % 2) : s.m % 5;
+        c.seed_input = false, c.seed = ++seed;
+        c.wide_exp = in == DType::F16 ? 4 : 12;
+        c.zero_group = true;
+        c.caller_workspace = s.m % 2 == 0;
+        Tq2Outcome o = run_tq2_case(ctx, cache, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_TRUE(o.padding_untouched) << c.describe();
+        EXPECT_TRUE(o.any_nonzero) << c.describe();
+        EXPECT_EQ(o.receipt.route, "tq2_tiled_sm90_splitk");
+        EXPECT_EQ(o.receipt.kernels_launched, in == DType::F16 ? 2 : 4) << o.receipt.kernel;  // + the counters' memset
+        const std::string tail = "_k" + std::to_string(parts);
+        EXPECT_EQ(o.receipt.kernel.substr(o.receipt.kernel.size() - tail.size()), tail) << o.receipt.kernel;
+        if (s.m == 128 && in == DType::BF16) {  // bitwise the same on a second run
+          Tq2Outcome again = run_tq2_case(ctx, cache, c);
+          EXPECT_EQ(o.out_bytes, again.out_bytes) << c.describe() << " is not bitwise deterministic";
+        }
+      }
+  EXPECT_GE(parts_seen.size(), 4u);
+  // Auto: dit_out at m 128 (24 tiles) takes the split route, and agrees with float64.
+  Tq2Case c;
+  c.m = 128, c.n = 3072, c.k = 3072, c.route = Tq2Route::Auto, c.in_dtype = DType::BF16, c.out_dtype = DType::BF16;
+  c.precision = Precision::Fast, c.seed_input = false, c.seed = 5100;
+  Tq2Outcome o = run_tq2_case(ctx, cache, c);
+  EXPECT_EQ(o.receipt.route, "tq2_tiled_sm90_splitk");
+  EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+}
+
+TEST(Tq2TiledSm90Gpu, SplitKNonFiniteAndRefusals) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) {
+    expect_error([&] { plan_tq2(64, 64, 2048, DType::BF16, ctx.arch(), Tq2Route::TiledSm90SplitK); },
+                 ErrorCode::Unsupported, "the Hopper tiled engine is built for sm_90a only");
+    return;
+  }
+  TernaryWeightCache cache(ctx);
+  std::uint64_t seed = 5200;
+  for (std::int64_t m : {1, 40, 300})
+    for (DType in : {DType::F16, DType::BF16}) {
+      Tq2Case c;
+      c.m = m, c.n = 200, c.k = 1664, c.route = Tq2Route::TiledSm90SplitK, c.precision = Precision::Fast, c.in_dtype = in;
+      c.seed_input = false, c.nonfinite_every = m == 1 ? 1 : 3, c.seed = ++seed;
+      Tq2Outcome o = run_tq2_case(ctx, cache, c);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+      EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
+    }
+  // An f16 input needs a workspace on this route (the parts' slots): a short one is refused
+  // before anything runs, as is an injected failure of the memset or the kernel.
+  const std::int64_t n = 200, k = 1664;
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(n, k, 5);
+  WeightHandle w = cache.get_or_upload(77, b.data(), bytes_of(b), n, k);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  HostTensor in = host_tensor(DType::F16, {4, k}), out = host_tensor(DType::F32, {4, n});
+  fill_random(in.view, 11);
+  std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
+  out.bytes = poison_bytes;
+  out.view.data = out.bytes.data();
+  DeviceTensor din = to_device(in), dout = to_device(out);
+  Tq2Options o;
+  o.force_route = Tq2Route::TiledSm90SplitK;
+  const std::size_t need = tq2_workspace_bytes(4, n, k, DType::F16, DType::F32, o);
+  ASSERT_GT(need, 0u);
+  DeviceBuffer ws(need);
+  o.workspace = ws.data(), o.workspace_bytes = need - 1;
+  expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
+               "bytes route tq2_tiled_sm90_splitk needs for m 4, n 200, k 1664 (f16)");
+  o.workspace_bytes = need;
+  for (const char* injected : {"tq2_split_counters_zero", "tiled_sm90_tq2_f16_f32_bn64_k3"}) {
+    const std::string name = injected;
+    rec.before_launch = [name](const std::string& kn) {
+      if (kn == name) fail(ErrorCode::Cuda, "injected: ", kn);
+    };
+    expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::Cuda, "injected: " + name);
+  }
+  ctx.synchronize();
+  std::vector<unsigned char> back(out.bytes.size());
+  copy_to_host(back.data(), dout.buffer.data(), back.size());
+  EXPECT_EQ(back, poison_bytes);
   EXPECT_TRUE(rec.launched.empty());
   ctx.set_launch_recorder(nullptr);
 }

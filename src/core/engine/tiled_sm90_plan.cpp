@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/vec16.hpp"
+#include "llmm/checked.hpp"
 
 namespace llmm::engine {
 namespace {
@@ -169,8 +170,63 @@ std::string tiled_sm90_tq2_moe_kernel_name(DType out) {
   return "tiled_sm90_tq2_moe_f16_" + std::string(dtype_name(out)) + "_bn256x" + std::to_string(kTiledNarrowBN) + "_staged";
 }
 
-std::string tiled_sm90_tq2_kernel_name(DType out, int bn) {
-  return "tiled_sm90_tq2_f16_" + std::string(dtype_name(out)) + "_bn" + std::to_string(bn);
+std::string tiled_sm90_tq2_kernel_name(DType out, int bn, int parts) {
+  return "tiled_sm90_tq2_f16_" + std::string(dtype_name(out)) + "_bn" + std::to_string(bn) +
+         (parts > 1 ? "_k" + std::to_string(parts) : "");
+}
+
+int tiled_sm90_tq2_split_parts(std::int64_t n, std::int64_t k) {
+  const std::int64_t sms = kDefaultSms;
+  const std::int64_t kblocks = ceil_div(k, kTiledBK);
+  std::int64_t parts = std::min<std::int64_t>({sms / ceil_div(n, kTiledBM), kblocks / 8, 16});
+  if (parts < 2) return 1;
+  return static_cast<int>(ceil_div(kblocks, ceil_div(kblocks, parts)));  // no empty part
+}
+
+TiledSm90Launch tiled_sm90_tq2_split_launch(std::int64_t m, std::int64_t n, std::int64_t k, int sm_count) {
+  const std::int64_t sms = kDefaultSms;  // the plan's SMs; the grid's are sm_count's
+  const int parts = tiled_sm90_tq2_split_parts(n, k);
+  const std::int64_t kblocks = ceil_div(k, kTiledBK);
+  TiledSm90Launch best;
+  std::int64_t best_cost = -1;
+  for (int bn : {256, 128, 64}) {  // as tiled_sm90_tq2_launch, over the units
+    const std::int64_t tiles = ceil_div(m, bn) * ceil_div(n, kTiledBM);
+    const std::int64_t cost = ceil_div(tiles * parts, sms) * (bn + 192);
+    if (best_cost < 0 || cost < best_cost) best_cost = cost, best.bn = bn, best.tiles = tiles;
+  }
+  best.parts = parts;
+  best.kb_per_part = static_cast<int>(ceil_div(kblocks, parts));
+  best.smem_bytes = tiled_sm90_tq2_shape(best.bn).fixed_smem_bytes();
+  best.grid = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(best.tiles * parts, sm_count > 0 ? sm_count : sms)));
+  return best;
+}
+
+std::string tiled_sm90_tq2_split_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
+                                         bool exact) {
+  std::string why = tiled_sm90_tq2_shape_refusal(m, n, k, in, out, exact);
+  if (!why.empty()) return why;
+  if (ceil_div(m, 64) * ceil_div(n, kTiledBM) > kMaxTiles / tiled_sm90_tq2_split_parts(n, k))
+    return "more than 2^31 - 1 work units (tiles x K parts)";
+  return "";
+}
+
+std::uint64_t tiled_sm90_tq2_split_slot_bytes(const TiledSm90Launch& l) {
+  if (l.parts < 2) return 0;
+  constexpr const char* kWhat = "tiled_sm90 split slots";
+  const std::uint64_t units = checked_mul(to_u64(l.tiles, kWhat), to_u64(l.parts, kWhat), kWhat);
+  return checked_mul(units, checked_mul(512u, to_u64(l.bn, kWhat), kWhat), kWhat);  // 2 x 64 x bn floats
+}
+
+std::uint64_t tiled_sm90_tq2_split_counter_bytes(const TiledSm90Launch& l) {
+  return l.parts < 2 ? 0 : static_cast<std::uint64_t>(l.tiles) * 2u * 4u;
+}
+
+bool tiled_sm90_tq2_split_preferred(std::int64_t m, std::int64_t n, std::int64_t k, int sm_count) {
+  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
+  const TiledSm90Launch l = tiled_sm90_tq2_split_launch(m, n, k, sm_count);
+  if (l.parts < 2 || m > kTiledSm90Tq2SplitMaxM) return false;
+  const std::int64_t units = l.tiles * l.parts, waves = ceil_div(units, sms);
+  return 4 * units >= 3 * sms && 10 * units >= 8 * waves * sms;
 }
 
 }  // namespace llmm::engine

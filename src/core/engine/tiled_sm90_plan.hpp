@@ -35,6 +35,8 @@ struct TiledSm90Launch {
   int grid = 0;        // persistent CTAs
   std::int64_t tiles = 0;  // dense: the tiles; moe: an upper bound (the real count is on the device)
   bool staged = false;     // moe: tokens from rows staged in expert order (moe_stage_rows), else gathered
+  int parts = 1;           // tq2 split: each tile's K in `parts` parts of kb_per_part 64-wide k-blocks
+  int kb_per_part = 0;
   friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
 };
 
@@ -80,8 +82,34 @@ TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_cou
 // the launch fills the SMs, at least 3/4 of them with tiles and its waves at least 80% full.
 // Fewer or ragged waves lose to dequantizing the weight for cuBLASLt until split-K exists.
 bool tiled_sm90_tq2_preferred(std::int64_t m, std::int64_t n, int sm_count);
-// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256
-std::string tiled_sm90_tq2_kernel_name(DType out, int bn);
+// tiled_sm90_tq2_f16_<out>_bn<bn>, e.g. tiled_sm90_tq2_f16_bf16_bn256; with K in parts
+// (tiled_sm90_tq2_split_launch) _k<parts>, e.g. tiled_sm90_tq2_f16_bf16_bn128_k5
+std::string tiled_sm90_tq2_kernel_name(DType out, int bn, int parts = 1);
+
+// ---- tq2 with K in parts (gemm_tq2's tiled_sm90_splitk route, for few feature tiles)
+// The parts a tile's K is cut into: as many as let one token tile's worth of units fill 132 SMs
+// (132 / ceil(n / 128)), at most one per 8 k-blocks (a part streams >= 512 of K), at most 16,
+// then evened out so that no part is empty. A function of n, k and the SM count only, never of
+// m (nor of the device): the route stays batch-invariant. 1 when n alone fills the SMs.
+int tiled_sm90_tq2_split_parts(std::int64_t n, std::int64_t k);
+// Why the split launch cannot take the problem ("" when it can): tiled_sm90_tq2_shape_refusal's
+// reasons, and more than 2^31 - 1 work units (tiles of 64 tokens x parts: the kernel's unit index is an int).
+std::string tiled_sm90_tq2_split_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out,
+                                         bool exact);
+// The launch: those parts, and the tile width with the fewest waves of units x per-stage cost,
+// both planned for 132 SMs whatever sm_count is (so the workspace does not depend on the
+// device); sm_count sets only the grid.
+TiledSm90Launch tiled_sm90_tq2_split_launch(std::int64_t m, std::int64_t n, std::int64_t k, int sm_count);
+// Workspace of a split launch: the parts' f32 slots [tiles][parts][2][64 x bn] and two u32
+// counters a tile (zeroed before each launch). Overflow-checked (InvalidArgument).
+std::uint64_t tiled_sm90_tq2_split_slot_bytes(const TiledSm90Launch& l);
+std::uint64_t tiled_sm90_tq2_split_counter_bytes(const TiledSm90Launch& l);
+// Whether gemm_tq2's router should take the split route for an [m, n, k] prefill the unsplit
+// engine is not preferred for: K in parts (parts > 1) and m small enough (docs/performance.md,
+// "K in parts"), and the units filling the SMs as tiled_sm90_tq2_preferred asks of tiles.
+bool tiled_sm90_tq2_split_preferred(std::int64_t m, std::int64_t n, std::int64_t k, int sm_count);
+// The largest m the router sends to the split route.
+inline constexpr std::int64_t kTiledSm90Tq2SplitMaxM = 512;
 
 // ---- tq2 moe
 // Why the tq2 moe instance cannot take a matmul_id_tq2 call ("" when it can): sm_90; f16 input,

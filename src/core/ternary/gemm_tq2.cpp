@@ -92,15 +92,18 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
   // The engine reads an f16 input by TMA (16-byte aligned base, row stride a multiple of 8): the
   // router sends any other f16 input to DequantLt rather than refuse it (forced, it is refused).
-  if (c.route == Tq2Route::TiledSm90 && o.force_route == Tq2Route::Auto && in.dtype == DType::F16 &&
+  const bool engine = c.route == Tq2Route::TiledSm90 || c.route == Tq2Route::TiledSm90SplitK;
+  if (engine && o.force_route == Tq2Route::Auto && in.dtype == DType::F16 &&
       (reinterpret_cast<std::uintptr_t>(in.data) % 16 != 0 || c.args.in_ld % 8 != 0))
     c.route = Tq2Route::DequantLt;
-  if (c.route == Tq2Route::TiledSm90) {
-    const std::string why =
-        engine::tiled_sm90_tq2_refusal(m, w->n(), w->k(), in.dtype, out.dtype, c.args.exact, ctx.arch());
+  if (c.route == Tq2Route::TiledSm90 || c.route == Tq2Route::TiledSm90SplitK) {
+    std::string why = engine::tiled_sm90_tq2_refusal(m, w->n(), w->k(), in.dtype, out.dtype, c.args.exact, ctx.arch());
+    if (why.empty() && c.route == Tq2Route::TiledSm90SplitK)
+      why = engine::tiled_sm90_tq2_split_refusal(m, w->n(), w->k(), in.dtype, out.dtype, c.args.exact);
     if (!why.empty())
-      fail(ErrorCode::Unsupported, kOp, ": route tq2_tiled_sm90 cannot run (m: ", m, ", n: ", w->n(), ", k: ", w->k(),
-           ", ", dtype_name(in.dtype), " -> ", dtype_name(out.dtype), c.args.exact ? ", exact" : ", fast", "): ", why);
+      fail(ErrorCode::Unsupported, kOp, ": route ", tq2_route_name(c.route), " cannot run (m: ", m, ", n: ", w->n(),
+           ", k: ", w->k(), ", ", dtype_name(in.dtype), " -> ", dtype_name(out.dtype), c.args.exact ? ", exact" : ", fast",
+           "): ", why);
   }
   return c;
 }
@@ -143,6 +146,7 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::Tiled: return "tq2_tiled";
     case Tq2Route::DequantLt: return "tq2_dequant_lt";
     case Tq2Route::TiledSm90: return "tq2_tiled_sm90";
+    case Tq2Route::TiledSm90SplitK: return "tq2_tiled_sm90_splitk";
   }
   return "?";
 }
@@ -180,9 +184,11 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
         why = "the whole K's activation does not fit in shared memory beside the ring";
     }
     std::string engine_why;
-    if (force == Tq2Route::TiledSm90 && cuda) {
+    if ((force == Tq2Route::TiledSm90 || force == Tq2Route::TiledSm90SplitK) && cuda) {
       // Precision is not known here: the engine's f32 Exact refusal comes from validate().
       engine_why = engine::tiled_sm90_tq2_refusal(m < 1 ? 1 : m, n, k, in_dtype, in_dtype, false, arch);
+      if (engine_why.empty() && force == Tq2Route::TiledSm90SplitK)
+        engine_why = engine::tiled_sm90_tq2_split_refusal(m < 1 ? 1 : m, n, k, in_dtype, in_dtype, false);
       if (!engine_why.empty()) why = engine_why.c_str();
     }
     if (why)
@@ -218,6 +224,12 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
       engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
       engine::tiled_sm90_tq2_preferred(m, n, arch.sm_count))
     return Tq2Route::TiledSm90;
+  // Few tiles (small n): the same engine with K in parts where those fill the SMs, up to m = 512
+  // (tiled_sm90_tq2_split_preferred; docs/performance.md "K in parts").
+  if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
+      engine::tiled_sm90_tq2_split_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
+      engine::tiled_sm90_tq2_split_preferred(m, n, k, arch.sm_count))
+    return Tq2Route::TiledSm90SplitK;
   // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so
   // each wave of tiles costs ~45 ns per unit of k (140 us at k = 3072) however small m is.
   // DequantLt costs ~5 launches (~15 us), the f16 weight written once and cuBLASLt's tensor-core

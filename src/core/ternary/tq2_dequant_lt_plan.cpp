@@ -121,17 +121,25 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
   const std::size_t stage_v4 = cuda_ternary::tq2_stream_v4_stage_bytes(m, k);
   if (opts.force_route == Tq2Route::StreamV4) return stage_v4;
   if (opts.force_route == Tq2Route::StreamV5) return cuda_ternary::tq2_stream_v5_workspace_bytes(m, n, k);
-  if (opts.force_route == Tq2Route::TiledSm90) {
-    const std::string why = engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, out_dtype, exact);
+  const bool split = opts.force_route == Tq2Route::TiledSm90SplitK;
+  if (opts.force_route == Tq2Route::TiledSm90 || split) {
+    const std::string why = split ? engine::tiled_sm90_tq2_split_refusal(m, n, k, in_dtype, out_dtype, exact)
+                                  : engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, out_dtype, exact);
     if (!why.empty())
-      fail(ErrorCode::Unsupported, "tq2_workspace_bytes: route tq2_tiled_sm90 cannot run (m: ", m, ", n: ", n, ", k: ", k,
-           "): ", why);
-    return cuda_ternary::tq2_tiled_sm90_plan(m, n, k, in_dtype, out_dtype, exact, 0).bytes;
+      fail(ErrorCode::Unsupported, "tq2_workspace_bytes: route ", tq2_route_name(opts.force_route), " cannot run (m: ", m,
+           ", n: ", n, ", k: ", k, "): ", why);
+    return cuda_ternary::tq2_tiled_sm90_plan(m, n, k, in_dtype, out_dtype, exact, 0, split).bytes;
   }
   if (opts.force_route != Tq2Route::Auto && opts.force_route != Tq2Route::DequantLt) return 0;
   const std::size_t lt = cuda_ternary::tq2_lt_plan(m, n, k, in_dtype, out_dtype, exact, opts.dequant_chunk_rows).bytes;
   if (opts.force_route == Tq2Route::DequantLt) return lt;
-  return std::max({stage, stage_v4, cuda_ternary::tq2_stream_v5_workspace_bytes(m, n, k), lt});
+  // Auto may take the split route (16-bit input, m <= 512): its slots and counters. The plan
+  // does not depend on the SM count (tiled_sm90_tq2_split_launch), so neither does this.
+  std::size_t split_bytes = 0;
+  if ((in_dtype == DType::F16 || in_dtype == DType::BF16) && m <= engine::kTiledSm90Tq2SplitMaxM &&
+      engine::tiled_sm90_tq2_split_refusal(m, n, k, in_dtype, out_dtype, exact).empty())
+    split_bytes = cuda_ternary::tq2_tiled_sm90_plan(m, n, k, in_dtype, out_dtype, exact, 0, true).bytes;
+  return std::max({stage, stage_v4, cuda_ternary::tq2_stream_v5_workspace_bytes(m, n, k), lt, split_bytes});
 }
 
 }  // namespace llmm

@@ -16,25 +16,36 @@ std::uint64_t align_up(std::uint64_t v) { return checked_add(v, kTq2LtAlign - 1,
 }  // namespace
 
 Tq2TiledSm90Plan tq2_tiled_sm90_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
-                                     int sm_count) {
-  const std::string why = engine::tiled_sm90_tq2_shape_refusal(m, n, k, in, out, exact);
+                                     int sm_count, bool split) {
+  const std::string why = split ? engine::tiled_sm90_tq2_split_refusal(m, n, k, in, out, exact)
+                                : engine::tiled_sm90_tq2_shape_refusal(m, n, k, in, out, exact);
   if (!why.empty())
     fail(ErrorCode::InvalidArgument, "tq2_tiled_sm90: m ", m, ", n ", n, ", k ", k, " (", dtype_name(in), " -> ",
          dtype_name(out), exact ? ", exact" : ", fast", "): ", why);
   Tq2TiledSm90Plan p;
   p.scaled = in != DType::F16;
-  p.launch = engine::tiled_sm90_tq2_launch(m, n, sm_count);
-  p.engine_kernel = engine::tiled_sm90_tq2_kernel_name(out, p.launch.bn);
-  if (!p.scaled) return p;
-  // The same sections as tq2_dequant_lt's (its absmax and split kernels write them).
-  p.absmax_blocks = static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks));
-  p.scalars_off = 0;
-  p.partial_off = kTq2LtAlign;
-  p.part_off = static_cast<std::size_t>(align_up(kTq2LtAlign + 4u * static_cast<std::uint64_t>(p.absmax_blocks)));
-  const std::uint64_t part = checked_mul(checked_mul(to_u64(m, kWhat), to_u64(k, kWhat), kWhat), 2, kWhat);
-  p.bytes = to_usize(checked_add(p.part_off, align_up(part), kWhat), kWhat);
-  p.absmax_kernel = "tq2_lt_absmax_" + std::string(dtype_name(in));
-  p.split_kernel = "tq2_lt_split_" + std::string(dtype_name(in)) + "_f16x1";
+  p.launch = split ? engine::tiled_sm90_tq2_split_launch(m, n, k, sm_count) : engine::tiled_sm90_tq2_launch(m, n, sm_count);
+  p.engine_kernel = engine::tiled_sm90_tq2_kernel_name(out, p.launch.bn, p.launch.parts);
+  std::uint64_t end = 0;
+  if (p.scaled) {
+    // The same sections as tq2_dequant_lt's (its absmax and split kernels write them).
+    p.absmax_blocks = static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks));
+    p.scalars_off = 0;
+    p.partial_off = kTq2LtAlign;
+    p.part_off = static_cast<std::size_t>(align_up(kTq2LtAlign + 4u * static_cast<std::uint64_t>(p.absmax_blocks)));
+    const std::uint64_t part = checked_mul(checked_mul(to_u64(m, kWhat), to_u64(k, kWhat), kWhat), 2, kWhat);
+    end = checked_add(p.part_off, align_up(part), kWhat);
+    p.absmax_kernel = "tq2_lt_absmax_" + std::string(dtype_name(in));
+    p.split_kernel = "tq2_lt_split_" + std::string(dtype_name(in)) + "_f16x1";
+  }
+  if (p.launch.parts > 1) {
+    p.slots_off = to_usize(end, kWhat);
+    end = checked_add(end, align_up(engine::tiled_sm90_tq2_split_slot_bytes(p.launch)), kWhat);
+    p.counters_off = to_usize(end, kWhat);
+    p.counter_bytes = to_usize(engine::tiled_sm90_tq2_split_counter_bytes(p.launch), kWhat);
+    end = checked_add(end, align_up(p.counter_bytes), kWhat);
+  }
+  p.bytes = to_usize(end, kWhat);
   return p;
 }
 

@@ -11,6 +11,9 @@
 //                that max |x| lands in [2^14, 2^15): exact for bf16 (8 significant bits) down to
 //                2^-31 max |x|, f32 rounded to 11 bits (Fast); the engine's epilogue multiplies
 //                by 2^e (a device float beside the part). Three kernels.
+// The split route (tiled_sm90_splitk: K in parts, for few feature tiles) adds the parts' f32
+// slots and the tiles' counters to the workspace (any input dtype), and zeroes the counters
+// (cudaMemsetAsync) before the engine runs.
 // The weight is decoded to f16 (code - 1) * scale, exact, so every product is exact and the
 // accumulation is f32, in one fixed order per output (batch-invariant, run-to-run identical).
 #pragma once
@@ -30,14 +33,16 @@ struct Tq2TiledSm90Plan {
   std::size_t scalars_off = 0;  // 4 floats from tq2_lt_split: {2^e, 2^(e - 11), 0, 1}
   std::size_t partial_off = 0;  // absmax_blocks floats
   std::size_t part_off = 0;     // [m][k] f16
+  // Split only: the engine's slots and counters (tiled_sm90_tq2_split_slot_bytes / _counter_bytes).
+  std::size_t slots_off = 0, counters_off = 0, counter_bytes = 0;
   std::size_t bytes = 0;
   engine::TiledSm90Launch launch;
   std::string absmax_kernel, split_kernel, engine_kernel;  // the first two empty unless scaled
 };
 
 // Plan for a problem tiled_sm90_tq2_refusal accepts (throws InvalidArgument naming the reason
-// otherwise); sm_count 0 = 132.
+// otherwise); sm_count 0 = 132. split: the tiled_sm90_splitk route (tiled_sm90_tq2_split_launch).
 Tq2TiledSm90Plan tq2_tiled_sm90_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,
-                                     int sm_count);
+                                     int sm_count, bool split = false);
 
 }  // namespace llmm::cuda_ternary

@@ -23,8 +23,10 @@ void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l,
 // out = x . W^T with W [n, k] decoded from g.codes / g.scales_t by the consumers; g.in is the f16
 // activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;
 // alpha: nullptr or a device float that multiplies every output. `l` from tq2_tiled_sm90_plan.
+// With K in parts (l.parts > 1): `slots` (tiled_sm90_tq2_split_slot_bytes) and `counters`
+// (tiled_sm90_tq2_split_counter_bytes), which this zeroes on the stream before the kernel.
 void launch_tiled_sm90_tq2(const cuda_ternary::Tq2Args& g, const float* alpha, const TiledSm90Launch& l,
-                           StreamHandle stream);
+                           StreamHandle stream, float* slots = nullptr, std::uint32_t* counters = nullptr);
 
 // matmul_id_tq2's grouped GEMM over a stack of ternary experts, after launch_moe_map and
 // launch_moe_stage_rows on the same stream (a.g's counts, rows and f16 staged rows written);

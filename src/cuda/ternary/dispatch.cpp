@@ -18,7 +18,8 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   std::string name;
   if (!cuda_ternary::tq2_args_ok(g)) fail(ErrorCode::Internal, "gemm_tq2: validated arguments rejected by the kernels");
   if (route == Tq2Route::DequantLt) return run_tq2_dequant_lt(ctx, g, before);  // several kernels
-  if (route == Tq2Route::TiledSm90) return run_tq2_tiled_sm90(ctx, g, before);
+  if (route == Tq2Route::TiledSm90 || route == Tq2Route::TiledSm90SplitK)
+    return run_tq2_tiled_sm90(ctx, g, before, route == Tq2Route::TiledSm90SplitK);
   switch (route) {
     case Tq2Route::Naive: name = cuda_ternary::tq2_naive_kernel_name(g); break;
     case Tq2Route::Stream:

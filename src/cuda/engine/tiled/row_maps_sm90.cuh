@@ -32,6 +32,11 @@ struct DenseRowsParams {
   void* out = nullptr;                     // c
   std::int64_t out_ld = 0, out_batch = 0;  // elements
   bool vec_ok = false;                 // 4-element vector stores of output rows are aligned
+  // K in parts (tiled_sm90a.cuh): parts > 1 splits each tile's k-blocks into parts of
+  // kb_per_part; partials: [tiles][parts][2][64 x BN] f32 slots, counters: [tiles][2], zero.
+  int parts = 1, kb_per_part = 0;
+  float* partials = nullptr;
+  std::uint32_t* counters = nullptr;
 };
 
 template <int BN>
@@ -39,6 +44,7 @@ struct DenseRows {
   using Params = DenseRowsParams;
   static constexpr bool kGather = false;
   static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
+  static constexpr bool kSplitK = true;    // Params::parts may split K
 
   const Params& p;
   __device__ DenseRows(const Params& params, std::uint8_t* /*extra*/) : p(params) {}
@@ -99,6 +105,7 @@ struct ExpertRows {
   // starts (the loads fly during the mainloop) and publishes them in shared memory for the
   // epilogue, instead of one dependent global load per stored row.
   static constexpr bool kScatter = true;
+  static constexpr bool kSplitK = false;
   static constexpr int kRowsPerThread = BN / 128;
 
   const Params& p;

@@ -11,11 +11,16 @@
 //                 group, three in flight while the next is decoded), f32 accumulators; then the
 //                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
 //                 stores whole output rows (4 columns a thread, vectorized where aligned).
-// Tiles are handed out statically (t = blockIdx.x, += gridDim.x) in the row map's order, the
-// producer and the consumers walking the same sequence; the ring carries over tile boundaries,
-// so the next tile's loads overlap this tile's epilogue. Every output element is written once,
-// by one thread, from one f32 accumulation over K in a fixed order: results are reproducible
-// run to run and do not depend on the grid or the other rows of the batch.
+// Work units are handed out statically (u = blockIdx.x, += gridDim.x) in the row map's order,
+// the producer and the consumers walking the same sequence; the ring carries over unit
+// boundaries, so the next unit's loads overlap this unit's epilogue. A unit is a tile, or with
+// K in parts (a row map with kSplitK and parts > 1: few tiles for the SMs) one K part of a
+// tile: each part's consumers write their f32 accumulators to a workspace slot and count
+// themselves in (an integer atomic; the counters are zero at launch); the last to arrive sums
+// the parts' slots in part order and stores the tile. Every output element is written once, by
+// one thread, from f32 accumulations over K in a fixed order: results are reproducible run to
+// run and do not depend on the grid or the other rows of the batch (the parts depend on n and k
+// only: the plan's rule).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -108,6 +113,18 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   __syncthreads();
   const int total = map.total_tiles();
   const int kblocks = (p.k + kTiledBK - 1) / kTiledBK;
+  // K parts: unit u is part u % parts of tile u / parts, k-blocks [kb0, kb1) (none empty: the
+  // plan's kb_per_part leaves every part at least one).
+  int parts = 1, kb_per_part = kblocks;
+  if constexpr (RowMap::kSplitK)
+    if (p.parts > 1) parts = p.parts, kb_per_part = p.kb_per_part;
+  const int units = total * parts;
+  auto unit_k = [&](int u, int& t, int& part, int& kb0, int& kb1) {
+    t = u / parts;
+    part = u - t * parts;
+    kb0 = part * kb_per_part;
+    kb1 = min(kblocks, kb0 + kb_per_part);
+  };
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
@@ -116,9 +133,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     if constexpr (!kThreadsWrite) {
       if (ptid != 0) return;
       int it = 0;
-      for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        int t, part, kb0, kb1;
+        unit_k(u, t, part, kb0, kb1);
         const TileCoord c = map.tile(t);
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % kStages;
           ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           std::uint8_t* const st = ring + s * S.stage_bytes();
@@ -140,6 +159,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       // released i - 2, which is what the producer needs to issue i + kLag.
       constexpr int kLag = kStages - 2;
       static_assert(!Weights::kDecode, "no instance decodes weights beside a gather yet");
+      static_assert(!RowMap::kSplitK, "no gathering row map splits K");
       int it = 0, landed = 0;
       auto land = [&](int i) {
         ptx::fence_proxy_async_smem();
@@ -188,7 +208,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     if (wp.alpha) alpha = *wp.alpha;
 
   int it = 0;
-  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int t, part, kb0, kb1;
+    unit_k(u, t, part, kb0, kb1);
     const TileCoord c = map.tile(t);
     std::uint32_t out_ids[RowMap::kScatter ? BN / 128 : 1];
     if constexpr (RowMap::kScatter) map.prefetch_out_rows(c, ctid, out_ids);
@@ -204,7 +226,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       const std::uint32_t ring_addr = ptx::smem_addr(ring);
       int s = it % kStages, prev = (it + kStages - 1) % kStages;  // stepped, not divided, below
       std::uint32_t phase = (it / kStages) & 1;
-      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      for (int kb = kb0; kb < kb1; ++kb, ++it) {
         ptx::mbar_wait(&full[s], phase);
         const std::uint32_t st = ring_addr + s * S.stage_bytes();
         const std::uint64_t db = ptx::wgmma_desc_sw128_addr(st + S.a_bytes());
@@ -213,16 +235,16 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kTiledBK / 16; ++kk) {
           ptx::wgmma_wait<3>();
-          if (kk == 3 && kb > 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+          if (kk == 3 && kb > kb0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
           Weights::fragment(x, kk, lc, a[kk]);
           if (c.bn == BN) {
             ptx::wgmma_fence();
-            MmaRs::mma(acc, a[kk], db + 2 * kk, kb > 0 || kk > 0);
+            MmaRs::mma(acc, a[kk], db + 2 * kk, kb > kb0 || kk > 0);
             ptx::wgmma_commit();
           } else if constexpr (kNarrow != BN) {
             float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
             ptx::wgmma_fence();
-            MmaRsNarrow::mma(narrow, a[kk], db + 2 * kk, kb > 0 || kk > 0);
+            MmaRsNarrow::mma(narrow, a[kk], db + 2 * kk, kb > kb0 || kk > 0);
             ptx::wgmma_commit();
           }
         }
@@ -230,7 +252,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         if (++s == kStages) s = 0, phase ^= 1;
       }
     } else {
-      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      for (int kb = kb0; kb < kb1; ++kb, ++it) {
         const int s = it % kStages;
         ptx::mbar_wait(&full[s], (it / kStages) & 1);
         const std::uint8_t* const st = ring + s * S.stage_bytes();
@@ -241,17 +263,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         if (c.bn == BN) {
           ptx::wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+          for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
           ptx::wgmma_commit();
         } else if constexpr (kNarrow != BN) {  // a narrow tile: the first kNarrow columns of acc
           float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
           ptx::wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaNarrow::mma(narrow, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);
+          for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaNarrow::mma(narrow, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
           ptx::wgmma_commit();
         }
         ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done: release it
-        if (kb > 0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+        if (kb > kb0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
       }
     }
     ptx::wgmma_wait<0>();
@@ -263,6 +285,14 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     const int q2 = 2 * (lane & 3);           // token column of acc[4j], +1 for acc[4j + 1]
     const int feat_base = c.feat0 + cw * 64;
     OutT* const out = static_cast<OutT*>(p.out);
+    // K in parts: this part's 64 x BN sums go to its slot ([token][64 features] f32) instead.
+    constexpr std::int64_t kSlot = 64 * BN;  // floats
+    bool to_slot = false;
+    float* slots = nullptr;  // part 0's slot of this tile and consumer; part j's at + j 2 kSlot
+    if constexpr (RowMap::kSplitK) {
+      to_slot = parts > 1;
+      if (to_slot) slots = p.partials + (static_cast<std::int64_t>(t) * parts * 2 + cw) * kSlot;
+    }
 #pragma unroll
     for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
       if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
@@ -287,6 +317,37 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const int f = feat_base + col;
         if (tok < c.rows && f < p.n) {
           float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
+          if (to_slot) {
+            __stcg(reinterpret_cast<float4*>(slots + part * 2 * kSlot + tok * 64 + col), v);
+            continue;
+          }
+          if constexpr (Weights::kDecode) v.x *= alpha, v.y *= alpha, v.z *= alpha, v.w *= alpha;
+          store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
+        }
+      }
+    }
+    if constexpr (RowMap::kSplitK) {
+      if (to_slot) {
+        // Counted in once every slot write is fenced; the last part of the tile to arrive sums
+        // the parts' slots in part order and stores the tile.
+        __threadfence();
+        ptx::named_barrier_sync(2 + cw, 128);  // the slot writes fenced, stage_out read
+        int* const last = reinterpret_cast<int*>(stage_out);
+        if (ctid == 0) *last = atomicAdd(p.counters + 2 * t + cw, 1u) == static_cast<unsigned>(parts - 1);
+        ptx::named_barrier_sync(2 + cw, 128);
+        if (!*last) continue;  // uniform; the next unit's first barrier comes after every read of *last
+        __threadfence();       // every other part's slot is visible now
+#pragma unroll 1
+        for (int idx = ctid; idx < c.rows * 16; idx += 128) {
+          const int tok = idx >> 4, col = (idx & 15) * 4, f = feat_base + col;
+          if (f >= p.n) continue;
+          const float* const src = slots + tok * 64 + col;
+          float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+#pragma unroll 1
+          for (int j = 1; j < parts; ++j) {
+            const float4 w = __ldcg(reinterpret_cast<const float4*>(src + j * 2 * kSlot));
+            v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+          }
           if constexpr (Weights::kDecode) v.x *= alpha, v.y *= alpha, v.z *= alpha, v.w *= alpha;
           store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
         }
