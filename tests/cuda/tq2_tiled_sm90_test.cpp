@@ -187,7 +187,7 @@ TEST(Tq2TiledSm90Gpu, RefusalsLaunchNothing) {
   DeviceBuffer ws(need + 256);
   small.workspace = ws.data(), small.workspace_bytes = need - 1;
   run(DType::BF16, 256, small, ErrorCode::InvalidArgument,
-      "bytes route tq2_tiled_sm90 needs for m 4, k 256 (bf16)");
+      "bytes route tq2_tiled_sm90 needs for m 4, n 64, k 256 (bf16)");
   small.workspace = static_cast<unsigned char*>(ws.data()) + 16, small.workspace_bytes = need;
   run(DType::BF16, 256, small, ErrorCode::InvalidArgument, "is not 256-byte aligned (route tq2_tiled_sm90)");
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };

@@ -337,19 +337,44 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         ptx::named_barrier_sync(2 + cw, 128);
         if (!*last) continue;  // uniform; the next unit's first barrier comes after every read of *last
         __threadfence();       // every other part's slot is visible now
+        // Latency, not bandwidth, bounds this sum: each thread keeps 8 float4 of two parts in
+        // flight (16 loads) rather than one dependent load a part.
+        constexpr int kU = 8;
+        const int vecs = c.rows * 16;  // float4s of this consumer's rows x 64 features
 #pragma unroll 1
-        for (int idx = ctid; idx < c.rows * 16; idx += 128) {
-          const int tok = idx >> 4, col = (idx & 15) * 4, f = feat_base + col;
-          if (f >= p.n) continue;
-          const float* const src = slots + tok * 64 + col;
-          float4 v = __ldcg(reinterpret_cast<const float4*>(src));
-#pragma unroll 1
-          for (int j = 1; j < parts; ++j) {
-            const float4 w = __ldcg(reinterpret_cast<const float4*>(src + j * 2 * kSlot));
-            v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+        for (int base = ctid; base < vecs; base += 128 * kU) {
+          float4 v[kU];
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            const int idx = base + 128 * u;
+            v[u] = idx < vecs ? __ldcg(reinterpret_cast<const float4*>(slots + (idx >> 4) * 64 + (idx & 15) * 4))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
           }
-          if constexpr (Weights::kDecode) v.x *= alpha, v.y *= alpha, v.z *= alpha, v.w *= alpha;
-          store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
+#pragma unroll 1
+          for (int j = 1; j < parts; j += 2) {
+            const bool two = j + 1 < parts;
+            float4 w0[kU], w1[kU];
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+              const int idx = base + 128 * u;
+              const float* const e = slots + (idx >> 4) * 64 + (idx & 15) * 4;
+              w0[u] = idx < vecs ? __ldcg(reinterpret_cast<const float4*>(e + j * 2 * kSlot)) : v[u];
+              w1[u] = idx < vecs && two ? __ldcg(reinterpret_cast<const float4*>(e + (j + 1) * 2 * kSlot)) : v[u];
+            }
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {  // part order: v + p_j, then + p_(j+1)
+              v[u].x += w0[u].x, v[u].y += w0[u].y, v[u].z += w0[u].z, v[u].w += w0[u].w;
+              if (two) v[u].x += w1[u].x, v[u].y += w1[u].y, v[u].z += w1[u].z, v[u].w += w1[u].w;
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            const int idx = base + 128 * u, tok = idx >> 4, col = (idx & 15) * 4, f = feat_base + col;
+            if (idx >= vecs || f >= p.n) continue;
+            float4 o = v[u];
+            if constexpr (Weights::kDecode) o.x *= alpha, o.y *= alpha, o.z *= alpha, o.w *= alpha;
+            store4(out + map.out_row(c, tok, cw) + f, o, min(4, p.n - f), p.vec_ok);
+          }
         }
       }
     }
