@@ -126,13 +126,13 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   // (232448: the sm_90 limit). m = 0 is sized as m = 1.
   const bool sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const std::int64_t m1 = m < 1 ? 1 : m;
-  // tq2_tiled_sm90_splitk's K parts (n and k only): min(132 / ceil(n / 128), k-blocks / 8, 16),
+  // tq2_tiled_sm90_splitk's K parts (n and k only): min(132 / ceil(n / 128), k-blocks / 16, 16),
   // evened out over the k-blocks (1 below 2); its units, tiles of 64 tokens x parts, < 2^31.
   std::int64_t split_parts = 1;
   bool split_units_ok = false;
   if (valid && n < (std::int64_t{1} << 31) && k < (std::int64_t{1} << 31)) {
     const std::int64_t tn = (n + 127) / 128, kb = (k + 63) / 64;
-    const std::int64_t p = std::min<std::int64_t>({132 / tn, kb / 8, 16});
+    const std::int64_t p = std::min<std::int64_t>({132 / tn, kb / 16, 16});
     if (p >= 2) split_parts = (kb + (kb + p - 1) / p - 1) / ((kb + p - 1) / p);
     split_units_ok = m1 <= 0x7fffffff && ((m1 + 63) / 64) * tn <= 0x7fffffff / split_parts;
   }
@@ -175,8 +175,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
       const std::int64_t waves = (best_tiles + sms - 1) / sms;
       engine_fills = 4 * best_tiles >= 3 * sms && 10 * best_tiles >= 8 * waves * sms;
     }
-    // Else K in parts (split) up to m = 512 where the parts' units fill the SMs the same way.
-    const bool split = engine && !engine_fills && m <= 512 && split_parts > 1 && [&] {
+    // Before it, K in parts (split) up to m = 128 where the parts' units fill the SMs the same way.
+    const bool split = engine && m <= 128 && split_parts > 1 && [&] {
       const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
       std::int64_t best_cost = -1, best_units = 0;
       for (std::int64_t bn : {256, 128, 64}) {  // widths planned for 132 SMs
@@ -193,8 +193,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits ? Tq2Route::StreamV4
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
-                          : engine ? Tq2Route::TiledSm90
                           : split ? Tq2Route::TiledSm90SplitK
+                          : engine ? Tq2Route::TiledSm90
                           : macs >= (u128{1} << 27) ? Tq2Route::DequantLt
                                                     : Tq2Route::Tiled;
     FUZZ_CHECK(*r == want, "plan_tq2 chose ", tq2_route_name(*r), ", the documented rule says ", tq2_route_name(want), ctx());
@@ -286,7 +286,7 @@ void check_workspace(FuzzedDataProvider& in) {
       const u128 copy = static_cast<u128>(m) * static_cast<u128>(k) * 2;
       FUZZ_CHECK(!f32_exact, "tiled_sm90 workspace given for f32 Exact, which the engine refuses", ctx());
       const u128 tn = static_cast<u128>((n + 127) / 128), kb = static_cast<u128>(k / 64);
-      u128 parts = std::min<u128>({132 / tn, kb / 8, 16});
+      u128 parts = std::min<u128>({132 / tn, kb / 16, 16});
       if (parts >= 2) parts = (kb + (kb + parts - 1) / parts - 1) / ((kb + parts - 1) / parts);
       const u128 slots = r == Tq2Route::TiledSm90SplitK && parts >= 2 ? static_cast<u128>(m) * static_cast<u128>(n) * parts * 4 : 0;
       const u128 scaled = in_dt == DType::F16 ? 0 : copy + 512;
@@ -305,9 +305,9 @@ void check_workspace(FuzzedDataProvider& in) {
       FUZZ_CHECK(*b == 0, tq2_route_name(r), " needs no workspace but got ", *b, ctx());
     } else {
       auto v2 = ws(Tq2Route::StreamV2), v4 = ws(Tq2Route::StreamV4), v5 = ws(Tq2Route::StreamV5), lt = ws(Tq2Route::DequantLt);
-      // Auto may take the split route for a 16-bit input at m <= 512 wherever it runs.
+      // Auto may take the split route for a 16-bit input at m <= 128 wherever it runs.
       std::optional<std::size_t> sk;
-      if ((in_dt == DType::F16 || in_dt == DType::BF16) && m <= 512) sk = ws(Tq2Route::TiledSm90SplitK);
+      if ((in_dt == DType::F16 || in_dt == DType::BF16) && m <= 128) sk = ws(Tq2Route::TiledSm90SplitK);
       FUZZ_CHECK(v2 && v4 && v5 && lt && *b == std::max({*v2, *v4, *v5, *lt, sk.value_or(0)}), "Auto workspace ", *b, " is not the largest of v2 ",
                  v2 ? std::to_string(*v2) : "refused", ", v4 ", v4 ? std::to_string(*v4) : "refused", ", v5 ",
                  v5 ? std::to_string(*v5) : "refused", " and dequant_lt ",

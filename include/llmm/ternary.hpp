@@ -163,8 +163,8 @@ enum class Tq2Route {
               // Auto takes it for 16-bit input, m > 16, where its tiles fill the SMs
   TiledSm90SplitK,  // TiledSm90 with each tile's K cut into parts (a function of n and k only, so
                     // batch-invariant), summed in a fixed order: for weights with few 128-row
-                    // tiles (small n); Auto takes it where TiledSm90's tiles do not fill the SMs
-                    // and the parts' do, up to m = 512. Workspace for the parts' f32 sums.
+                    // tiles (small n); Auto takes it (before TiledSm90) at m <= 128 where the
+                    // parts' units fill the SMs. Workspace for the parts' f32 sums.
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 

@@ -215,25 +215,25 @@ TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
 }
 
 // gemm_tq2's tiled_sm90_splitk route: K in parts that depend on n and k only (132 SMs' worth of
-// one token tile's units, >= 8 k-blocks a part, <= 16, none empty), the launch, its workspace
+// one token tile's units, >= 16 k-blocks a part, <= 16, none empty), the launch, its workspace
 // (slots and counters, any input dtype), kernel names, refusals and the router's rule.
 TEST(TiledSm90Plan, Tq2SplitKPartsDependOnNAndKOnly) {
-  EXPECT_EQ(tiled_sm90_tq2_split_parts(3072, 3072), 5);   // 24 tiles; 48 k-blocks in parts of 10
-  EXPECT_EQ(tiled_sm90_tq2_split_parts(2560, 6912), 6);   // 20 tiles; 108 in parts of 18
-  EXPECT_EQ(tiled_sm90_tq2_split_parts(3840, 2560), 4);   // 30 tiles; 40 in parts of 10
-  EXPECT_EQ(tiled_sm90_tq2_split_parts(200, 1664), 3);    // 26 k-blocks: at most 3 parts of >= 8, as 9 + 9 + 8
+  EXPECT_EQ(tiled_sm90_tq2_split_parts(2560, 6912), 6);   // 20 tiles; 108 k-blocks in parts of 18
+  EXPECT_EQ(tiled_sm90_tq2_split_parts(3072, 3072), 3);   // 24 tiles; 48 k-blocks in parts of 16
+  EXPECT_EQ(tiled_sm90_tq2_split_parts(3840, 2560), 2);   // 30 tiles; 40 in parts of 20
+  EXPECT_EQ(tiled_sm90_tq2_split_parts(200, 3200), 3);    // 50 k-blocks: 17 + 17 + 16
   EXPECT_EQ(tiled_sm90_tq2_split_parts(8, 1 << 20), 16);  // at most 16
   EXPECT_EQ(tiled_sm90_tq2_split_parts(27648, 3072), 1);  // 216 tiles fill the SMs alone
-  EXPECT_EQ(tiled_sm90_tq2_split_parts(200, 896), 1);     // 14 k-blocks: no two parts of 8
+  EXPECT_EQ(tiled_sm90_tq2_split_parts(200, 1984), 1);    // 31 k-blocks: no two parts of 16
   for (std::int64_t n : {8, 200, 520, 2560, 3072, 8192, 16896})
-    for (std::int64_t k : {128, 1024, 1664, 3072, 6912, 14336, 28672}) {
+    for (std::int64_t k : {128, 1024, 2048, 3200, 6912, 14336, 28672}) {
       const int parts = tiled_sm90_tq2_split_parts(n, k);
       const std::int64_t kblocks = k / 64;
       for (std::int64_t m : {1, 17, 128, 129, 500, 4096}) {
         const TiledSm90Launch l = tiled_sm90_tq2_split_launch(m, n, k, 132);
         EXPECT_EQ(l.parts, parts) << n << " " << k << " " << m;  // never a function of m
         if (parts < 2) continue;
-        EXPECT_GE(l.kb_per_part, 8) << n << " " << k;
+        EXPECT_GE(l.kb_per_part, 16) << n << " " << k;
         EXPECT_LT(static_cast<std::int64_t>(l.parts - 1) * l.kb_per_part, kblocks) << n << " " << k;  // none empty
         EXPECT_GE(static_cast<std::int64_t>(l.parts) * l.kb_per_part, kblocks) << n << " " << k;
         EXPECT_EQ(l.tiles, (m + l.bn - 1) / l.bn * ((n + 127) / 128));
@@ -242,25 +242,26 @@ TEST(TiledSm90Plan, Tq2SplitKPartsDependOnNAndKOnly) {
         EXPECT_EQ(tiled_sm90_tq2_split_launch(m, n, k, 114).bn, l.bn);
       }
     }
-  // dit_out at m 128: 24 tiles of 128 tokens x 5 parts = 120 units, one wave.
-  const TiledSm90Launch d = tiled_sm90_tq2_split_launch(128, 3072, 3072, 132);
+  // BitNet-2B down at m 128: 20 tiles of 128 tokens x 6 parts = 120 units, one wave.
+  const TiledSm90Launch d = tiled_sm90_tq2_split_launch(128, 2560, 6912, 132);
   EXPECT_EQ(d.bn, 128);
-  EXPECT_EQ(d.tiles, 24);
-  EXPECT_EQ(d.kb_per_part, 10);
-  EXPECT_EQ(tiled_sm90_tq2_split_slot_bytes(d), 24u * 5u * 2u * 64u * 128u * 4u);
-  EXPECT_EQ(tiled_sm90_tq2_split_counter_bytes(d), 24u * 2u * 4u);
-  EXPECT_EQ(tiled_sm90_tq2_kernel_name(DType::BF16, 128, 5), "tiled_sm90_tq2_f16_bf16_bn128_k5");
+  EXPECT_EQ(d.tiles, 20);
+  EXPECT_EQ(d.kb_per_part, 18);
+  EXPECT_EQ(tiled_sm90_tq2_split_slot_bytes(d), 20u * 6u * 2u * 64u * 128u * 4u);
+  EXPECT_EQ(tiled_sm90_tq2_split_counter_bytes(d), 20u * 2u * 4u);
+  EXPECT_EQ(tiled_sm90_tq2_kernel_name(DType::BF16, 128, 6), "tiled_sm90_tq2_f16_bf16_bn128_k6");
   EXPECT_EQ(tiled_sm90_tq2_kernel_name(DType::BF16, 128, 1), "tiled_sm90_tq2_f16_bf16_bn128");
-  // The router: few tiles, m <= 512, the units filling the SMs.
-  EXPECT_TRUE(tiled_sm90_tq2_split_preferred(128, 3072, 3072, 132));
+  // The router: parts > 1, m <= 128, the units filling the SMs.
   EXPECT_TRUE(tiled_sm90_tq2_split_preferred(128, 2560, 6912, 132));
-  EXPECT_FALSE(tiled_sm90_tq2_split_preferred(513, 2560, 6912, 132));
+  EXPECT_TRUE(tiled_sm90_tq2_split_preferred(128, 4096, 14336, 132));
+  EXPECT_TRUE(tiled_sm90_tq2_split_preferred(17, 2560, 6912, 132));
+  EXPECT_FALSE(tiled_sm90_tq2_split_preferred(129, 2560, 6912, 132));
+  EXPECT_FALSE(tiled_sm90_tq2_split_preferred(128, 3072, 3072, 132));   // 24 tiles x 3 parts: 72 units
   EXPECT_FALSE(tiled_sm90_tq2_split_preferred(128, 27648, 3072, 132));  // one part
-  EXPECT_FALSE(tiled_sm90_tq2_split_preferred(17, 200, 1024, 132));     // 2 tiles x 2 parts
   // Refusals: the engine's, and the units' int index.
   EXPECT_EQ(tiled_sm90_tq2_split_refusal(128, 3072, 3072, DType::BF16, DType::BF16, false), "");
   EXPECT_NE(tiled_sm90_tq2_split_refusal(7, 8, 128, DType::F32, DType::F32, true).find("f32 Exact"), std::string::npos);
-  constexpr std::int64_t kBig = 0x7fffffff;  // 2^25 x 8 tiles of 64 tokens x 16 parts
+  constexpr std::int64_t kBig = 0x7fffffff;  // 2^25 x 8 tiles of 64 tokens x 8 parts
   EXPECT_EQ(tiled_sm90_tq2_split_refusal(kBig, 1024, 8192, DType::BF16, DType::F32, false),
             "more than 2^31 - 1 work units (tiles x K parts)");
   EXPECT_EQ(tiled_sm90_tq2_shape_refusal(kBig, 1024, 8192, DType::BF16, DType::F32, false), "");
@@ -268,16 +269,16 @@ TEST(TiledSm90Plan, Tq2SplitKPartsDependOnNAndKOnly) {
 
   // The route's plan: slots then counters after the scaled sections, for f16 input too.
   using cuda_ternary::tq2_tiled_sm90_plan;
-  const auto f16 = tq2_tiled_sm90_plan(128, 3072, 3072, DType::F16, DType::F16, false, 132, true);
+  const auto f16 = tq2_tiled_sm90_plan(128, 2560, 6912, DType::F16, DType::F16, false, 132, true);
   EXPECT_EQ(f16.launch, d);
   EXPECT_EQ(f16.slots_off, 0u);
   EXPECT_EQ(f16.counters_off, tiled_sm90_tq2_split_slot_bytes(d));
-  EXPECT_EQ(f16.counter_bytes, 24u * 2u * 4u);
+  EXPECT_EQ(f16.counter_bytes, 20u * 2u * 4u);
   EXPECT_EQ(f16.bytes, f16.counters_off + 256u);
-  EXPECT_EQ(f16.engine_kernel, "tiled_sm90_tq2_f16_f16_bn128_k5");
-  const auto bf = tq2_tiled_sm90_plan(128, 3072, 3072, DType::BF16, DType::BF16, false, 132, true);
+  EXPECT_EQ(f16.engine_kernel, "tiled_sm90_tq2_f16_f16_bn128_k6");
+  const auto bf = tq2_tiled_sm90_plan(128, 2560, 6912, DType::BF16, DType::BF16, false, 132, true);
   EXPECT_TRUE(bf.scaled);
-  EXPECT_EQ(bf.slots_off, bf.part_off + 128u * 3072u * 2u);
+  EXPECT_EQ(bf.slots_off, bf.part_off + 128u * 6912u * 2u);
   EXPECT_EQ(bf.bytes, bf.counters_off + 256u);
   const auto one = tq2_tiled_sm90_plan(128, 27648, 3072, DType::F16, DType::F16, false, 132, true);  // one part
   EXPECT_EQ(one.bytes, 0u);
@@ -286,16 +287,18 @@ TEST(TiledSm90Plan, Tq2SplitKPartsDependOnNAndKOnly) {
   Tq2Options o;
   o.force_route = Tq2Route::TiledSm90SplitK;
   o.precision = Precision::Fast;
-  EXPECT_EQ(tq2_workspace_bytes(128, 3072, 3072, DType::F16, DType::F16, o), f16.bytes);
-  EXPECT_EQ(tq2_workspace_bytes(128, 3072, 3072, DType::BF16, DType::BF16, o), bf.bytes);
+  EXPECT_EQ(tq2_workspace_bytes(128, 2560, 6912, DType::F16, DType::F16, o), f16.bytes);
+  EXPECT_EQ(tq2_workspace_bytes(128, 2560, 6912, DType::BF16, DType::BF16, o), bf.bytes);
   o.force_route = Tq2Route::Auto;  // Auto may take it: its workspace covers the split route's
-  EXPECT_GE(tq2_workspace_bytes(128, 3072, 3072, DType::F16, DType::F16, o), f16.bytes);
-  EXPECT_EQ(plan_tq2(128, 3072, 3072, DType::BF16, h200()), Tq2Route::TiledSm90SplitK);
-  EXPECT_EQ(plan_tq2(1024, 3072, 3072, DType::BF16, h200()), Tq2Route::DequantLt);  // m > 512; 96 tiles
-  EXPECT_EQ(plan_tq2(128, 3072, 3072, DType::F32, h200()), Tq2Route::DequantLt);  // precision unknown: f32 stays
-  EXPECT_EQ(plan_tq2(4096, 3072, 3072, DType::BF16, h200(), Tq2Route::TiledSm90SplitK), Tq2Route::TiledSm90SplitK);
+  EXPECT_GE(tq2_workspace_bytes(128, 2560, 6912, DType::F16, DType::F16, o), f16.bytes);
+  EXPECT_EQ(plan_tq2(128, 2560, 6912, DType::BF16, h200()), Tq2Route::TiledSm90SplitK);
+  EXPECT_EQ(plan_tq2(128, 8192, 28672, DType::BF16, h200()), Tq2Route::TiledSm90SplitK);  // before the engine
+  EXPECT_EQ(plan_tq2(512, 8192, 28672, DType::BF16, h200()), Tq2Route::TiledSm90);
+  EXPECT_EQ(plan_tq2(1024, 3072, 3072, DType::BF16, h200()), Tq2Route::DequantLt);  // 96 tiles, m > 128
+  EXPECT_EQ(plan_tq2(128, 2560, 6912, DType::F32, h200()), Tq2Route::DequantLt);  // precision unknown: f32 stays
+  EXPECT_EQ(plan_tq2(4096, 2560, 6912, DType::BF16, h200(), Tq2Route::TiledSm90SplitK), Tq2Route::TiledSm90SplitK);
   ArchInfo ampere = h200();
   ampere.cc_major = 8;
-  EXPECT_THROW((void)plan_tq2(128, 3072, 3072, DType::BF16, ampere, Tq2Route::TiledSm90SplitK), Error);
+  EXPECT_THROW((void)plan_tq2(128, 2560, 6912, DType::BF16, ampere, Tq2Route::TiledSm90SplitK), Error);
   EXPECT_STREQ(tq2_route_name(Tq2Route::TiledSm90SplitK), "tq2_tiled_sm90_splitk");
 }

@@ -114,7 +114,7 @@ TEST(BatchInvarianceGpu, Ternary) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  const std::int64_t n = 520, k = 1024;
+  const std::int64_t n = 520, k = 2048;  // 2 K parts on the split route
   std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(n, k, 9);
   WeightHandle wh = cache.get_or_upload(1, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
   struct R { Tq2Route route; std::vector<std::int64_t> ms; bool claimed; };
@@ -124,7 +124,7 @@ TEST(BatchInvarianceGpu, Ternary) {
                        R{Tq2Route::StreamV4, {1, 2, 5, 8}, true}, R{Tq2Route::StreamV5, {1, 2, 5, 8}, true},
                        R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false},
                        R{Tq2Route::TiledSm90, {1, 17, 100, 300}, true},
-                       R{Tq2Route::TiledSm90SplitK, {1, 17, 100, 300}, true}}) {  // n 520, k 1024: 2 K parts
+                       R{Tq2Route::TiledSm90SplitK, {1, 17, 100, 300}, true}}) {
       const bool engine = r.route == Tq2Route::TiledSm90 || r.route == Tq2Route::TiledSm90SplitK;
       if ((r.route == Tq2Route::StreamV4 || r.route == Tq2Route::StreamV5 || engine) && !ctx.arch().is_hopper()) continue;  // built for sm_90a only
       HostTensor x0 = host_tensor(t, {1, k});

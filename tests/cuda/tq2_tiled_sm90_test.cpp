@@ -207,8 +207,8 @@ TEST(Tq2TiledSm90Gpu, SplitKSweepAgainstFloat64) {
   if (!hopper(ctx)) GTEST_SKIP() << "tq2_tiled_sm90_splitk is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
   TernaryWeightCache cache(ctx);
   struct Shape { std::int64_t m, n, k; };
-  const Shape shapes[] = {{1, 136, 1024},  {17, 200, 1664},  {65, 1000, 1280}, {300, 520, 2048},
-                          {128, 3072, 3072}, {513, 333, 4096}, {40, 2051, 1152}};
+  const Shape shapes[] = {{1, 136, 2048},   {17, 200, 3200},  {65, 1000, 2560}, {300, 520, 4096},
+                          {128, 2560, 6912}, {513, 333, 8192}, {40, 2051, 5120}};
   std::set<int> parts_seen;
   std::uint64_t seed = 5000;
   for (const Shape& s : shapes)
@@ -240,9 +240,9 @@ TEST(Tq2TiledSm90Gpu, SplitKSweepAgainstFloat64) {
         }
       }
   EXPECT_GE(parts_seen.size(), 4u);
-  // Auto: dit_out at m 128 (24 tiles) takes the split route, and agrees with float64.
+  // Auto: BitNet-2B down at m 128 (20 tiles x 6 parts) takes the split route, and agrees with float64.
   Tq2Case c;
-  c.m = 128, c.n = 3072, c.k = 3072, c.route = Tq2Route::Auto, c.in_dtype = DType::BF16, c.out_dtype = DType::BF16;
+  c.m = 128, c.n = 2560, c.k = 6912, c.route = Tq2Route::Auto, c.in_dtype = DType::BF16, c.out_dtype = DType::BF16;
   c.precision = Precision::Fast, c.seed_input = false, c.seed = 5100;
   Tq2Outcome o = run_tq2_case(ctx, cache, c);
   EXPECT_EQ(o.receipt.route, "tq2_tiled_sm90_splitk");
@@ -262,7 +262,7 @@ TEST(Tq2TiledSm90Gpu, SplitKNonFiniteAndRefusals) {
   for (std::int64_t m : {1, 40, 300})
     for (DType in : {DType::F16, DType::BF16}) {
       Tq2Case c;
-      c.m = m, c.n = 200, c.k = 1664, c.route = Tq2Route::TiledSm90SplitK, c.precision = Precision::Fast, c.in_dtype = in;
+      c.m = m, c.n = 200, c.k = 3200, c.route = Tq2Route::TiledSm90SplitK, c.precision = Precision::Fast, c.in_dtype = in;
       c.seed_input = false, c.nonfinite_every = m == 1 ? 1 : 3, c.seed = ++seed;
       Tq2Outcome o = run_tq2_case(ctx, cache, c);
       EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
@@ -270,7 +270,7 @@ TEST(Tq2TiledSm90Gpu, SplitKNonFiniteAndRefusals) {
     }
   // An f16 input needs a workspace on this route (the parts' slots): a short one is refused
   // before anything runs, as is an injected failure of the memset or the kernel.
-  const std::int64_t n = 200, k = 1664;
+  const std::int64_t n = 200, k = 3200;
   std::vector<BlockTQ2_128> b = seed_tq2_blocks(n, k, 5);
   WeightHandle w = cache.get_or_upload(77, b.data(), bytes_of(b), n, k);
   LaunchRecorder rec;
@@ -288,7 +288,7 @@ TEST(Tq2TiledSm90Gpu, SplitKNonFiniteAndRefusals) {
   DeviceBuffer ws(need);
   o.workspace = ws.data(), o.workspace_bytes = need - 1;
   expect_error([&] { gemm_tq2(ctx, w, din.view, dout.view, o); }, ErrorCode::InvalidArgument,
-               "bytes route tq2_tiled_sm90_splitk needs for m 4, n 200, k 1664 (f16)");
+               "bytes route tq2_tiled_sm90_splitk needs for m 4, n 200, k 3200 (f16)");
   o.workspace_bytes = need;
   for (const char* injected : {"tq2_split_counters_zero", "tiled_sm90_tq2_f16_f32_bn64_k3"}) {
     const std::string name = injected;

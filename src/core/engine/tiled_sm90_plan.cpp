@@ -178,7 +178,7 @@ std::string tiled_sm90_tq2_kernel_name(DType out, int bn, int parts) {
 int tiled_sm90_tq2_split_parts(std::int64_t n, std::int64_t k) {
   const std::int64_t sms = kDefaultSms;
   const std::int64_t kblocks = ceil_div(k, kTiledBK);
-  std::int64_t parts = std::min<std::int64_t>({sms / ceil_div(n, kTiledBM), kblocks / 8, 16});
+  std::int64_t parts = std::min<std::int64_t>({sms / ceil_div(n, kTiledBM), kblocks / 16, 16});
   if (parts < 2) return 1;
   return static_cast<int>(ceil_div(kblocks, ceil_div(kblocks, parts)));  // no empty part
 }

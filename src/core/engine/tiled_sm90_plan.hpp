@@ -88,7 +88,8 @@ std::string tiled_sm90_tq2_kernel_name(DType out, int bn, int parts = 1);
 
 // ---- tq2 with K in parts (gemm_tq2's tiled_sm90_splitk route, for few feature tiles)
 // The parts a tile's K is cut into: as many as let one token tile's worth of units fill 132 SMs
-// (132 / ceil(n / 128)), at most one per 8 k-blocks (a part streams >= 512 of K), at most 16,
+// (132 / ceil(n / 128)), at most one per 16 k-blocks (a part streams >= 1024 of K: parts of
+// 10 k-blocks only tied tq2_dequant_lt on the H200, docs/performance.md "K in parts"), at most 16,
 // then evened out so that no part is empty. A function of n, k and the SM count only, never of
 // m (nor of the device): the route stays batch-invariant. 1 when n alone fills the SMs.
 int tiled_sm90_tq2_split_parts(std::int64_t n, std::int64_t k);
@@ -104,12 +105,13 @@ TiledSm90Launch tiled_sm90_tq2_split_launch(std::int64_t m, std::int64_t n, std:
 // counters a tile (zeroed before each launch). Overflow-checked (InvalidArgument).
 std::uint64_t tiled_sm90_tq2_split_slot_bytes(const TiledSm90Launch& l);
 std::uint64_t tiled_sm90_tq2_split_counter_bytes(const TiledSm90Launch& l);
-// Whether gemm_tq2's router should take the split route for an [m, n, k] prefill the unsplit
-// engine is not preferred for: K in parts (parts > 1) and m small enough (docs/performance.md,
-// "K in parts"), and the units filling the SMs as tiled_sm90_tq2_preferred asks of tiles.
+// Whether gemm_tq2's router should take the split route for an [m, n, k] prefill (before the
+// unsplit engine): K in parts (parts > 1), m <= 128 (measured: 1.4-2.2x the best other route at
+// m = 128 where it qualifies, slower than both at m = 512; docs/performance.md "K in parts"), and
+// the units filling the SMs as tiled_sm90_tq2_preferred asks of tiles.
 bool tiled_sm90_tq2_split_preferred(std::int64_t m, std::int64_t n, std::int64_t k, int sm_count);
 // The largest m the router sends to the split route.
-inline constexpr std::int64_t kTiledSm90Tq2SplitMaxM = 512;
+inline constexpr std::int64_t kTiledSm90Tq2SplitMaxM = 128;
 
 // ---- tq2 moe
 // Why the tq2 moe instance cannot take a matmul_id_tq2 call ("" when it can): sm_90; f16 input,

@@ -220,16 +220,17 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   // Prefill on sm_90 with a 16-bit input: the Hopper engine where its tiles fill the SMs
   // (tiled_sm90_tq2_preferred: 1.0-2.1x tq2_dequant_lt there, 0.73-0.93x where they do not). An
   // f32 input stays on tq2_dequant_lt: the precision is not known here, and the engine takes only Fast.
-  if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
-      engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
-      engine::tiled_sm90_tq2_preferred(m, n, arch.sm_count))
-    return Tq2Route::TiledSm90;
-  // Few tiles (small n): the same engine with K in parts where those fill the SMs, up to m = 512
-  // (tiled_sm90_tq2_split_preferred; docs/performance.md "K in parts").
+  // First, at m <= 128, the same engine with K in parts where those fill the SMs (few 128-row
+  // tiles: tiled_sm90_tq2_split_preferred; 1.4-2.2x the best other route where measured,
+  // docs/performance.md "K in parts").
   if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
       engine::tiled_sm90_tq2_split_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
       engine::tiled_sm90_tq2_split_preferred(m, n, k, arch.sm_count))
     return Tq2Route::TiledSm90SplitK;
+  if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
+      engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
+      engine::tiled_sm90_tq2_preferred(m, n, arch.sm_count))
+    return Tq2Route::TiledSm90;
   // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so
   // each wave of tiles costs ~45 ns per unit of k (140 us at k = 3072) however small m is.
   // DequantLt costs ~5 launches (~15 us), the f16 weight written once and cuBLASLt's tensor-core

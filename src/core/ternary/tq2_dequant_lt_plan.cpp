@@ -133,7 +133,7 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
   if (opts.force_route != Tq2Route::Auto && opts.force_route != Tq2Route::DequantLt) return 0;
   const std::size_t lt = cuda_ternary::tq2_lt_plan(m, n, k, in_dtype, out_dtype, exact, opts.dequant_chunk_rows).bytes;
   if (opts.force_route == Tq2Route::DequantLt) return lt;
-  // Auto may take the split route (16-bit input, m <= 512): its slots and counters. The plan
+  // Auto may take the split route (16-bit input, m <= 128): its slots and counters. The plan
   // does not depend on the SM count (tiled_sm90_tq2_split_launch), so neither does this.
   std::size_t split_bytes = 0;
   if ((in_dtype == DType::F16 || in_dtype == DType::BF16) && m <= engine::kTiledSm90Tq2SplitMaxM &&
