@@ -106,8 +106,9 @@ TiledSm90Launch tiled_sm90_tq2_split_launch(std::int64_t m, std::int64_t n, std:
 std::uint64_t tiled_sm90_tq2_split_slot_bytes(const TiledSm90Launch& l);
 std::uint64_t tiled_sm90_tq2_split_counter_bytes(const TiledSm90Launch& l);
 // Whether gemm_tq2's router should take the split route for an [m, n, k] prefill (before the
-// unsplit engine): K in parts (parts > 1), m <= 128 (measured: 1.4-2.2x the best other route at
-// m = 128 where it qualifies, slower than both at m = 512; docs/performance.md "K in parts"), and
+// unsplit engine): K in parts (parts > 1), m <= 128 (measured at m = 128: 1.4-1.9x the best other
+// route on three shapes, even on a fourth; slower than both at m = 512; docs/performance.md "K in
+// parts"), and
 // the units filling the SMs as tiled_sm90_tq2_preferred asks of tiles.
 bool tiled_sm90_tq2_split_preferred(std::int64_t m, std::int64_t n, std::int64_t k, int sm_count);
 // The largest m the router sends to the split route.
