@@ -122,6 +122,8 @@ def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
     # the Hopper engine's route is known by name and refused off CUDA with the reason
     with pytest.raises(llmm.Error, match="route tq2_tiled_sm90 cannot run .*needs a CUDA context"):
         llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_tiled_sm90")
+    with pytest.raises(llmm.Error, match="route tq2_tiled_sm90_splitk cannot run .*needs a CUDA context"):
+        llmm.plan_tq2(128, 2560, 6912, "cpu", route="tq2_tiled_sm90_splitk")
     assert llmm.suggest_matmul_id_route(1, 768, 2048, 8, 128, "cpu") == "direct"
     assert llmm.suggest_matmul_id_route(4096, 768, 2048, 8, 128, "cpu") == "grouped"
     # the grouped route is correct for repeated ids too: may_repeat no longer forces "direct"
