@@ -139,7 +139,7 @@ TEST(TiledSm90Plan, MoeWideTilesWithNarrowOnesChosenOnTheDevice) {
 }
 
 // gemm_tq2's tq2_tiled_sm90 route: the instance's refusals, its workspace (an f16 copy of bf16
-// and f32 activations beside tq2_dequant_lt's absmax sections; none for f16) and kernel names.
+// and f32 activations after one power-of-two scale a row; none for f16) and kernel names.
 TEST(TiledSm90Plan, Tq2TakesF16Bf16AndF32FastOnSm90Only) {
   const ArchInfo a = h200();
   EXPECT_EQ(tiled_sm90_tq2_refusal(1536, 27648, 3072, DType::BF16, DType::BF16, true, a), "");
@@ -168,16 +168,15 @@ TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
   const auto f16 = tq2_tiled_sm90_plan(4, 64, 256, DType::F16, DType::F16, true, 132);
   EXPECT_FALSE(f16.scaled);
   EXPECT_EQ(f16.bytes, 0u);
-  EXPECT_EQ(f16.absmax_kernel, "");
+  EXPECT_EQ(f16.rowscale_kernel, "");
   EXPECT_EQ(f16.engine_kernel, "tiled_sm90_tq2_f16_f16_bn64");
   const auto bf = tq2_tiled_sm90_plan(1536, 27648, 3072, DType::BF16, DType::F32, true, 132);
   EXPECT_TRUE(bf.scaled);
-  EXPECT_EQ(bf.absmax_blocks, 1024);
-  EXPECT_EQ(bf.partial_off, 256u);
-  EXPECT_EQ(bf.part_off, 256u + 4096u);
-  EXPECT_EQ(bf.bytes, 256u + 4096u + 1536u * 3072u * 2u);
-  EXPECT_EQ(bf.absmax_kernel, "tq2_lt_absmax_bf16");
-  EXPECT_EQ(bf.split_kernel, "tq2_lt_split_bf16_f16x1");
+  EXPECT_EQ(bf.alpha_off, 0u);
+  EXPECT_EQ(bf.part_off, 1536u * 4u);  // a scale per row, then the f16 copy
+  EXPECT_EQ(bf.bytes, 1536u * 4u + 1536u * 3072u * 2u);
+  EXPECT_EQ(bf.rowscale_kernel, "tq2_rowscale_bf16_f16");
+  EXPECT_EQ(tq2_tiled_sm90_plan(5, 64, 256, DType::F32, DType::F32, false, 132).part_off, 256u);  // 20 bytes, aligned up
   // The dense launch with the ternary ring, within an H200 block's shared memory.
   TiledSm90Launch dense = tiled_sm90_dense_launch(1, 1536, 27648, 132);
   dense.smem_bytes = tiled_sm90_tq2_shape(dense.bn).fixed_smem_bytes();

@@ -28,15 +28,11 @@ Tq2TiledSm90Plan tq2_tiled_sm90_plan(std::int64_t m, std::int64_t n, std::int64_
   p.engine_kernel = engine::tiled_sm90_tq2_kernel_name(out, p.launch.bn, p.launch.parts);
   std::uint64_t end = 0;
   if (p.scaled) {
-    // The same sections as tq2_dequant_lt's (its absmax and split kernels write them).
-    p.absmax_blocks = static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks));
-    p.scalars_off = 0;
-    p.partial_off = kTq2LtAlign;
-    p.part_off = static_cast<std::size_t>(align_up(kTq2LtAlign + 4u * static_cast<std::uint64_t>(p.absmax_blocks)));
+    p.alpha_off = 0;
+    p.part_off = to_usize(align_up(checked_mul(to_u64(m, kWhat), 4, kWhat)), kWhat);
     const std::uint64_t part = checked_mul(checked_mul(to_u64(m, kWhat), to_u64(k, kWhat), kWhat), 2, kWhat);
     end = checked_add(p.part_off, align_up(part), kWhat);
-    p.absmax_kernel = "tq2_lt_absmax_" + std::string(dtype_name(in));
-    p.split_kernel = "tq2_lt_split_" + std::string(dtype_name(in)) + "_f16x1";
+    p.rowscale_kernel = "tq2_rowscale_" + std::string(dtype_name(in)) + "_f16";
   }
   if (p.launch.parts > 1) {
     p.slots_off = to_usize(end, kWhat);

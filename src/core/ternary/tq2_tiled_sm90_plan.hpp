@@ -6,11 +6,13 @@
 // The route, per call:
 //   f16 input:   the engine reads the input itself (16-byte aligned base and row stride), no
 //                workspace: one kernel.
-//   bf16 input, or f32 with Fast precision: tq2_lt_absmax and tq2_lt_split (the dequant_lt
-//                route's kernels) write x * 2^-e as one f16 part into the workspace, with e such
-//                that max |x| lands in [2^14, 2^15): exact for bf16 (8 significant bits) down to
-//                2^-31 max |x|, f32 rounded to 11 bits (Fast); the engine's epilogue multiplies
-//                by 2^e (a device float beside the part). Three kernels.
+//   bf16 input, or f32 with Fast precision: tq2_rowscale writes each row i as x * 2^-e_i in
+//                f16 into the workspace, e_i such that the row's max |x| lands in [2^14, 2^15):
+//                exact for bf16 (8 significant bits) down to 2^-28 of the row's max |x|, f32
+//                rounded to 11 bits (Fast); the engine's epilogue multiplies row i by 2^e_i (m
+//                device floats before the copy). Two kernels. (Session 8-11: one scale for the
+//                whole activation, from two kernels; per row it is one kernel, and a row's
+//                scale no longer depends on the other rows.)
 // The split route (tiled_sm90_splitk: K in parts, for few feature tiles) adds the parts' f32
 // slots and the tiles' counters to the workspace (any input dtype), and zeroes the counters
 // (cudaMemsetAsync) before the engine runs.
@@ -27,17 +29,15 @@
 namespace llmm::cuda_ternary {
 
 struct Tq2TiledSm90Plan {
-  bool scaled = false;      // the absmax and split kernels run, the engine reads the f16 part
-  int absmax_blocks = 0;
+  bool scaled = false;      // tq2_rowscale runs, the engine reads its f16 copy
   // Workspace layout (scaled only): byte offsets from a 256-byte aligned base.
-  std::size_t scalars_off = 0;  // 4 floats from tq2_lt_split: {2^e, 2^(e - 11), 0, 1}
-  std::size_t partial_off = 0;  // absmax_blocks floats
-  std::size_t part_off = 0;     // [m][k] f16
+  std::size_t alpha_off = 0;  // m floats: 2^e of each row
+  std::size_t part_off = 0;   // [m][k] f16
   // Split only: the engine's slots and counters (tiled_sm90_tq2_split_slot_bytes / _counter_bytes).
   std::size_t slots_off = 0, counters_off = 0, counter_bytes = 0;
   std::size_t bytes = 0;
   engine::TiledSm90Launch launch;
-  std::string absmax_kernel, split_kernel, engine_kernel;  // the first two empty unless scaled
+  std::string rowscale_kernel, engine_kernel;  // the first empty unless scaled
 };
 
 // Plan for a problem tiled_sm90_tq2_refusal accepts (throws InvalidArgument naming the reason

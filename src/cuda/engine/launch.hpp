@@ -22,7 +22,8 @@ void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l,
 
 // out = x . W^T with W [n, k] decoded from g.codes / g.scales_t by the consumers; g.in is the f16
 // activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;
-// alpha: nullptr or a device float that multiplies every output. `l` from tq2_tiled_sm90_plan.
+// alpha: nullptr or device floats [m], alpha[i] multiplying output row i (tq2_rowscale's 2^e).
+// `l` from tq2_tiled_sm90_plan.
 // With K in parts (l.parts > 1): `slots` (tiled_sm90_tq2_split_slot_bytes) and `counters`
 // (tiled_sm90_tq2_split_counter_bytes), which this zeroes on the stream before the kernel.
 void launch_tiled_sm90_tq2(const cuda_ternary::Tq2Args& g, const float* alpha, const TiledSm90Launch& l,

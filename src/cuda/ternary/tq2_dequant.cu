@@ -6,6 +6,8 @@
 //   tq2_dequant   : codes staged through shared memory so that each thread reads 2 code bytes
 //                   and stores the 8 f16 weights they hold as one 16-byte vector.
 //   tq2_lt_scale  : bf16(alpha * f32) for the bf16 -> bf16 path.
+//   tq2_rowscale  : (the tiled_sm90 routes) one block a row: its max |x|, then x * 2^-e(row) as
+//                   f16 and 2^e(row): one kernel, and each row's scale depends on that row only.
 #include "cuda/ternary/tq2_common.cuh"
 #include "cuda/ternary/tq2_dequant.hpp"
 
@@ -119,6 +121,39 @@ __global__ void __launch_bounds__(kThreads) tq2_lt_split_kernel(const T* x, std:
   }
 }
 
+// One block a row (grid-stride): the row's finite max |x| in a first pass, e from it as the split
+// kernel takes it from the global max, then the row as f16(x * 2^-e) and alpha[row] = 2^e. The
+// second pass reads the row again (from L1/L2: it was just read).
+template <class T>
+__global__ void __launch_bounds__(kThreads) tq2_rowscale_f16_kernel(const T* x, std::int64_t m, std::int64_t k,
+                                                                     std::int64_t ld, bool vec, __half* out,
+                                                                     float* alpha) {
+  __shared__ float red[kThreads / 32];
+  for (std::int64_t row = blockIdx.x; row < m; row += gridDim.x) {
+    float mx = 0.0f;
+    for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
+      float f[8];
+      load8(x, ld, row, col, vec, f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[e]));
+    }
+    mx = block_max(mx, red);
+    int e = 0;
+    if (mx > 0.0f) e = min(max(ilogbf(mx) - kTq2LtTopExp, kTq2LtMinExp), kTq2LtMaxExp);
+    const float down = __int_as_float((127 - e) << 23);  // 2^-e, a normal float for e in [-115, 113]
+    if (threadIdx.x == 0) alpha[row] = __int_as_float((127 + e) << 23);
+    for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
+      float f[8];
+      load8(x, ld, row, col, vec, f);
+      std::uint32_t h[4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p)  // exact scaling by a power of two, then one rounding to f16
+        h[p] = pack_half2(__float2half_rn(f[2 * p] * down), __float2half_rn(f[2 * p + 1] * down));
+      *reinterpret_cast<uint4*>(out + row * k + col) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+  }
+}
+
 constexpr int kDequantBytes = 16 * kThreads;  // code bytes per block (16384 weights)
 
 // One block: 4096 code bytes into shared memory with 16-byte loads, then each thread turns
@@ -220,6 +255,19 @@ void launch_tq2_lt_split(const Tq2LtInput& x, const float* partial, int blocks, 
     tq2_lt_split_kernel<__nv_bfloat16, 1><<<grid, kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(x.data), x.m, x.k, x.ld, vec, partial, blocks, p, part_elems, scalars);
   cuda_dense::host::check_launch("tq2_lt_split");
+}
+
+void launch_tq2_rowscale_f16(const Tq2LtInput& x, void* out, float* alpha, StreamHandle stream) {
+  const bool vec = input_vec(x);
+  const unsigned grid = static_cast<unsigned>(x.m < kMaxGrid ? (x.m > 0 ? x.m : 1) : kMaxGrid);
+  __half* o = static_cast<__half*>(out);
+  if (x.dtype == DType::F32)
+    tq2_rowscale_f16_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld, vec,
+                                                                  o, alpha);
+  else
+    tq2_rowscale_f16_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x.data), x.m,
+                                                                          x.k, x.ld, vec, o, alpha);
+  cuda_dense::host::check_launch("tq2_rowscale_f16");
 }
 
 void launch_tq2_dequant_f16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t row0,

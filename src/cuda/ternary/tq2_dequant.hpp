@@ -30,6 +30,11 @@ void launch_tq2_lt_absmax(const Tq2LtInput& x, float* partial, int blocks, Strea
 void launch_tq2_lt_split(const Tq2LtInput& x, const float* partial, int blocks, int parts, void* parts_base,
                          std::size_t part_bytes, float* scalars, StreamHandle stream);
 
+// Per row i, with G_i = max |x[i, :]| over finite elements and e_i as above (0 when G_i == 0):
+// out[i][l] = f16(x[i][l] * 2^-e_i) ([m][k] row-major, 16-byte aligned) and alpha[i] = 2^e_i.
+// The tiled_sm90 routes' activation: one kernel, each row scaled by its own maximum.
+void launch_tq2_rowscale_f16(const Tq2LtInput& x, void* out, float* alpha, StreamHandle stream);
+
 // w[r][l] = f16((code(row0 + r, l) - 1) * scale(row0 + r, l / 128)) for r < rows, l < k: exact
 // (codes [n][k/4], scales [n][k/128] f16 bits, tq2_args.hpp's layout). w 16-byte aligned.
 void launch_tq2_dequant_f16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t row0,

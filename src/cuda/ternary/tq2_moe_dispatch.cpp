@@ -4,12 +4,14 @@
 #include "core/ternary/tq2_moe_dispatch.hpp"
 #include "cuda/engine/launch.hpp"
 #include "cuda/moe/launch.hpp"
+#include "core/ternary/tq2_dequant_lt_plan.hpp"
 #include "core/ternary/tq2_tiled_sm90_plan.hpp"
 #include "core/ternary/tq2_workspace.hpp"
 #include "cuda/ternary/tq2_dequant.hpp"
 #include "cuda/ternary/tq2_moe_naive.hpp"
 #include "cuda/ternary/tq2_moe_stream.hpp"
 #include "core/ternary/tq2_moe_stream_plan.hpp"
+#include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 
 namespace llmm::detail {
@@ -89,7 +91,13 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
   const bool scaled = g.in_dtype != DType::F16;
   const bool slotted = g.in_slot_stride != 0;  // a slot stride of 0 reads as a token's row
   cuda_ternary::Tq2MoeArgs e = a;  // the engine's view: an f16 input
-  cuda_ternary::Tq2TiledSm90Plan sp;
+  // The f16 copy with one power of two for every row (tq2_dequant_lt's absmax and split kernels:
+  // staged in expert order the rows would need their own scales in the epilogue), in the pool.
+  struct {
+    int blocks = 0;
+    std::size_t part_off = 0, bytes = 0;  // scalars at 0, the absmax partials at 256, then [rows][k] f16
+    std::string absmax, split;
+  } sp;
   cuda_ternary::Tq2LtInput x;
   unsigned char* ws = nullptr;
   if (scaled) {
@@ -97,7 +105,15 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
       fail(ErrorCode::Internal, "matmul_id_tq2: a scaled slotted input needs token stride top_k x slot stride");
     x = cuda_ternary::Tq2LtInput{g.in, g.in_dtype, slotted ? g.m * g.top_k : g.m, g.k,
                                  slotted ? g.in_slot_stride : g.in_token_stride};
-    sp = cuda_ternary::tq2_tiled_sm90_plan(x.m, g.n, g.k, g.in_dtype, g.out_dtype, false, ctx.arch().sm_count);
+    constexpr const char* kWhat = "matmul_id_tq2 scaled input";
+    const auto up = [&](std::uint64_t v) {
+      return checked_add(v, cuda_ternary::kTq2LtAlign - 1, kWhat) / cuda_ternary::kTq2LtAlign * cuda_ternary::kTq2LtAlign;
+    };
+    sp.blocks = static_cast<int>(std::min<std::int64_t>(x.m, cuda_ternary::kTq2LtMaxAbsmaxBlocks));
+    sp.part_off = to_usize(up(cuda_ternary::kTq2LtAlign + 4u * static_cast<std::uint64_t>(sp.blocks)), kWhat);
+    sp.bytes = to_usize(checked_add(sp.part_off, up(checked_mul(checked_mul(to_u64(x.m, kWhat), to_u64(g.k, kWhat), kWhat), 2, kWhat)), kWhat), kWhat);
+    sp.absmax = "tq2_lt_absmax_" + std::string(dtype_name(g.in_dtype));
+    sp.split = "tq2_lt_split_" + std::string(dtype_name(g.in_dtype)) + "_f16x1";
     ws = static_cast<unsigned char*>(ternary_pool(ctx).get("route_workspace", sp.bytes));
     e.g.in = ws + sp.part_off, e.g.in_dtype = DType::F16;
     e.g.in_token_stride = slotted ? g.top_k * g.k : g.k, e.g.in_slot_stride = slotted ? g.k : 0;
@@ -109,7 +125,7 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
   const engine::TiledSm90Launch l = engine::tiled_sm90_tq2_moe_launch(e.g, ctx.arch().sm_count);
   const std::string map = cuda_moe::moe_map_kernel_name(mg), stage = cuda_moe::moe_stage_rows_kernel_name(e.g),
                     gemm = engine::tiled_sm90_tq2_moe_kernel_name(g.out_dtype);
-  if (scaled) ctx.check_launchable(sp.absmax_kernel), ctx.check_launchable(sp.split_kernel);
+  if (scaled) ctx.check_launchable(sp.absmax), ctx.check_launchable(sp.split);
   ctx.check_launchable(map);
   ctx.check_launchable(stage);
   ctx.check_launchable(gemm);
@@ -117,14 +133,14 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
   const float* alpha = nullptr;
   std::string names;
   if (scaled) {
-    float* const scalars = reinterpret_cast<float*>(ws + sp.scalars_off);
-    float* const partial = reinterpret_cast<float*>(ws + sp.partial_off);
-    cuda_ternary::launch_tq2_lt_absmax(x, partial, sp.absmax_blocks, s);
-    ctx.note_launch(sp.absmax_kernel, [&] { return LaunchRanges{{Tq2MoeRanges(a).in}, {route_ws}}; });
-    cuda_ternary::launch_tq2_lt_split(x, partial, sp.absmax_blocks, 1, ws + sp.part_off, sp.bytes - sp.part_off, scalars, s);
-    ctx.note_launch(sp.split_kernel, [&] { return LaunchRanges{{Tq2MoeRanges(a).in, route_ws}, {route_ws}}; });
+    float* const scalars = reinterpret_cast<float*>(ws);
+    float* const partial = reinterpret_cast<float*>(ws + cuda_ternary::kTq2LtAlign);
+    cuda_ternary::launch_tq2_lt_absmax(x, partial, sp.blocks, s);
+    ctx.note_launch(sp.absmax, [&] { return LaunchRanges{{Tq2MoeRanges(a).in}, {route_ws}}; });
+    cuda_ternary::launch_tq2_lt_split(x, partial, sp.blocks, 1, ws + sp.part_off, sp.bytes - sp.part_off, scalars, s);
+    ctx.note_launch(sp.split, [&] { return LaunchRanges{{Tq2MoeRanges(a).in, route_ws}, {route_ws}}; });
     alpha = scalars;
-    names = sp.absmax_kernel + "+" + sp.split_kernel + "+";
+    names = sp.absmax + "+" + sp.split + "+";
   }
   cuda_moe::launch_moe_map(mg, s);
   ctx.note_launch(map, [&] {

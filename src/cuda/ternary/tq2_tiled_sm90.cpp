@@ -29,7 +29,7 @@ Receipt run_tq2_tiled_sm90(Context& ctx, const cuda_ternary::Tq2Args& g, const s
   const bool parts = p.launch.parts > 1;
   const std::string zero = parts ? "tq2_split_counters_zero" : "";
   std::string names;
-  for (const std::string& n : {p.absmax_kernel, p.split_kernel, zero, p.engine_kernel})
+  for (const std::string& n : {p.rowscale_kernel, zero, p.engine_kernel})
     if (!n.empty()) {
       ctx.check_launchable(n);
       names += (names.empty() ? "" : "+") + n;
@@ -42,16 +42,13 @@ Receipt run_tq2_tiled_sm90(Context& ctx, const cuda_ternary::Tq2Args& g, const s
   const float* alpha = nullptr;
   int launched = 0;
   if (p.scaled) {
-    float* const scalars = reinterpret_cast<float*>(ws + p.scalars_off);
-    float* const partial = reinterpret_cast<float*>(ws + p.partial_off);
+    float* const row_alpha = reinterpret_cast<float*>(ws + p.alpha_off);
     const cuda_ternary::Tq2LtInput x{g.in, g.in_dtype, g.m, g.k, g.in_ld};
-    cuda_ternary::launch_tq2_lt_absmax(x, partial, p.absmax_blocks, s);
-    ctx.note_launch(p.absmax_kernel, [&] { return LaunchRanges{{tq2_ranges(g).reads[0]}, {route_ws}}; });
-    cuda_ternary::launch_tq2_lt_split(x, partial, p.absmax_blocks, 1, ws + p.part_off, p.bytes - p.part_off, scalars, s);
-    ctx.note_launch(p.split_kernel, [&] { return LaunchRanges{{tq2_ranges(g).reads[0], route_ws}, {route_ws}}; });
+    cuda_ternary::launch_tq2_rowscale_f16(x, ws + p.part_off, row_alpha, s);
+    ctx.note_launch(p.rowscale_kernel, [&] { return LaunchRanges{{tq2_ranges(g).reads[0]}, {route_ws}}; });
     e.in = ws + p.part_off, e.in_dtype = DType::F16, e.in_ld = g.k;
-    alpha = scalars;
-    launched = 2;
+    alpha = row_alpha;
+    launched = 1;
   }
   float* const slots = parts ? reinterpret_cast<float*>(ws + p.slots_off) : nullptr;
   auto* const counters = parts ? reinterpret_cast<std::uint32_t*>(ws + p.counters_off) : nullptr;

@@ -1,7 +1,7 @@
 // Ternary instance of the Hopper tiled engine (gemm_tq2's tiled_sm90 route): the dense row map,
 // the f16 activation by TMA, TQ2_0_g128 codes and transposed scales by TMA decoded by the
-// consumers into register fragments (Tq2Weights), the activation's power-of-two scale undone in
-// the epilogue.
+// consumers into register fragments (Tq2Weights), each activation row's power-of-two scale undone
+// in the epilogue.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -50,7 +50,7 @@ void launch_bn(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, c
     w.scales = cuda_common::make_tensor_map_u8_2d(g.scales_t, dims, row, box, false, name.c_str());
   }
   w.group_rows = g.n, w.group_cols = (g.n + 7) / 8 * 8, w.n = static_cast<int>(g.n);
-  w.alpha = alpha;
+  w.alpha = alpha, w.alpha_per_row = true;  // tq2_rowscale's 2^e of each row
   if (l.parts > 1) {  // the tensor maps are made: the first stream operation
     const cudaError_t e = cudaMemsetAsync(sk.counters, 0, tiled_sm90_tq2_split_counter_bytes(l), stream);
     if (e != cudaSuccess) {

@@ -204,8 +204,16 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   float alpha = 1.0f;  // Tq2Weights: the activation's power-of-two scale, undone at the store
-  if constexpr (Weights::kDecode)
-    if (wp.alpha) alpha = *wp.alpha;
+  bool alpha_rows = false;  // or one scale per token row (alpha_of below)
+  if constexpr (Weights::kDecode) {
+    alpha_rows = wp.alpha != nullptr && wp.alpha_per_row;
+    if (wp.alpha && !alpha_rows) alpha = *wp.alpha;
+  }
+  auto alpha_of = [&](const TileCoord& c, int tok) {
+    if constexpr (Weights::kDecode)
+      if (alpha_rows) return __ldg(wp.alpha + c.tok0 + tok);
+    return alpha;
+  };
 
   int it = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -321,7 +329,10 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             __stcg(reinterpret_cast<float4*>(slots + part * 2 * kSlot + tok * 64 + col), v);
             continue;
           }
-          if constexpr (Weights::kDecode) v.x *= alpha, v.y *= alpha, v.z *= alpha, v.w *= alpha;
+          if constexpr (Weights::kDecode) {
+            const float a = alpha_of(c, tok);
+            v.x *= a, v.y *= a, v.z *= a, v.w *= a;
+          }
           store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
         }
       }
@@ -372,7 +383,10 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             const int idx = base + 128 * u, tok = idx >> 4, col = (idx & 15) * 4, f = feat_base + col;
             if (idx >= vecs || f >= p.n) continue;
             float4 o = v[u];
-            if constexpr (Weights::kDecode) o.x *= alpha, o.y *= alpha, o.z *= alpha, o.w *= alpha;
+            if constexpr (Weights::kDecode) {
+              const float a = alpha_of(c, tok);
+              o.x *= a, o.y *= a, o.z *= a, o.w *= a;
+            }
             store4(out + map.out_row(c, tok, cw) + f, o, min(4, p.n - f), p.vec_ok);
           }
         }

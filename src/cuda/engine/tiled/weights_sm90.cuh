@@ -35,9 +35,11 @@ struct Tq2WeightsParams {
   std::int64_t group_rows = 0;  // rows of one group (its n)
   std::int64_t group_cols = 0;  // a group's columns in the transposed scales (n rounded up to 8)
   int n = 0;                    // valid rows of a group: rows past it decode to zero
-  // nullptr, or a device float every output is multiplied by (the power of two that brought a
-  // bf16/f32 activation into f16's range): exact unless the product leaves f32's range.
+  // nullptr, or device floats the outputs are multiplied by (the power of two that brought a
+  // bf16/f32 activation into f16's range): exact unless the product leaves f32's range. One for
+  // every output (alpha_per_row false), or one per token row of a dense row map, alpha[tok0 + tok].
   const float* alpha = nullptr;
+  bool alpha_per_row = false;
 };
 
 namespace tq2_detail {
