@@ -281,7 +281,7 @@ void check_workspace(FuzzedDataProvider& in) {
                      *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2,
                  "dequant_lt workspace ", *b, ctx());
     } else if (engine_route) {
-      // The activation's f16 copy and two 256-byte sections (bf16, f32 Fast); none for f16.
+      // The activation's f16 copy after a float a row (its scale; bf16, f32 Fast); none for f16.
       // Split with K in parts: also an f32 slot of every output element per part.
       const u128 copy = static_cast<u128>(m) * static_cast<u128>(k) * 2;
       FUZZ_CHECK(!f32_exact, "tiled_sm90 workspace given for f32 Exact, which the engine refuses", ctx());
@@ -289,7 +289,7 @@ void check_workspace(FuzzedDataProvider& in) {
       u128 parts = std::min<u128>({132 / tn, kb / 16, 16});
       if (parts >= 2) parts = (kb + (kb + parts - 1) / parts - 1) / ((kb + parts - 1) / parts);
       const u128 slots = r == Tq2Route::TiledSm90SplitK && parts >= 2 ? static_cast<u128>(m) * static_cast<u128>(n) * parts * 4 : 0;
-      const u128 scaled = in_dt == DType::F16 ? 0 : copy + 512;
+      const u128 scaled = in_dt == DType::F16 ? 0 : copy + 4 * static_cast<u128>(m);
       FUZZ_CHECK(*b % 256 == 0 && *b >= scaled + slots && ((scaled + slots == 0) == (*b == 0)), tq2_route_name(r),
                  " workspace ", *b, ctx());
     } else if (r == Tq2Route::StreamV4) {
