@@ -277,8 +277,10 @@ void check_workspace(FuzzedDataProvider& in) {
                              " cannot hold the f16 activation", ctx());
     } else if (r == Tq2Route::DequantLt) {
       const u128 parts = in_dt == DType::F32 ? (o.precision == Precision::Exact ? 2 : 1) : in_dt == DType::BF16 ? 1 : 0;
-      FUZZ_CHECK(*b % 256 == 0 && *b >= static_cast<u128>(k) * 2 &&
-                     *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2,
+      // The f16 parts of the activation, a float a row (its scale) when scaled, a weight row.
+      FUZZ_CHECK(*b % 256 == 0 &&
+                     *b >= parts * static_cast<u128>(m) * static_cast<u128>(k) * 2 + (parts > 0 ? static_cast<u128>(m) * 4 : 0) +
+                               static_cast<u128>(k) * 2,
                  "dequant_lt workspace ", *b, ctx());
     } else if (engine_route) {
       // The activation's f16 copy after a float a row (its scale; bf16, f32 Fast); none for f16.

@@ -18,9 +18,10 @@ enum class Tq2MoeRoute {
   GroupedSm90,  // sm_90: moe_map (stable counting sort by expert), the routed rows staged in expert
                 // order, then the Hopper tiled engine with the TQ2 decoder over each expert's
                 // rows. Needs an f16 input (16-byte aligned, strides multiples of 8) or a bf16
-                // one (evenly spaced rows: first copied to f16 scaled by a power of two, in the
-                // context's grow-only ternary workspace), and a MatmulIdScratch with
-                // staged_row_bytes >= 2 k. f32 inputs take Naive (f16 would round them).
+                // one (any strides: each routed row staged as f16 scaled by its own power of
+                // two, undone in the epilogue; the scales in the context's grow-only ternary
+                // workspace), and a MatmulIdScratch with staged_row_bytes >= 2 k. f32 inputs
+                // take Naive (f16 would round them).
   StreamSm90,   // sm_90, decode: the streaming engine (tq2_stream_v5's) over routed rows; each row
                 // streams its expert's codes once and multiplies them by its activation, staged
                 // as exact int8 digits (f32-class: f32, f16 and bf16 inputs alike). Any input
@@ -35,9 +36,9 @@ struct Tq2MoeOptions {
 };
 
 // Auto: the CPU reference on CPU contexts; on sm_90 StreamSm90 for m <= 64 tokens where it takes
-// the call; else GroupedSm90 where it takes the call (f16
-// input readable by TMA or a bf16 one with evenly spaced rows, scratch with room to stage every
-// routed row as f16, at most 1024 experts,
+// the call; else GroupedSm90 where it takes the call (a bf16
+// input, or an f16 one readable by TMA; scratch with room to stage every routed row as f16, at
+// most 1024 experts,
 // n_experts * n (n rounded up to 8) <= 2^30 - 128); else Naive. Pure; `input_ok` says the input
 // is one the route can read (above), `staging_ok` that the scratch can stage every routed row.
 Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bool input_ok, bool staging_ok,

@@ -154,7 +154,7 @@ TEST(Tq2Experts, RoutingRule) {
   expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128, DType::BF16, DType::F16), a, true, true, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "needs an f32 or input-dtype output");
   expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, false, true, Tq2MoeRoute::GroupedSm90); },
-               ErrorCode::Unsupported, "evenly spaced rows");
+               ErrorCode::Unsupported, "an f16 one TMA can read");
   expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a, true, false, Tq2MoeRoute::GroupedSm90); },
                ErrorCode::Unsupported, "staged_row_bytes");
   expect_error([&] { plan_matmul_id_tq2(params(128, 8, 768, 2048, 128), a100, true, true, Tq2MoeRoute::GroupedSm90); },

@@ -20,58 +20,51 @@ TEST(Tq2LtPlan, DitProjExactByHand) {
   Tq2LtPlan p = tq2_lt_plan(1536, 27648, 3072, DType::F32, DType::F32, true);
   EXPECT_EQ(p.parts, 2);
   EXPECT_TRUE(p.scaled);
-  EXPECT_FALSE(p.via_temp);
-  EXPECT_FALSE(p.first_scaled);
+  EXPECT_FALSE(p.via_temp);  // f32 out: the GEMMs write the output, scaled in place after
   EXPECT_EQ(p.gemm_out, DType::F32);
   EXPECT_EQ(p.gemms, 2);
   EXPECT_EQ(p.chunk_rows, 13824);
   EXPECT_EQ(p.chunks, 2);
   EXPECT_EQ(p.last_rows, 13824);
-  EXPECT_EQ(p.absmax_blocks, 1024);
-  EXPECT_EQ(p.scalars_off, 0u);
-  EXPECT_EQ(p.partial_off, 256u);
-  EXPECT_EQ(p.parts_off, 4352u);               // 256 + 1024 floats
+  EXPECT_EQ(p.alpha_off, 0u);
+  EXPECT_EQ(p.parts_off, 6144u);               // 1536 row scales
   EXPECT_EQ(p.part_bytes, 1536u * 3072 * 2);
-  EXPECT_EQ(p.weight_off, 4352u + 2u * 1536 * 3072 * 2);
+  EXPECT_EQ(p.weight_off, 6144u + 2u * 1536 * 3072 * 2);
   EXPECT_EQ(p.bytes, p.weight_off + 13824u * 3072 * 2);  // ~104 MB
-  EXPECT_EQ(p.kernels, 2 + 2 * 3);
-  EXPECT_EQ(p.absmax_kernel, "tq2_lt_absmax_f32");
-  EXPECT_EQ(p.split_kernel, "tq2_lt_split_f32_f16x2");
+  EXPECT_EQ(p.kernels, 1 + 2 * 4);  // rowscale, then per chunk dequant, 2 GEMMs, scale_rows
+  EXPECT_EQ(p.rowscale_kernel, "tq2_rowscale_f32_f16x2");
   EXPECT_EQ(p.dequant_kernel, "tq2_dequant_f16");
-  EXPECT_EQ(p.scale_kernel, "");
+  EXPECT_EQ(p.scale_kernel, "tq2_lt_scale_rows_f32");
 
   Tq2LtPlan fast = tq2_lt_plan(1536, 27648, 3072, DType::F32, DType::F32, false);
   EXPECT_EQ(fast.parts, 1);
-  EXPECT_TRUE(fast.first_scaled);
   EXPECT_EQ(fast.gemms, 1);
-  EXPECT_EQ(fast.kernels, 2 + 2 * 2);
-  EXPECT_EQ(fast.split_kernel, "tq2_lt_split_f32_f16x1");
-  EXPECT_EQ(fast.bytes, 4352u + 1536u * 3072 * 2 + 13824u * 3072 * 2);
+  EXPECT_EQ(fast.kernels, 1 + 2 * 3);
+  EXPECT_EQ(fast.rowscale_kernel, "tq2_rowscale_f32_f16");
+  EXPECT_EQ(fast.bytes, 6144u + 1536u * 3072 * 2 + 13824u * 3072 * 2);
 }
 
 TEST(Tq2LtPlan, DtypePaths) {
-  // bf16 -> bf16: f16 GEMM into an f32 temp, then the scaled rounding kernel; forced 200 -> 256 rows.
+  // bf16 -> bf16: f16 GEMM into an f32 temp, then the per-row scaled rounding; forced 200 -> 256 rows.
   Tq2LtPlan b = tq2_lt_plan(100, 1000, 384, DType::BF16, DType::BF16, true, 200);
   EXPECT_EQ(b.parts, 1);
   EXPECT_TRUE(b.via_temp);
-  EXPECT_FALSE(b.first_scaled);
   EXPECT_EQ(b.gemm_out, DType::F32);
   EXPECT_EQ(b.chunk_rows, 256);
   EXPECT_EQ(b.chunks, 4);
   EXPECT_EQ(b.last_rows, 232);
   EXPECT_EQ(b.temp_ld, 256);
-  EXPECT_EQ(b.absmax_blocks, 100);
-  EXPECT_EQ(b.parts_off, 768u);
-  EXPECT_EQ(b.weight_off, 768u + 76800);
-  EXPECT_EQ(b.temp_off, 768u + 76800 + 256u * 384 * 2);
+  EXPECT_EQ(b.parts_off, 512u);  // 100 row scales, 256-aligned
+  EXPECT_EQ(b.weight_off, 512u + 76800);
+  EXPECT_EQ(b.temp_off, 512u + 76800 + 256u * 384 * 2);
   EXPECT_EQ(b.bytes, b.temp_off + 100u * 256 * 4);
-  EXPECT_EQ(b.kernels, 2 + 4 * 3);
-  EXPECT_EQ(b.split_kernel, "tq2_lt_split_bf16_f16x1");
-  EXPECT_EQ(b.scale_kernel, "tq2_lt_scale_bf16");
+  EXPECT_EQ(b.kernels, 1 + 4 * 3);
+  EXPECT_EQ(b.rowscale_kernel, "tq2_rowscale_bf16_f16");
+  EXPECT_EQ(b.scale_kernel, "tq2_lt_scale_rows_bf16");
 
   Tq2LtPlan bf = tq2_lt_plan(100, 1000, 384, DType::BF16, DType::F32, false);
-  EXPECT_TRUE(bf.first_scaled);
   EXPECT_FALSE(bf.via_temp);
+  EXPECT_EQ(bf.scale_kernel, "tq2_lt_scale_rows_f32");  // in place in the output
   EXPECT_EQ(bf.parts, 1);  // Exact or not: a bf16 input is exact in f16 once scaled
 
   // f16: read straight from the input, no scaling kernels; workspace = one weight chunk.
@@ -82,7 +75,8 @@ TEST(Tq2LtPlan, DtypePaths) {
   EXPECT_EQ(h.chunks, 1);
   EXPECT_EQ(h.kernels, 2);
   EXPECT_EQ(h.bytes, 3072u * 3072 * 2);
-  EXPECT_EQ(h.absmax_kernel, "");
+  EXPECT_EQ(h.rowscale_kernel, "");
+  EXPECT_EQ(h.scale_kernel, "");
   EXPECT_EQ(tq2_lt_plan(64, 3072, 3072, DType::F16, DType::F32, true).gemm_out, DType::F32);
 }
 
@@ -114,12 +108,14 @@ TEST(Tq2LtPlan, LayoutInvariantsRandom) {
     if (p.chunks > 1) EXPECT_EQ(p.chunk_rows % 128, 0);  // chunk offsets keep 256-byte alignment
     if (force == 0) EXPECT_LE(static_cast<std::size_t>(p.chunk_rows) * 2 * static_cast<std::size_t>(k),
                               std::max<std::size_t>(kTq2LtMaxChunkBytes, 256u * 2 * static_cast<std::size_t>(k)));
-    for (std::size_t off : {p.scalars_off, p.partial_off, p.parts_off, p.part_bytes, p.weight_off, p.temp_off, p.bytes})
+    for (std::size_t off : {p.alpha_off, p.parts_off, p.part_bytes, p.weight_off, p.temp_off, p.bytes})
       EXPECT_EQ(off % kTq2LtAlign, 0u);
+    if (p.scaled) EXPECT_GE(p.parts_off, p.alpha_off + static_cast<std::size_t>(m) * 4);
     EXPECT_GE(p.weight_off, p.parts_off + static_cast<std::size_t>(p.parts) * p.part_bytes);
     EXPECT_GE(p.temp_off, p.weight_off + static_cast<std::size_t>(p.chunk_rows * k * 2));
     EXPECT_GE(p.bytes, p.temp_off + (p.via_temp ? static_cast<std::size_t>(m * p.temp_ld * 4) : 0u));
-    EXPECT_EQ(p.kernels, (p.scaled ? 2 : 0) + static_cast<int>(p.chunks) * (1 + p.gemms + (p.via_temp ? 1 : 0)));
+    EXPECT_EQ(p.kernels, (p.scaled ? 1 : 0) + static_cast<int>(p.chunks) * (1 + p.gemms + (p.scaled ? 1 : 0)));
+    EXPECT_EQ(p.via_temp, p.scaled && out != DType::F32);
     EXPECT_EQ(p.parts, in == DType::F32 ? (exact ? 2 : 1) : in == DType::BF16 ? 1 : 0);
   }
 }

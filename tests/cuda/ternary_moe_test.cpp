@@ -77,7 +77,7 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
                       {64, 8, 256, 512, 128, Routing::Uniform, 0}, {600, 2, 96, 384, 4, Routing::Repeats, 5}};
   std::uint64_t seed = 700;
   for (const S& s : shapes)
-    for (DType in : {DType::F16, DType::BF16})  // bf16: first copied to f16 scaled by a power of two
+    for (DType in : {DType::F16, DType::BF16})  // bf16: each routed row staged as f16 times its own 2^-e
     for (DType out : {DType::F32, in})
       for (int layout = 0; layout < 2; ++layout) {
         Tq2MoeCase c = make_case(s.m, s.top_k, s.n, s.k, s.experts, in, out, ++seed);
@@ -89,14 +89,39 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
         MatmulIdScratch scratch(ctx, s.experts, s.m, s.top_k, 2 * s.k);
         const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, &scratch);
         EXPECT_EQ(o.receipt.route, "tq2_moe_grouped_sm90") << c.describe();
-        EXPECT_EQ(o.receipt.kernels_launched, in == DType::F16 ? 3 : 5) << c.describe();
+        EXPECT_EQ(o.receipt.kernels_launched, 3) << c.describe();  // map, stage (bf16: scaled), engine
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
       }
 }
 
+// Each routed row of a bf16 input is staged with its own power of two: token rows of 2^20, 1 and
+// 2^-20 in turn each keep their precision on the grouped route, every layout and output dtype.
+// With one scale for the whole input (sessions 8-12) the 2^-20 rows fell below f16's range
+// (2^-20 x 2^-6 < 2^-25) and came out as zeros.
+TEST(Tq2ExpertsGpu, GroupedRowsOfVeryDifferentMagnitudeEachKeepTheirPrecision) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  MatmulIdScratch scratch(ctx, 8, 96, 4, 2 * 512);
+  std::uint64_t seed = 1300;
+  for (int layout = 0; layout < 3; ++layout)
+    for (DType out : {DType::F32, DType::BF16}) {
+      Tq2MoeCase c = make_case(96, 4, 136, 512, 8, DType::BF16, out, ++seed);
+      c.route = Tq2MoeRoute::GroupedSm90, c.row_exponents = {20, 0, -20};
+      c.base.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
+      c.base.input_rank3 = layout == 2;  // [m, top_k, k] with uneven token rows
+      c.base.out_of_range_every = 7;
+      const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, &scratch);
+      EXPECT_EQ(o.receipt.route, "tq2_moe_grouped_sm90") << c.describe();
+      EXPECT_EQ(o.receipt.kernel.find("tq2_rowscale_stage_bf16_f16"), o.receipt.kernel.find('+') + 1) << o.receipt.kernel;
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+    }
+}
+
 // Auto takes the engine only where it can: an f32 input, no scratch, a scratch without staging
-// room, an f16 row stride TMA cannot read or a bf16 slotted input with uneven rows go to the
-// reference kernel; results correct on each.
+// room or an f16 row stride TMA cannot read go to the reference kernel; a bf16 slotted input with
+// uneven rows takes the engine (its rows are staged one by one); results correct on each.
 TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -107,7 +132,7 @@ TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   std::uint64_t seed = 900;
   for (R r : {R{DType::F16, &staged, 0, engine}, R{DType::BF16, &staged, 3, engine}, R{DType::F32, &staged, 0, "tq2_moe_naive"},
               R{DType::F16, nullptr, 0, "tq2_moe_naive"}, R{DType::F16, &plain, 0, "tq2_moe_naive"},
-              R{DType::F16, &staged, 3, "tq2_moe_naive"}, R{DType::BF16, &staged, -1, "tq2_moe_naive"}}) {
+              R{DType::F16, &staged, 3, "tq2_moe_naive"}, R{DType::BF16, &staged, -1, engine}}) {
     Tq2MoeCase c = make_case(80, 4, 136, 256, 8, r.in, DType::F32, ++seed);  // m > 64: past the streaming route
     c.base.input_pad = r.pad < 0 ? 0 : r.pad, c.base.out_of_range_every = 6;
     if (r.pad < 0) c.base.input_rank3 = true;  // [m, top_k, k] with 3 extra elements a token: uneven rows

@@ -228,11 +228,11 @@ TEST(Tq2Gpu, DequantLtZeroInputAndLaunchOrder) {
   std::vector<float> in(4 * 256, 0.25f), out(4 * 64, NAN);
   Receipt r = gemm_tq2(ctx, w, in.data(), out.data(), 4, 64, 256, o);
   ctx.set_launch_recorder(nullptr);
-  const std::vector<std::string> want = {"tq2_lt_absmax_f32", "tq2_lt_split_f32_f16x2", "tq2_dequant_f16",
-                                         "cublaslt_f16_nt_f32", "cublaslt_f16_nt_f32"};
+  const std::vector<std::string> want = {"tq2_rowscale_f32_f16x2", "tq2_dequant_f16", "cublaslt_f16_nt_f32",
+                                         "cublaslt_f16_nt_f32", "tq2_lt_scale_rows_f32"};
   EXPECT_EQ(rec.launched, want);
   EXPECT_EQ(r.kernels_launched, 5);
-  EXPECT_EQ(r.kernel, "tq2_lt_absmax_f32+tq2_lt_split_f32_f16x2+tq2_dequant_f16+cublaslt_f16_nt_f32");
+  EXPECT_EQ(r.kernel, "tq2_rowscale_f32_f16x2+tq2_dequant_f16+cublaslt_f16_nt_f32+tq2_lt_scale_rows_f32");
 }
 
 // The caller-workspace rule of the routes that take one (Tq2Options::workspace), for x [4, 256]

@@ -8,12 +8,23 @@
 
 namespace llmm::test {
 
-std::string Tq2MoeCase::describe() const { return base.describe() + " tq2 route " + tq2_moe_route_name(route); }
+std::string Tq2MoeCase::describe() const {
+  return base.describe() + " tq2 route " + tq2_moe_route_name(route) + (row_exponents.empty() ? "" : " rows 2^e apart");
+}
 
 Tq2MoeOutcome run_tq2_moe_case(Context& ctx, TernaryWeightCache& cache, const Tq2MoeCase& c, MatmulIdScratch* scratch) {
   MoeCase mc = c.base;
   mc.w_dtype = DType::F32, mc.expert_pad = 0, mc.nonfinite_every = 0;
   MoeBuffers b = make_moe_buffers(mc);
+  if (!c.row_exponents.empty()) {
+    View row = b.in.view;  // the first dimension cut to one index, every other kept
+    row.shape[0] = 1;
+    for (std::int64_t i = 0; i < b.in.view.dim(0); ++i) {
+      row.data = b.in.bytes.data() + static_cast<std::size_t>(i * b.in.view.stride(0)) * dtype_size(row.dtype);
+      const int e = c.row_exponents[static_cast<std::size_t>(i) % c.row_exponents.size()];
+      fill_random(row, mc.seed * 7 + static_cast<std::uint64_t>(i), std::ldexp(1.0, e));
+    }
+  }
   inject_nonfinite(b.in.view, mc.seed * 3 + 2, c.base.nonfinite_every);  // the input only: ternary weights are finite
   const MatmulIdParams& p = b.p;
   const std::int64_t rows = static_cast<std::int64_t>(p.n_experts) * p.n;

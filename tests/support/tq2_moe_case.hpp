@@ -17,6 +17,9 @@ namespace llmm::test {
 struct Tq2MoeCase {
   MoeCase base;  // base.p: m, n, k (a multiple of 128), top_k, n_experts, layout, dtypes; base.w_dtype ignored
   Tq2MoeRoute route = Tq2MoeRoute::Auto;
+  // Non-empty: input row i (along the input's first dimension) is random times 2^row_exponents[i % size],
+  // so that rows far apart in magnitude meet in one call (each must keep its own precision).
+  std::vector<int> row_exponents;
   std::string describe() const;
 };
 

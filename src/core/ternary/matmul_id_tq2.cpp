@@ -50,8 +50,7 @@ Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bo
     if (force == Tq2MoeRoute::GroupedSm90 && cuda) {
       if (!engine_why.empty()) why = engine_why;
       else if (!input_ok)
-        why = "needs an f16 input TMA can read (16-byte aligned base, strides multiples of 8) or a bf16 input with "
-              "evenly spaced rows (slotted: token stride = top_k x slot stride)";
+        why = "needs a bf16 input or an f16 one TMA can read (16-byte aligned base, strides multiples of 8)";
       else if (!staging_ok)
         why = "stages every routed row: it needs a MatmulIdScratch made with staged_row_bytes >= 2 k and room for m * top_k rows";
     }
@@ -116,12 +115,11 @@ Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& inp
                  scratch->staged_bytes() / (2 * static_cast<std::uint64_t>(p.k)) >= routed;
   }
   const detail::MatmulIdInputStrides strides = detail::matmul_id_input_strides(p);
-  // The engine reads f16 rows by TMA (16-byte aligned, strides multiples of 8); a bf16 input is
-  // first copied to f16 as a [rows, k] matrix, which needs its rows evenly spaced.
-  const bool input_ok =
-      p.input_dtype == DType::F16
-          ? detail::aligned16(input.data) && strides.token % 8 == 0 && strides.slot % 8 == 0
-          : p.input_dtype == DType::BF16 && (strides.slot == 0 || strides.token == p.top_k * strides.slot);
+  // The engine reads f16 rows by TMA (16-byte aligned, strides multiples of 8) before staging
+  // them; a bf16 input is staged row by row through its own strides (tq2_rowscale_stage), any.
+  const bool input_ok = p.input_dtype == DType::F16
+                            ? detail::aligned16(input.data) && strides.token % 8 == 0 && strides.slot % 8 == 0
+                            : p.input_dtype == DType::BF16;
   const Tq2MoeRoute route = plan_matmul_id_tq2(p, ctx.arch(), input_ok, staging_ok, opts.force_route);
 
   cuda_ternary::Tq2MoeArgs a;

@@ -53,10 +53,9 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
   Tq2LtPlan p;
   p.parts = in == DType::F32 ? (exact ? 2 : 1) : in == DType::BF16 ? 1 : 0;
   p.scaled = p.parts > 0;
-  p.via_temp = in == DType::BF16 && out == DType::BF16;  // no f16 x f16 -> bf16 cuBLASLt GEMM
+  p.via_temp = p.scaled && out != DType::F32;  // bf16 out: no f16 x f16 -> bf16 cuBLASLt GEMM
   p.gemm_out = in == DType::F16 ? out : DType::F32;
   p.gemms = p.parts == 2 ? 2 : 1;
-  p.first_scaled = p.parts == 1 && !p.via_temp;
   if (chunk_rows > 0) {  // rounded up to the unit, at most n (no overflow for n near 2^63)
     const std::int64_t c = std::min(chunk_rows, n), unit = kTq2LtOverrideUnit;
     p.chunk_rows = c > INT64_MAX - unit ? n : std::min(n, c + (unit - c % unit) % unit);
@@ -65,15 +64,10 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
   }
   p.chunks = ceil_div(n, p.chunk_rows);
   p.last_rows = n - (p.chunks - 1) * p.chunk_rows;
-  p.absmax_blocks = p.scaled ? static_cast<int>(std::min<std::int64_t>(m, kTq2LtMaxAbsmaxBlocks)) : 0;
   p.temp_ld = p.via_temp ? ceil_div(p.chunk_rows, 8) * 8 : 0;
 
   std::uint64_t at = 0;
-  if (p.scaled) {
-    p.scalars_off = 0;
-    p.partial_off = kTq2LtAlign;
-    at = align_up(kTq2LtAlign + 4u * static_cast<std::uint64_t>(p.absmax_blocks));
-  }
+  if (p.scaled) at = align_up(product({m, 4}));  // alpha at 0
   p.parts_off = to_usize(at, kWhat);
   p.part_bytes = p.parts > 0 ? to_usize(align_up(product({m, k, 2})), kWhat) : 0;
   at = checked_add(at, checked_mul(static_cast<std::uint64_t>(p.parts), p.part_bytes, kWhat), kWhat);
@@ -82,7 +76,7 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
   p.temp_off = to_usize(at, kWhat);
   if (p.via_temp) at = checked_add(at, align_up(product({m, p.temp_ld, 4})), kWhat);
   p.bytes = to_usize(at, kWhat);
-  const std::int64_t kernels = (p.scaled ? 2 : 0) + p.chunks * (1 + p.gemms + (p.via_temp ? 1 : 0));  // chunks < 2^62
+  const std::int64_t kernels = (p.scaled ? 1 : 0) + p.chunks * (1 + p.gemms + (p.scaled ? 1 : 0));  // chunks < 2^62
   if (kernels > 1 << 20)
     fail(ErrorCode::InvalidArgument, "tq2_dequant_lt: ", p.chunks, " chunks of ", p.chunk_rows, " weight rows (n ", n,
          ") would launch ", kernels, " kernels: give more rows per chunk");
@@ -90,11 +84,10 @@ Tq2LtPlan tq2_lt_plan(std::int64_t m, std::int64_t n, std::int64_t k, DType in, 
 
   const std::string in_name(dtype_name(in));
   if (p.scaled) {
-    p.absmax_kernel = "tq2_lt_absmax_" + in_name;
-    p.split_kernel = "tq2_lt_split_" + in_name + "_f16x" + std::to_string(p.parts);
+    p.rowscale_kernel = "tq2_rowscale_" + in_name + (p.parts == 2 ? "_f16x2" : "_f16");
+    p.scale_kernel = "tq2_lt_scale_rows_" + std::string(dtype_name(out));
   }
   p.dequant_kernel = "tq2_dequant_f16";
-  if (p.via_temp) p.scale_kernel = "tq2_lt_scale_bf16";
   return p;
 }
 

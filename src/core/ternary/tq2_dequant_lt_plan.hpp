@@ -4,22 +4,25 @@
 // use this one plan.
 //
 // The route, per call (see src/cuda/ternary/tq2_dequant_lt.cpp):
-//   1. f32/bf16 input: tq2_lt_absmax (max |x| per slice of rows) and tq2_lt_split (x * 2^-e into
-//      f16 parts for one power-of-two e that puts max |x| in [2^14, 2^15); the GEMMs undo it
-//      exactly through alpha/beta read from the workspace, so the host never sees e).
+//   1. f32/bf16 input: tq2_rowscale writes each row i as x * 2^-e_i in f16 parts, one power of two
+//      e_i per row that puts the row's max |x| in [2^14, 2^15), and alpha[i] = 2^e_i.
 //   2. per chunk of weight rows: tq2_dequant writes W[j0 .. j0 + rows) as f16 (code - 1) * scale,
-//      then cuBLASLt GEMMs into out[:, j0 .. j0 + rows), f32 accumulation:
-//        Exact f32:  D = hi . W^T (alpha 1, beta 0), then D = 2^(e-11) lo . W^T + 2^e D (device
-//                    alpha and beta: exact power-of-two scalings, one rounding);
-//        Fast f32, bf16 -> f32: D = 2^e hi . W^T (device alpha, device beta 0: this relies on
-//                    cuBLASLt not reading C when beta is 0; the GPU tests poison C with NaN);
-//        bf16 -> bf16: T = hi . W^T into an f32 temp, then tq2_lt_scale writes bf16(2^e T);
-//        f16: D = x . W^T straight from the input (f16 or f32 D).
+//      then cuBLASLt GEMMs (f32 accumulation, host alpha and beta) into D:
+//        Exact f32:  D = hi . W^T, then D = 2^-11 lo . W^T + D (one rounding, as one GEMM would);
+//        Fast f32, bf16 -> f32/bf16: D = hi . W^T;
+//        f16: D = x . W^T straight from the input (f16 or f32 D), no scaling, done.
+//      D is the output chunk itself for an f32 output, else an f32 temp (no f16 x f16 -> bf16
+//      cuBLASLt GEMM); then tq2_lt_scale_rows writes out[i][chunk] = alpha[i] * D[i] (in place for
+//      f32: exact, a power of two; bf16: one rounding).
+// Why one scale per row: with one scale for the whole activation a row 2^30 below the largest
+// fell below f16's range and came out as zeros, and a row's result depended on the other rows.
+// cuBLASLt's alpha vector scales rows of its column-major D, which are our output features, not
+// our tokens, hence the scaling pass after the GEMMs.
 // Why f16 and not bf16: (code - 1) * an f16 scale has 11 significant bits, exact in f16 but not in
-// bf16 (8), and the tensor cores need both operands in one type. The activation's global scale
-// keeps its f16 parts in range; an f32 x is split as x * 2^-e = hi + lo * 2^-11 (relative error
-// <= 2^-22 for |x| >= 2^-29 max |x|, <= 2^-17 down to 2^-34 max |x|), so Exact takes two GEMMs
-// (bf16 would need three: its weight needs a hi and a lo part too).
+// bf16 (8), and the tensor cores need both operands in one type. An f32 x is split as
+// x * 2^-e_i = hi + lo * 2^-11 (relative error <= 2^-22 for |x| >= 2^-29 of its row's max |x|,
+// <= 2^-17 down to 2^-34 of it), so Exact takes two GEMMs (bf16 would need three: its weight
+// needs a hi and a lo part too).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,29 +42,25 @@ inline constexpr std::size_t kTq2LtMaxChunkBytes = std::size_t{128} << 20;
 inline constexpr std::int64_t kTq2LtWaveTiles = 4 * 132;
 inline constexpr std::int64_t kTq2LtRowUnit = 256;   // automatic chunks: whole 256-row tiles
 inline constexpr std::int64_t kTq2LtOverrideUnit = 128;  // forced chunks: 128 rows (256-byte offsets)
-inline constexpr int kTq2LtMaxAbsmaxBlocks = 1024;
 // x * 2^-e puts max |x| in [2^14, 2^15); e is clamped so that 2^e and 2^(e - 11) are normal f32.
 inline constexpr int kTq2LtTopExp = 14, kTq2LtLoShift = 11, kTq2LtMinExp = -115, kTq2LtMaxExp = 113;
 
 struct Tq2LtPlan {
   int parts = 0;            // f16 activation parts in the workspace: 0 (f16 input read directly), 1, 2
-  bool scaled = false;      // parts > 0: the absmax + split kernels run; GEMM alpha/beta on device
-  bool via_temp = false;    // bf16 -> bf16: GEMM into an f32 temp, then tq2_lt_scale into out
-  bool first_scaled = false;  // the first GEMM applies 2^e itself (device alpha, device beta 0)
+  bool scaled = false;      // parts > 0: tq2_rowscale runs first, tq2_lt_scale_rows after each chunk
+  bool via_temp = false;    // bf16 out of a scaled input: GEMMs into an f32 temp (else into out)
   DType gemm_out = DType::F32;  // the GEMMs' D dtype (f32, or f16 for f16 -> f16)
   int gemms = 1;            // GEMMs per chunk (2: Exact's hi and lo)
   std::int64_t chunk_rows = 0, chunks = 0, last_rows = 0;
-  int absmax_blocks = 0;
   std::int64_t temp_ld = 0;  // f32 temp row stride (via_temp only)
   // Workspace layout: byte offsets from a 256-byte aligned base (each section 256-aligned).
-  std::size_t scalars_off = 0;  // 4 floats: alpha_hi = 2^e, alpha_lo = 2^(e - 11), 0, 1
-  std::size_t partial_off = 0;  // absmax_blocks floats
+  std::size_t alpha_off = 0;    // m floats: 2^e_i of each row (scaled only)
   std::size_t parts_off = 0, part_bytes = 0;  // parts x [m][k] f16, part p at parts_off + p * part_bytes
   std::size_t weight_off = 0;   // [chunk_rows][k] f16
   std::size_t temp_off = 0;     // [m][temp_ld] f32
   std::size_t bytes = 0;
   int kernels = 0;              // launches, cuBLASLt GEMMs included
-  std::string absmax_kernel, split_kernel, dequant_kernel, scale_kernel;  // empty when not run
+  std::string rowscale_kernel, dequant_kernel, scale_kernel;  // empty when not run
 };
 
 // Plan for m, n, k >= 1 (k % 128 == 0), input f32/f16/bf16, output f32 or the input's dtype.

@@ -30,9 +30,9 @@ void launch_tiled_sm90_tq2(const cuda_ternary::Tq2Args& g, const float* alpha, c
                            StreamHandle stream, float* slots = nullptr, std::uint32_t* counters = nullptr);
 
 // matmul_id_tq2's grouped GEMM over a stack of ternary experts, after launch_moe_map and
-// launch_moe_stage_rows on the same stream (a.g's counts, rows and f16 staged rows written);
-// alpha: nullptr or a device float that multiplies every output (the staged rows' power-of-two
-// scale); `l` from tiled_sm90_tq2_moe_launch.
+// launch_moe_stage_rows (or tq2_rowscale_stage) on the same stream (a.g's counts, rows and f16
+// staged rows written); alpha: nullptr or device floats [m * top_k], alpha[i] multiplying the
+// output of staged row i (its power-of-two scale); `l` from tiled_sm90_tq2_moe_launch.
 void launch_tiled_sm90_tq2_moe(const cuda_ternary::Tq2MoeArgs& a, const float* alpha, const TiledSm90Launch& l,
                                StreamHandle stream);
 

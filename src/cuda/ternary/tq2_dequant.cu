@@ -1,13 +1,12 @@
 // Kernels of the tq2_dequant_lt route (see core/ternary/tq2_dequant_lt_plan.hpp for the route):
 // memory-bound elementwise passes with 16-byte loads and fully coalesced 16-byte stores.
-//   tq2_lt_absmax : per-block max |x| (finite elements), fixed-order block reduction.
-//   tq2_lt_split  : every block reduces the partial maxima itself (no second pass, no atomics),
-//                   then writes x * 2^-e as f16 hi (+ lo) and the GEMMs' scalars.
+//   tq2_rowscale  : one block a row: its max |x|, then x * 2^-e(row) as f16 (and, for f32 Exact,
+//                   the f16 remainder) and 2^e(row): one kernel, each row's scale from that row
+//                   only (the tiled_sm90 routes and tq2_dequant_lt).
 //   tq2_dequant   : codes staged through shared memory so that each thread reads 2 code bytes
 //                   and stores the 8 f16 weights they hold as one 16-byte vector.
-//   tq2_lt_scale  : bf16(alpha * f32) for the bf16 -> bf16 path.
-//   tq2_rowscale  : (the tiled_sm90 routes) one block a row: its max |x|, then x * 2^-e(row) as
-//                   f16 and 2^e(row): one kernel, and each row's scale depends on that row only.
+//   tq2_lt_scale_rows : out[i][j] = alpha[i] * D[i][j] after tq2_dequant_lt's GEMMs (f32 in
+//                   place, or bf16 from the f32 temp).
 #include "cuda/ternary/tq2_common.cuh"
 #include "cuda/ternary/tq2_dequant.hpp"
 
@@ -40,11 +39,10 @@ __device__ __forceinline__ float finite_abs(float x) {
   return a <= FLT_MAX ? a : 0.0f;  // NaN and Inf do not pick the scale (they propagate anyway)
 }
 
-// 8 consecutive elements of row `row` from column `col` (col % 8 == 0) as floats.
+// 8 consecutive elements of a row from column `col` (col % 8 == 0) as floats.
 template <class T>
-__device__ __forceinline__ void load8(const T* x, std::int64_t ld, std::int64_t row, std::int64_t col, bool vec,
-                                      float (&f)[8]) {
-  const T* p = x + row * ld + col;
+__device__ __forceinline__ void load8(const T* row, std::int64_t col, bool vec, float (&f)[8]) {
+  const T* p = row + col;
   if (vec) {
     if constexpr (sizeof(T) == 4) {
       const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
@@ -58,99 +56,82 @@ __device__ __forceinline__ void load8(const T* x, std::int64_t ld, std::int64_t 
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) tq2_lt_absmax_kernel(const T* x, std::int64_t m, std::int64_t k,
-                                                                  std::int64_t ld, bool vec, float* partial) {
-  __shared__ float red[kThreads / 32];
-  float mx = 0.0f;
-  for (std::int64_t row = blockIdx.x; row < m; row += gridDim.x)
-    for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
-      float f[8];
-      load8(x, ld, row, col, vec, f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[e]));
-    }
-  mx = block_max(mx, red);
-  if (threadIdx.x == 0) partial[blockIdx.x] = mx;
-}
-
 __device__ __forceinline__ std::uint32_t pack_half2(__half lo, __half hi) {
   return static_cast<std::uint32_t>(__half_as_ushort(lo)) | (static_cast<std::uint32_t>(__half_as_ushort(hi)) << 16);
 }
 
+// One block, one row x[0 .. k): its finite max |x| in a first pass, e from it
+// (e = clamp(ilogb(max) - 14, -115, 113), 0 for a row without a finite nonzero), then the row as
+// hi = f16(x * 2^-e) and, PARTS == 2, lo = f16((x * 2^-e - hi) * 2^11) (the f32 Exact remainder)
+// into out[0 .. k) (and out[part_elems ..]), and *alpha = 2^e. The second pass reads the row
+// again (from L1/L2: it was just read). Every thread of the block calls it (block_max syncs).
 template <class T, int PARTS>
-__global__ void __launch_bounds__(kThreads) tq2_lt_split_kernel(const T* x, std::int64_t m, std::int64_t k,
-                                                                 std::int64_t ld, bool vec, const float* partial,
-                                                                 int blocks, __half* parts, std::size_t part_elems,
-                                                                 float* scalars) {
-  __shared__ float red[kThreads / 32];
-  float g = 0.0f;
-  for (int b = static_cast<int>(threadIdx.x); b < blocks; b += kThreads) g = fmaxf(g, partial[b]);
-  g = block_max(g, red);
-  int e = 0;
-  if (g > 0.0f) e = min(max(ilogbf(g) - kTq2LtTopExp, kTq2LtMinExp), kTq2LtMaxExp);
-  const float down = __int_as_float((127 - e) << 23);  // 2^-e, a normal float for e in [-115, 113]
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    scalars[0] = __int_as_float((127 + e) << 23);
-    scalars[1] = __int_as_float((127 + e - kTq2LtLoShift) << 23);
-    scalars[2] = 0.0f;
-    scalars[3] = 1.0f;
-  }
-  const std::int64_t per_row = k / 8, items = m * per_row;
-  for (std::int64_t it = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; it < items;
-       it += static_cast<std::int64_t>(gridDim.x) * kThreads) {
-    const std::int64_t row = it / per_row, col = (it - row * per_row) * 8;
+__device__ __forceinline__ void scale_row(const T* x, std::int64_t k, bool vec, __half* out, std::size_t part_elems,
+                                          float* alpha, float* red) {
+  float mx = 0.0f;
+  for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
     float f[8];
-    load8(x, ld, row, col, vec, f);
-    std::uint32_t hi[4], lo[4];
+    load8(x, col, vec, f);
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const float a = f[2 * p] * down, b = f[2 * p + 1] * down;  // exact: powers of two
+    for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[e]));
+  }
+  mx = block_max(mx, red);
+  int e = 0;
+  if (mx > 0.0f) e = min(max(ilogbf(mx) - kTq2LtTopExp, kTq2LtMinExp), kTq2LtMaxExp);
+  const float down = __int_as_float((127 - e) << 23);  // 2^-e, a normal float for e in [-115, 113]
+  if (threadIdx.x == 0) *alpha = __int_as_float((127 + e) << 23);
+  for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
+    float f[8];
+    load8(x, col, vec, f);
+    std::uint32_t h[4], l[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {  // exact scaling by a power of two, then one rounding to f16
+      const float a = f[2 * p] * down, b = f[2 * p + 1] * down;
       const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
-      hi[p] = pack_half2(ha, hb);
+      h[p] = pack_half2(ha, hb);
       if constexpr (PARTS == 2) {
         // a - hi is exact in f32; an infinite a keeps its Inf in hi and adds nothing here.
         const float ra = isfinite(a) ? a - __half2float(ha) : 0.0f, rb = isfinite(b) ? b - __half2float(hb) : 0.0f;
         const float up = static_cast<float>(1 << kTq2LtLoShift);
-        lo[p] = pack_half2(__float2half_rn(ra * up), __float2half_rn(rb * up));
+        l[p] = pack_half2(__float2half_rn(ra * up), __float2half_rn(rb * up));
       }
     }
-    __half* dst = parts + row * k + col;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    if constexpr (PARTS == 2) *reinterpret_cast<uint4*>(dst + part_elems) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *reinterpret_cast<uint4*>(out + col) = make_uint4(h[0], h[1], h[2], h[3]);
+    if constexpr (PARTS == 2) *reinterpret_cast<uint4*>(out + part_elems + col) = make_uint4(l[0], l[1], l[2], l[3]);
   }
 }
 
-// One block a row (grid-stride): the row's finite max |x| in a first pass, e from it as the split
-// kernel takes it from the global max, then the row as f16(x * 2^-e) and alpha[row] = 2^e. The
-// second pass reads the row again (from L1/L2: it was just read).
-template <class T>
+// One block a row (grid-stride) of x [m, k], rows ld apart, into [m][k] f16 part(s).
+template <class T, int PARTS>
 __global__ void __launch_bounds__(kThreads) tq2_rowscale_f16_kernel(const T* x, std::int64_t m, std::int64_t k,
                                                                      std::int64_t ld, bool vec, __half* out,
-                                                                     float* alpha) {
+                                                                     std::size_t part_elems, float* alpha) {
   __shared__ float red[kThreads / 32];
-  for (std::int64_t row = blockIdx.x; row < m; row += gridDim.x) {
-    float mx = 0.0f;
-    for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
-      float f[8];
-      load8(x, ld, row, col, vec, f);
+  for (std::int64_t row = blockIdx.x; row < m; row += gridDim.x)
+    scale_row<T, PARTS>(x + row * ld, k, vec, out + row * k, part_elems, alpha + row, red);
+}
+
+// The same over routed rows in expert order: staged row i (i < sum(counts), after moe_map on the
+// same stream) is the input row of rows[i] = token * top_k + slot, scaled by its own 2^e into
+// staged[i][0 .. k) with alpha[i]. Blocks first sum counts[] themselves (no host sync).
+template <class T>
+__global__ void __launch_bounds__(kThreads) tq2_rowscale_stage_kernel(const T* x, Tq2RowGather g, std::int64_t k,
+                                                                       bool vec, __half* staged, float* alpha) {
+  __shared__ float red[kThreads / 32];
+  __shared__ std::uint32_t sums[kThreads / 32];
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  std::uint32_t part = 0;
+  for (int e = static_cast<int>(threadIdx.x); e < g.n_experts; e += kThreads) part += g.counts[e];
+  part = __reduce_add_sync(0xffffffffu, part);
+  if (lane == 0) sums[warp] = part;
+  __syncthreads();
+  std::uint32_t total = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[e]));
-    }
-    mx = block_max(mx, red);
-    int e = 0;
-    if (mx > 0.0f) e = min(max(ilogbf(mx) - kTq2LtTopExp, kTq2LtMinExp), kTq2LtMaxExp);
-    const float down = __int_as_float((127 - e) << 23);  // 2^-e, a normal float for e in [-115, 113]
-    if (threadIdx.x == 0) alpha[row] = __int_as_float((127 + e) << 23);
-    for (std::int64_t col = 8 * static_cast<std::int64_t>(threadIdx.x); col < k; col += 8 * kThreads) {
-      float f[8];
-      load8(x, ld, row, col, vec, f);
-      std::uint32_t h[4];
-#pragma unroll
-      for (int p = 0; p < 4; ++p)  // exact scaling by a power of two, then one rounding to f16
-        h[p] = pack_half2(__float2half_rn(f[2 * p] * down), __float2half_rn(f[2 * p + 1] * down));
-      *reinterpret_cast<uint4*>(out + row * k + col) = make_uint4(h[0], h[1], h[2], h[3]);
-    }
+  for (int w = 0; w < kThreads / 32; ++w) total += sums[w];
+  for (std::int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+    const std::uint32_t r = g.rows[i];
+    const std::int64_t t = r / static_cast<std::uint32_t>(g.top_k), sl = r - t * g.top_k;
+    scale_row<T, 1>(x + t * g.token_stride + sl * g.slot_stride, k, vec, staged + i * k, 0, alpha + i, red);
   }
 }
 
@@ -191,28 +172,35 @@ __global__ void __launch_bounds__(kThreads) tq2_dequant_f16_kernel(const std::ui
   }
 }
 
-__global__ void __launch_bounds__(kThreads) tq2_lt_scale_bf16_kernel(const float* src, std::int64_t src_ld,
-                                                                      const float* alpha, __nv_bfloat16* dst,
+__device__ __forceinline__ void store1(float* d, float v) { *d = v; }
+__device__ __forceinline__ void store1(__nv_bfloat16* d, float v) { *d = __float2bfloat16_rn(v); }
+
+// dst[i][j] = OutT(alpha[i] * src[i][j]): alpha[i] a power of two, so an f32 dst is exact (or
+// the correctly rounded underflow/overflow) and a bf16 dst rounds once. src may be dst (f32, in
+// place): each element is read and written by the same thread.
+template <class OutT>
+__global__ void __launch_bounds__(kThreads) tq2_lt_scale_rows_kernel(const float* src, std::int64_t src_ld,
+                                                                      const float* alpha, OutT* dst,
                                                                       std::int64_t dst_ld, std::int64_t m,
-                                                                      std::int64_t cols, bool dst_vec) {
-  const float a = *alpha;
+                                                                      std::int64_t cols, bool vec) {
   const std::int64_t groups = (cols + 7) / 8, items = m * groups;
   for (std::int64_t it = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; it < items;
        it += static_cast<std::int64_t>(gridDim.x) * kThreads) {
     const std::int64_t row = it / groups, col = (it - row * groups) * 8;
-    const float* s = src + row * src_ld + col;  // src_ld % 4 == 0: 16-byte aligned, in the row's padding
-    const float4 v0 = *reinterpret_cast<const float4*>(s), v1 = *reinterpret_cast<const float4*>(s + 4);
-    const float f[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    __nv_bfloat16* d = dst + row * dst_ld + col;
-    if (dst_vec && col + 8 <= cols) {
-      std::uint32_t o[4];
-#pragma unroll
-      for (int p = 0; p < 4; ++p) o[p] = dev::pack_bf16x2(a * f[2 * p], a * f[2 * p + 1]);
-      *reinterpret_cast<uint4*>(d) = make_uint4(o[0], o[1], o[2], o[3]);
+    const float a = __ldg(alpha + row);
+    const float* s = src + row * src_ld + col;
+    OutT* d = dst + row * dst_ld + col;
+    if (vec && col + 8 <= cols) {  // src and dst rows 16-byte aligned
+      const float4 v0 = *reinterpret_cast<const float4*>(s), v1 = *reinterpret_cast<const float4*>(s + 4);
+      if constexpr (sizeof(OutT) == 4) {
+        *reinterpret_cast<float4*>(d) = make_float4(a * v0.x, a * v0.y, a * v0.z, a * v0.w);
+        *reinterpret_cast<float4*>(d + 4) = make_float4(a * v1.x, a * v1.y, a * v1.z, a * v1.w);
+      } else {
+        *reinterpret_cast<uint4*>(d) = make_uint4(dev::pack_bf16x2(a * v0.x, a * v0.y), dev::pack_bf16x2(a * v0.z, a * v0.w),
+                                                  dev::pack_bf16x2(a * v1.x, a * v1.y), dev::pack_bf16x2(a * v1.z, a * v1.w));
+      }
     } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (col + e < cols) d[e] = __float2bfloat16_rn(a * f[e]);
+      for (int e = 0; e < 8 && col + e < cols; ++e) store1(d + e, a * s[e]);
     }
   }
 }
@@ -228,46 +216,40 @@ bool input_vec(const Tq2LtInput& x) {
 
 }  // namespace
 
-void launch_tq2_lt_absmax(const Tq2LtInput& x, float* partial, int blocks, StreamHandle stream) {
-  const bool vec = input_vec(x);
-  if (x.dtype == DType::F32)
-    tq2_lt_absmax_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld, vec,
-                                                                 partial);
-  else
-    tq2_lt_absmax_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x.data), x.m, x.k, x.ld, vec, partial);
-  cuda_dense::host::check_launch("tq2_lt_absmax");
-}
-
-void launch_tq2_lt_split(const Tq2LtInput& x, const float* partial, int blocks, int parts, void* parts_base,
-                         std::size_t part_bytes, float* scalars, StreamHandle stream) {
-  const bool vec = input_vec(x);
-  const unsigned grid = grid_for(x.m * (x.k / 8));
-  __half* p = static_cast<__half*>(parts_base);
-  const std::size_t part_elems = part_bytes / 2;
-  if (x.dtype == DType::F32 && parts == 2)
-    tq2_lt_split_kernel<float, 2><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld, vec,
-                                                                 partial, blocks, p, part_elems, scalars);
-  else if (x.dtype == DType::F32)
-    tq2_lt_split_kernel<float, 1><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld, vec,
-                                                                 partial, blocks, p, part_elems, scalars);
-  else
-    tq2_lt_split_kernel<__nv_bfloat16, 1><<<grid, kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x.data), x.m, x.k, x.ld, vec, partial, blocks, p, part_elems, scalars);
-  cuda_dense::host::check_launch("tq2_lt_split");
-}
-
-void launch_tq2_rowscale_f16(const Tq2LtInput& x, void* out, float* alpha, StreamHandle stream) {
+void launch_tq2_rowscale_f16(const Tq2LtInput& x, int parts, void* out, std::size_t part_bytes, float* alpha,
+                             StreamHandle stream) {
   const bool vec = input_vec(x);
   const unsigned grid = static_cast<unsigned>(x.m < kMaxGrid ? (x.m > 0 ? x.m : 1) : kMaxGrid);
   __half* o = static_cast<__half*>(out);
-  if (x.dtype == DType::F32)
-    tq2_rowscale_f16_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld, vec,
-                                                                  o, alpha);
+  const std::size_t pe = part_bytes / 2;
+  if (parts == 2 && x.dtype == DType::F32)
+    tq2_rowscale_f16_kernel<float, 2><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld,
+                                                                     vec, o, pe, alpha);
+  else if (parts == 1 && x.dtype == DType::F32)
+    tq2_rowscale_f16_kernel<float, 1><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.m, x.k, x.ld,
+                                                                     vec, o, pe, alpha);
+  else if (parts == 1 && x.dtype == DType::BF16)
+    tq2_rowscale_f16_kernel<__nv_bfloat16, 1><<<grid, kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x.data), x.m, x.k, x.ld, vec, o, pe, alpha);
   else
-    tq2_rowscale_f16_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x.data), x.m,
-                                                                          x.k, x.ld, vec, o, alpha);
+    fail(ErrorCode::Internal, "tq2_rowscale_f16: ", parts, " parts of a ", dtype_name(x.dtype), " input");
   cuda_dense::host::check_launch("tq2_rowscale_f16");
+}
+
+void launch_tq2_rowscale_stage_f16(const void* x, DType dtype, std::int64_t k, const Tq2RowGather& g, void* staged,
+                                   float* alpha, StreamHandle stream) {
+  if (g.routed <= 0) return;
+  const bool vec = detail::aligned16(x) && detail::bytes16(g.token_stride, dtype) && detail::bytes16(g.slot_stride, dtype);
+  const unsigned grid = static_cast<unsigned>(g.routed < kMaxGrid ? g.routed : kMaxGrid);
+  __half* o = static_cast<__half*>(staged);
+  if (dtype == DType::F32)
+    tq2_rowscale_stage_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), g, k, vec, o, alpha);
+  else if (dtype == DType::BF16)
+    tq2_rowscale_stage_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), g, k,
+                                                                            vec, o, alpha);
+  else
+    fail(ErrorCode::Internal, "tq2_rowscale_stage_f16: a ", dtype_name(dtype), " input");
+  cuda_dense::host::check_launch("tq2_rowscale_stage_f16");
 }
 
 void launch_tq2_dequant_f16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t row0,
@@ -282,12 +264,20 @@ void launch_tq2_dequant_f16(const std::uint8_t* codes, const std::uint16_t* scal
   cuda_dense::host::check_launch("tq2_dequant_f16");
 }
 
-void launch_tq2_lt_scale_bf16(const float* src, std::int64_t src_ld, const float* alpha, void* dst, std::int64_t dst_ld,
-                              std::int64_t m, std::int64_t cols, StreamHandle stream) {
-  const bool dst_vec = detail::aligned16(dst) && detail::bytes16(dst_ld, DType::BF16);
-  tq2_lt_scale_bf16_kernel<<<grid_for(m * ((cols + 7) / 8)), kThreads, 0, stream>>>(
-      src, src_ld, alpha, static_cast<__nv_bfloat16*>(dst), dst_ld, m, cols, dst_vec);
-  cuda_dense::host::check_launch("tq2_lt_scale_bf16");
+void launch_tq2_lt_scale_rows(const float* src, std::int64_t src_ld, const float* alpha, void* dst, DType dst_dtype,
+                              std::int64_t dst_ld, std::int64_t m, std::int64_t cols, StreamHandle stream) {
+  const bool vec = detail::aligned16(src) && detail::bytes16(src_ld, DType::F32) && detail::aligned16(dst) &&
+                   detail::bytes16(dst_ld, dst_dtype);
+  const unsigned grid = grid_for(m * ((cols + 7) / 8));
+  if (dst_dtype == DType::F32)
+    tq2_lt_scale_rows_kernel<float><<<grid, kThreads, 0, stream>>>(src, src_ld, alpha, static_cast<float*>(dst), dst_ld,
+                                                                   m, cols, vec);
+  else if (dst_dtype == DType::BF16)
+    tq2_lt_scale_rows_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+        src, src_ld, alpha, static_cast<__nv_bfloat16*>(dst), dst_ld, m, cols, vec);
+  else
+    fail(ErrorCode::Internal, "tq2_lt_scale_rows: ", dtype_name(dst_dtype), " output");
+  cuda_dense::host::check_launch("tq2_lt_scale_rows");
 }
 
 }  // namespace llmm::cuda_ternary

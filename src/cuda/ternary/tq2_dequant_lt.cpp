@@ -74,8 +74,7 @@ Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<v
   what << "m " << g.m << ", n " << g.n << ", k " << g.k << " (" << dtype_name(g.in_dtype) << " -> "
        << dtype_name(g.out_dtype) << ")";
   auto* const ws = static_cast<unsigned char*>(tq2_route_workspace(ctx, g, p.bytes, Tq2Route::DequantLt, what.str()));
-  float* const scalars = reinterpret_cast<float*>(ws + p.scalars_off);
-  float* const partial = reinterpret_cast<float*>(ws + p.partial_off);
+  float* const alpha = reinterpret_cast<float*>(ws + p.alpha_off);
   unsigned char* const parts = ws + p.parts_off;
   void* const w16 = ws + p.weight_off;
   float* const temp = reinterpret_cast<float*>(ws + p.temp_off);
@@ -95,15 +94,15 @@ Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<v
   auto resolve = [&](std::int64_t rows) {
     const DenseArgs a = chunk_gemm(g, x0, x_ld, w16, d0, d_ld, rows);
     Gemms r;
-    r.first = &lt_plan(ctx, a, p.gemm_out, p.first_scaled, align);
-    if (p.gemms == 2) r.second = &lt_plan(ctx, a, p.gemm_out, true, align);
+    r.first = &lt_plan(ctx, a, p.gemm_out, false, align);
+    if (p.gemms == 2) r.second = r.first;  // the same GEMM, run with other host scalars
     return r;
   };
   const Gemms full = resolve(p.chunk_rows), last = resolve(p.last_rows);
   void* const lt_ws = ctx.cublaslt_workspace();
 
   std::vector<std::string> kinds;  // every kernel, in launch order, checked before anything is enqueued
-  for (const std::string& n : {p.absmax_kernel, p.split_kernel, p.dequant_kernel, full.first->description(),
+  for (const std::string& n : {p.rowscale_kernel, p.dequant_kernel, full.first->description(),
                                full.second ? full.second->description() : std::string(), p.scale_kernel})
     if (!n.empty() && std::find(kinds.begin(), kinds.end(), n) == kinds.end()) kinds.push_back(n);
   std::string names;
@@ -129,30 +128,28 @@ Receipt run_tq2_dequant_lt(Context& ctx, const Tq2Args& g, const std::function<v
   };
   if (p.scaled) {
     const cuda_ternary::Tq2LtInput x{g.in, g.in_dtype, g.m, g.k, g.in_ld};
-    cuda_ternary::launch_tq2_lt_absmax(x, partial, p.absmax_blocks, s);
-    noted(p.absmax_kernel);
-    cuda_ternary::launch_tq2_lt_split(x, partial, p.absmax_blocks, p.parts, parts, p.part_bytes, scalars, s);
-    noted(p.split_kernel);
+    cuda_ternary::launch_tq2_rowscale_f16(x, p.parts, parts, p.part_bytes, alpha, s);
+    noted(p.rowscale_kernel);
   }
+  static constexpr float kOne = 1.0f, kZero = 0.0f, kLo = 1.0f / static_cast<float>(1 << cuda_ternary::kTq2LtLoShift);
   for (std::int64_t c = 0; c < p.chunks; ++c) {
     const std::int64_t j0 = c * p.chunk_rows, rows = c + 1 == p.chunks ? p.last_rows : p.chunk_rows;
     const Gemms& gm = rows == p.chunk_rows ? full : last;
     cuda_ternary::launch_tq2_dequant_f16(g.codes, g.scales, j0, rows, g.k, w16, s);
     noted(p.dequant_kernel);
-    void* d = p.via_temp ? d0 : static_cast<unsigned char*>(g.out) + j0 * static_cast<std::int64_t>(out_es);
+    void* const out_chunk = static_cast<unsigned char*>(g.out) + j0 * static_cast<std::int64_t>(out_es);
+    void* const d = p.via_temp ? d0 : out_chunk;
     DenseArgs a = chunk_gemm(g, x0, x_ld, w16, d, d_ld, rows);
-    if (p.first_scaled) gm.first->run(a, lt_ws, s, scalars + 0, scalars + 2);  // D = 2^e hi . W^T
-    else gm.first->run(a, lt_ws, s);                                           // D = hi . W^T
+    gm.first->run(a, lt_ws, s, &kOne, &kZero);  // D = hi . W^T
     noted(gm.first->description());
-    if (gm.second) {  // D = 2^(e - 11) lo . W^T + 2^e D
+    if (gm.second) {  // D = 2^-11 lo . W^T + D
       a.a = parts + p.part_bytes;
-      gm.second->run(a, lt_ws, s, scalars + 1, scalars + 0);
+      gm.second->run(a, lt_ws, s, &kLo, &kOne);
       noted(gm.second->description());
     }
-    if (p.via_temp) {
-      cuda_ternary::launch_tq2_lt_scale_bf16(temp, p.temp_ld, scalars + 0,
-                                             static_cast<unsigned char*>(g.out) + j0 * static_cast<std::int64_t>(out_es),
-                                             g.out_ld, g.m, rows, s);
+    if (p.scaled) {  // out[i][chunk] = 2^e_i D[i]
+      cuda_ternary::launch_tq2_lt_scale_rows(static_cast<const float*>(d), d_ld, alpha, out_chunk, g.out_dtype, g.out_ld,
+                                             g.m, rows, s);
       noted(p.scale_kernel);
     }
   }

@@ -82,84 +82,66 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
   }
   if (route != Tq2MoeRoute::GroupedSm90)
     fail(ErrorCode::Internal, "matmul_id_tq2: route ", tq2_moe_route_name(route), " has no CUDA kernels");
-  // A bf16 input is first written as f16 scaled by a power of two (tq2_dequant_lt's absmax and
-  // split kernels over the input as a [rows, k] matrix: a token's row, or a (token, slot) row
-  // when slotted; exact within f16's range below the largest element), the epilogue multiplying
-  // the outputs back. Then moe_map (counting sort; zero rows for out-of-range ids), the routed
-  // rows staged in expert order, and the engine over each expert's rows.
+  // moe_map (counting sort; zero rows for out-of-range ids), then the routed rows staged in
+  // expert order as f16: copied by moe_stage_rows from an f16 input, or from a bf16/f32 input
+  // scaled each by its own power of two (tq2_rowscale_stage, which also writes that 2^e_i in
+  // staged order, the epilogue multiplying each output row back), then the engine over each
+  // expert's rows.
   const cuda_moe::MoeArgs& g = a.g;
   const bool scaled = g.in_dtype != DType::F16;
-  const bool slotted = g.in_slot_stride != 0;  // a slot stride of 0 reads as a token's row
-  cuda_ternary::Tq2MoeArgs e = a;  // the engine's view: an f16 input
-  // The f16 copy with one power of two for every row (tq2_dequant_lt's absmax and split kernels:
-  // staged in expert order the rows would need their own scales in the epilogue), in the pool.
-  struct {
-    int blocks = 0;
-    std::size_t part_off = 0, bytes = 0;  // scalars at 0, the absmax partials at 256, then [rows][k] f16
-    std::string absmax, split;
-  } sp;
-  cuda_ternary::Tq2LtInput x;
-  unsigned char* ws = nullptr;
+  cuda_ternary::Tq2MoeArgs e = a;  // the engine's view: f16 staged rows
+  std::size_t alpha_bytes = 0;
+  float* alpha = nullptr;
   if (scaled) {
-    if (slotted && g.in_token_stride != g.top_k * g.in_slot_stride)
-      fail(ErrorCode::Internal, "matmul_id_tq2: a scaled slotted input needs token stride top_k x slot stride");
-    x = cuda_ternary::Tq2LtInput{g.in, g.in_dtype, slotted ? g.m * g.top_k : g.m, g.k,
-                                 slotted ? g.in_slot_stride : g.in_token_stride};
-    constexpr const char* kWhat = "matmul_id_tq2 scaled input";
-    const auto up = [&](std::uint64_t v) {
-      return checked_add(v, cuda_ternary::kTq2LtAlign - 1, kWhat) / cuda_ternary::kTq2LtAlign * cuda_ternary::kTq2LtAlign;
-    };
-    sp.blocks = static_cast<int>(std::min<std::int64_t>(x.m, cuda_ternary::kTq2LtMaxAbsmaxBlocks));
-    sp.part_off = to_usize(up(cuda_ternary::kTq2LtAlign + 4u * static_cast<std::uint64_t>(sp.blocks)), kWhat);
-    sp.bytes = to_usize(checked_add(sp.part_off, up(checked_mul(checked_mul(to_u64(x.m, kWhat), to_u64(g.k, kWhat), kWhat), 2, kWhat)), kWhat), kWhat);
-    sp.absmax = "tq2_lt_absmax_" + std::string(dtype_name(g.in_dtype));
-    sp.split = "tq2_lt_split_" + std::string(dtype_name(g.in_dtype)) + "_f16x1";
-    ws = static_cast<unsigned char*>(ternary_pool(ctx).get("route_workspace", sp.bytes));
-    e.g.in = ws + sp.part_off, e.g.in_dtype = DType::F16;
-    e.g.in_token_stride = slotted ? g.top_k * g.k : g.k, e.g.in_slot_stride = slotted ? g.k : 0;
+    constexpr const char* kWhat = "matmul_id_tq2 row scales";
+    alpha_bytes = to_usize(checked_mul(checked_mul(to_u64(g.m, kWhat), to_u64(g.top_k, kWhat), kWhat), 4, kWhat), kWhat);
+    alpha = static_cast<float*>(ternary_pool(ctx).get("route_workspace", alpha_bytes));
+    e.g.in_dtype = DType::F16;  // the engine and moe_map read only the staged f16 rows, not in
   }
   // moe_map reads neither weights nor input; it writes the zero rows of out-of-range ids in the
   // output dtype, and the MoE dtype contract pairs a bf16 output with bf16 weights and input.
   cuda_moe::MoeArgs mg = e.g;
   if (g.out_dtype == DType::BF16) mg.w_dtype = mg.in_dtype = DType::BF16;
   const engine::TiledSm90Launch l = engine::tiled_sm90_tq2_moe_launch(e.g, ctx.arch().sm_count);
-  const std::string map = cuda_moe::moe_map_kernel_name(mg), stage = cuda_moe::moe_stage_rows_kernel_name(e.g),
+  const std::string map = cuda_moe::moe_map_kernel_name(mg),
+                    stage = scaled ? "tq2_rowscale_stage_" + std::string(dtype_name(g.in_dtype)) + "_f16"
+                                   : cuda_moe::moe_stage_rows_kernel_name(e.g),
                     gemm = engine::tiled_sm90_tq2_moe_kernel_name(g.out_dtype);
-  if (scaled) ctx.check_launchable(sp.absmax), ctx.check_launchable(sp.split);
+  // The staging kernels write up to m * top_k rows of k f16: checked here, before any launch
+  // (the engine's own check comes after them).
+  if (!g.staged || !g.counts || !g.rows || g.k < 1 || g.staged_bytes / (g.k * 2) < g.m * g.top_k)
+    fail(ErrorCode::Internal, "matmul_id_tq2: the grouped route's scratch cannot stage every routed row");
   ctx.check_launchable(map);
   ctx.check_launchable(stage);
   ctx.check_launchable(gemm);
-  const ByteRange route_ws{ws, scaled ? sp.bytes : 0};
-  const float* alpha = nullptr;
-  std::string names;
-  if (scaled) {
-    float* const scalars = reinterpret_cast<float*>(ws);
-    float* const partial = reinterpret_cast<float*>(ws + cuda_ternary::kTq2LtAlign);
-    cuda_ternary::launch_tq2_lt_absmax(x, partial, sp.blocks, s);
-    ctx.note_launch(sp.absmax, [&] { return LaunchRanges{{Tq2MoeRanges(a).in}, {route_ws}}; });
-    cuda_ternary::launch_tq2_lt_split(x, partial, sp.blocks, 1, ws + sp.part_off, sp.bytes - sp.part_off, scalars, s);
-    ctx.note_launch(sp.split, [&] { return LaunchRanges{{Tq2MoeRanges(a).in, route_ws}, {route_ws}}; });
-    alpha = scalars;
-    names = sp.absmax + "+" + sp.split + "+";
-  }
+  const ByteRange alpha_range{alpha, alpha_bytes};
   cuda_moe::launch_moe_map(mg, s);
   ctx.note_launch(map, [&] {
     const Tq2MoeRanges r(a);
     return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};
   });
-  cuda_moe::launch_moe_stage_rows(e.g, s);
+  if (scaled) {
+    cuda_ternary::Tq2RowGather rg;
+    rg.rows = g.rows, rg.counts = g.counts, rg.n_experts = static_cast<int>(g.n_experts), rg.top_k = static_cast<int>(g.top_k);
+    rg.token_stride = g.in_token_stride, rg.slot_stride = g.in_slot_stride, rg.routed = g.m * g.top_k;
+    cuda_ternary::launch_tq2_rowscale_stage_f16(g.in, g.in_dtype, g.k, rg, e.g.staged, alpha, s);
+  } else {
+    cuda_moe::launch_moe_stage_rows(e.g, s);
+  }
   ctx.note_launch(stage, [&] {
     const Tq2MoeRanges r(e);
-    return LaunchRanges{{scaled ? route_ws : r.in, r.counts, r.rows}, {r.staged}};
+    LaunchRanges lr{{Tq2MoeRanges(a).in, r.counts, r.rows}, {r.staged}};
+    if (scaled) lr.writes.push_back(alpha_range);
+    return lr;
   });
   engine::launch_tiled_sm90_tq2_moe(e, alpha, l, s);
   ctx.note_launch(gemm, [&] {
     const Tq2MoeRanges r(e);
     LaunchRanges lr{{r.codes, r.scales_t, r.staged, r.counts, r.rows}, {r.out}};
-    if (scaled) lr.reads.push_back(route_ws);
+    if (scaled) lr.reads.push_back(alpha_range);
     return lr;
   });
-  return Receipt{tq2_moe_route_name(route), names + map + "+" + stage + "+" + gemm, scaled ? 5 : 3};
+  return Receipt{tq2_moe_route_name(route), map + "+" + stage + "+" + gemm, 3};
 }
 
 }  // namespace llmm::detail

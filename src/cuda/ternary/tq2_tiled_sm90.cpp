@@ -44,7 +44,7 @@ Receipt run_tq2_tiled_sm90(Context& ctx, const cuda_ternary::Tq2Args& g, const s
   if (p.scaled) {
     float* const row_alpha = reinterpret_cast<float*>(ws + p.alpha_off);
     const cuda_ternary::Tq2LtInput x{g.in, g.in_dtype, g.m, g.k, g.in_ld};
-    cuda_ternary::launch_tq2_rowscale_f16(x, ws + p.part_off, row_alpha, s);
+    cuda_ternary::launch_tq2_rowscale_f16(x, 1, ws + p.part_off, 0, row_alpha, s);
     ctx.note_launch(p.rowscale_kernel, [&] { return LaunchRanges{{tq2_ranges(g).reads[0]}, {route_ws}}; });
     e.in = ws + p.part_off, e.in_dtype = DType::F16, e.in_ld = g.k;
     alpha = row_alpha;

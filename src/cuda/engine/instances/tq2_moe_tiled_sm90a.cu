@@ -2,7 +2,7 @@
 // MoE row map over routed rows staged in expert order (f16, by TMA), the TQ2 decoder over the
 // expert stack (codes [n_experts * n][k/4] and transposed scales by TMA, decoded by the
 // consumers into register fragments; expert e's rows start at e * n), each output row written to
-// its routed row, times alpha when the staged rows were scaled (a bf16 input).
+// its routed row, times its staged row's 2^e when the rows were scaled (a bf16/f32 input).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -35,7 +35,7 @@ void launch_t(const cuda_ternary::Tq2MoeArgs& a, const float* alpha, const Tiled
     w.scales = cuda_common::make_tensor_map_u8_2d(a.scales_t, dims, row, box, false, name.c_str());
   }
   w.group_rows = g.n, w.group_cols = (g.n + 7) / 8 * 8, w.n = static_cast<int>(g.n);
-  w.alpha = alpha;
+  w.alpha = alpha, w.alpha_per_row = true;  // tq2_rowscale_stage's 2^e of each staged row
 
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   const auto [tm_x, tm_n] = staged_rows_maps(g, kBN, name.c_str());

@@ -209,9 +209,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     alpha_rows = wp.alpha != nullptr && wp.alpha_per_row;
     if (wp.alpha && !alpha_rows) alpha = *wp.alpha;
   }
+  // Token row tok of tile c is row row_base + tok0 + tok of the (dense or staged) activation:
+  // row_base is 0 for dense rows, the expert's first staged row for ExpertRows.
   auto alpha_of = [&](const TileCoord& c, int tok) {
     if constexpr (Weights::kDecode)
-      if (alpha_rows) return __ldg(wp.alpha + c.tok0 + tok);
+      if (alpha_rows) return __ldg(wp.alpha + c.row_base + c.tok0 + tok);
     return alpha;
   };
 

@@ -37,7 +37,8 @@ struct Tq2WeightsParams {
   int n = 0;                    // valid rows of a group: rows past it decode to zero
   // nullptr, or device floats the outputs are multiplied by (the power of two that brought a
   // bf16/f32 activation into f16's range): exact unless the product leaves f32's range. One for
-  // every output (alpha_per_row false), or one per token row of a dense row map, alpha[tok0 + tok].
+  // every output (alpha_per_row false), or one per activation row: alpha[row_base + tok0 + tok]
+  // (dense rows: row_base 0; staged expert rows: the staged row's index).
   const float* alpha = nullptr;
   bool alpha_per_row = false;
 };
