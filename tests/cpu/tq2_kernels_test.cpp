@@ -276,7 +276,22 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   EXPECT_EQ(c->items, 216);
   EXPECT_EQ(c->grid, 216);
   EXPECT_LE(c->smem_bytes * 2, kTq2V4SmemOptin);
+  // m = 1, 24 groups: Auto converts the image in each block (one launch, no staging kernel).
+  EXPECT_TRUE(c->stage_in_block);
+  EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132),
+            "tq2_stream_v5_f32_f32_i8x4_n8_s" + std::to_string(c->stages) + "_b2_p1_inblock");
+  EXPECT_EQ(tq2_stream_v5_stage_kernel_name(a), "");
+  EXPECT_EQ(tq2_stream_v5_image_refusal(a), "");
+  a.stream_image = Tq2StreamImage::Staged;
+  EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
   EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132), "tq2_stream_v5_f32_f32_i8x4_n8_s" + std::to_string(c->stages) + "_b2_p1");
+  EXPECT_EQ(tq2_stream_v5_stage_kernel_name(a), "tq2_stage_v5_f32_i8x4");
+  a.stream_image = Tq2StreamImage::Auto, a.m = 2;  // 48 items: staged
+  EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
+  a.stream_image = Tq2StreamImage::InBlock;  // forced: any m with K whole
+  EXPECT_TRUE(tq2_stream_v5_config(a, 132)->stage_in_block);
+  EXPECT_EQ(tq2_stream_v5_image_refusal(a), "");
+  a.stream_image = Tq2StreamImage::Auto, a.m = 1;
   a.scales_t_ld = 27644;  // not a multiple of 8
   EXPECT_FALSE(tq2_stream_v5_supports(a));
   a.scales_t_ld = 27648, a.scales_t = at<const std::uint16_t>(0x500008);
@@ -297,8 +312,33 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   EXPECT_GE(cl->stages, kTq2V5MinStages);
   EXPECT_LE(cl->smem_bytes, kTq2V4SmemOptin);
   EXPECT_EQ(cl->grid, 132);
+  EXPECT_FALSE(cl->stage_in_block);  // 224 items for 8 warps: staged once for all blocks
   l.m = 2;
   EXPECT_FALSE(tq2_stream_v5_supports(l));
+}
+
+// The image rule: in-block only with K whole (parts 1), under Auto only for at most 4 (row,
+// group) items a consumer warp; Staged never; a forced InBlock with K in parts is refused.
+TEST(Tq2Kernels, StreamV5ImageRule) {
+  for (std::int64_t m : {1, 2, 4, 8})
+    for (std::int64_t k : {128, 512, 1024, 3072, 4096})
+      for (int parts : {1, 2, 6}) {
+        const bool small = m * (k / 128) <= kTq2V5InBlockMaxItems, built = m <= kTq2V5InBlockMaxM;
+        EXPECT_EQ(tq2_stream_v5_in_block(m, k, parts, Tq2StreamImage::Auto), parts == 1 && small && built) << m << " " << k;
+        EXPECT_EQ(tq2_stream_v5_in_block(m, k, parts, Tq2StreamImage::InBlock), parts == 1 && built) << m << " " << k;
+        EXPECT_FALSE(tq2_stream_v5_in_block(m, k, parts, Tq2StreamImage::Staged)) << m << " " << k;
+      }
+  Tq2Args a = args(1, 3072, 3072);  // 24 super-bands: K in 6 parts
+  a.scales_t = at<const std::uint16_t>(0x500000), a.scales_t_ld = 3072;
+  ASSERT_EQ(tq2_stream_v5_parts(3072, 3072).parts, 6);
+  EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
+  EXPECT_EQ(tq2_stream_v5_image_refusal(a), "");
+  a.stream_image = Tq2StreamImage::InBlock;
+  EXPECT_NE(tq2_stream_v5_image_refusal(a).find("6 parts"), std::string::npos) << tq2_stream_v5_image_refusal(a);
+  Tq2Args b = args(5, 27648, 512);  // K whole, but m 5
+  b.scales_t = at<const std::uint16_t>(0x500000), b.scales_t_ld = 27648, b.stream_image = Tq2StreamImage::InBlock;
+  EXPECT_NE(tq2_stream_v5_image_refusal(b).find("m <= 4"), std::string::npos) << tq2_stream_v5_image_refusal(b);
+  EXPECT_FALSE(tq2_stream_v5_config(b, 132)->stage_in_block);
 }
 
 }  // namespace

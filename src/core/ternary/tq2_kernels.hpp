@@ -228,6 +228,7 @@ struct Tq2StreamV5Config {
   int n_tiles = 1, stages = 0, blocks_per_sm = 1, grid = 0, smem_bytes = 0;
   Tq2StreamV5Parts parts;
   std::int64_t items = 0;  // ceil(n / 128) x parts
+  bool stage_in_block = false;  // the blocks convert the image (no staging kernel, no workspace)
   friend bool operator==(const Tq2StreamV5Config&, const Tq2StreamV5Config&) = default;
 };
 
@@ -240,12 +241,23 @@ Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) n
 // tq2_args_ok, m <= 8, n < 2^31, codes 16-byte aligned, the transposed scales present (ld a
 // multiple of 8, >= n, 16-byte aligned), and the activation image next to a 2-stage ring.
 bool tq2_stream_v5_supports(const Tq2Args& args) noexcept;
+// Auto's image rule: each block converts the image itself where K is whole and the image has at
+// most kTq2V5InBlockMaxItems (row, group) items, i.e. at most 4 a consumer warp, their input
+// loads issued together: one launch instead of two and no image copy, paid for by every block
+// converting the same rows (from L2). Calibration pending (session 13 wrote it without a GPU).
+// In-block images are built for m <= kTq2V5InBlockMaxM only (half the kernels to compile).
+inline constexpr std::int64_t kTq2V5InBlockMaxItems = 4 * kTq2V5Consumers;
+inline constexpr std::int64_t kTq2V5InBlockMaxM = 4;
+bool tq2_stream_v5_in_block(std::int64_t m, std::int64_t k, int parts, Tq2StreamImage image) noexcept;
+// Why a forced image cannot run (InBlock with K in parts, or m > kTq2V5InBlockMaxM), or "".
+std::string tq2_stream_v5_image_refusal(const Tq2Args& args);
 std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& args, int sm_count = 0) noexcept;
 // Workspace: the activation image (v4's), a u32 counter per 16-row band, f32 partials
 // [parts][m][n] when parts > 1 (16-byte aligned pieces); 0 when v5 cannot take (m, k).
 std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+// Empty when the blocks convert the image themselves (or v5 cannot take the call).
 std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& args);
-// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>.
+// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>[_inblock].
 std::string tq2_stream_v5_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
