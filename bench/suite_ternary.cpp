@@ -287,8 +287,8 @@ void run_gpu(BenchEnv& env) {
           env.out.add(row);
         }
         // A/B: v5's image made the other way (K whole only): staged by a first kernel, or
-        // converted by each block (tq2_stream_v5_in_block's rule; calibration for issue 13).
-        if (receipt.route == tq2_route_name(Tq2Route::StreamV5) && m <= cuda_ternary::kTq2V5InBlockMaxM &&
+        // converted by each block (tq2_stream_in_block's rule; calibration for issue 13).
+        if (receipt.route == tq2_route_name(Tq2Route::StreamV5) && m <= cuda_ternary::kTq2StreamInBlockMaxM &&
             cuda_ternary::tq2_stream_v5_parts(sh.n, sh.k).parts == 1) {
           const bool in_block = receipt.kernel.find("_inblock") != std::string::npos;
           Tq2Options o1 = o;

@@ -168,11 +168,12 @@ enum class Tq2Route {
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 
-// Where StreamV5 gets its activation image (the int8-digit records every block keeps in shared
-// memory): Staged, a first kernel writes it once for all blocks and each block loads it with one
-// bulk copy; InBlock, each block's consumer warps convert it from the input themselves while the
-// first weight stages are in flight (one launch, no workspace; K whole only). Auto: InBlock for
-// small m x k (tq2_stream_v5_in_block), else Staged. For tests and calibration.
+// Where StreamV4 and StreamV5 get their activation image (the int8-digit records every block
+// keeps in shared memory): Staged, a first kernel writes it once for all blocks and each block
+// loads it with one bulk copy; InBlock, each block's consumer warps convert it from the input
+// themselves while the first weight stages are in flight (one launch, no workspace; m <= 4, and
+// on StreamV5 K whole). Auto: InBlock for small m x k (tq2_stream_in_block), else Staged. Other
+// routes ignore it. For tests and calibration.
 enum class Tq2StreamImage { Auto, Staged, InBlock };
 
 struct Tq2Options {
@@ -187,7 +188,7 @@ struct Tq2Options {
   // DequantLt: weight rows dequantized per chunk, rounded up to 128 (0: automatic). For tests
   // and calibration (tq2_workspace_bytes counts it).
   std::int64_t dequant_chunk_rows = 0;
-  // StreamV5's activation image (above). A forced InBlock where K is cut into parts is refused.
+  // StreamV4/V5's activation image (above). A forced InBlock they cannot take is refused.
   Tq2StreamImage stream_image = Tq2StreamImage::Auto;
 };
 

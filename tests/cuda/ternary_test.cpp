@@ -385,11 +385,23 @@ TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
         c.out_dtype = m % 2 == 1 ? DType::F32 : in;
         c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
         c.zero_group = nk.k >= 256;
-        Tq2Outcome o = run_tq2_case(ctx, cache, c);
-        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-        EXPECT_TRUE(o.padding_untouched) << c.describe();
-        EXPECT_EQ(o.receipt.kernels_launched, 2);  // tq2_stage_v4, then the engine
+        std::vector<unsigned char> staged_out;
+        for (Tq2StreamImage image : {Tq2StreamImage::Staged, Tq2StreamImage::InBlock}) {
+          if (image == Tq2StreamImage::InBlock && m > 4) continue;  // refused (tested below)
+          c.stream_image = image;
+          Tq2Outcome o = run_tq2_case(ctx, cache, c);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          EXPECT_TRUE(o.padding_untouched) << c.describe();
+          const bool in_block = image == Tq2StreamImage::InBlock;
+          EXPECT_EQ(o.receipt.kernels_launched, in_block ? 1 : 2) << c.describe();  // tq2_stage_v4 first when staged
+          EXPECT_EQ(o.receipt.kernel.find("_inblock") != std::string::npos, in_block) << o.receipt.kernel;
+          if (!in_block) staged_out = o.out_bytes;
+          else EXPECT_EQ(o.out_bytes, staged_out) << c.describe() << ": the in-block image changed the result";
+        }
       }
+  Tq2Case r;
+  r.m = 5, r.n = 64, r.k = 256, r.route = Tq2Route::StreamV4, r.stream_image = Tq2StreamImage::InBlock;
+  expect_error([&] { run_tq2_case(ctx, cache, r); }, ErrorCode::Unsupported, "stream_image in_block is built for m <= 4");
 }
 
 // tq2_stream_v5's own edges: one part and several (partials summed by the last part to arrive,

@@ -86,7 +86,7 @@ struct V5Map {
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream) {
   auto* kernel = &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>;
-  if constexpr (NT * 8 <= 4 * kTq2V5InBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
+  if constexpr (NT * 8 <= 4 * kTq2StreamInBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
     if (c.stage_in_block) kernel = &tq2_ring_sm90_kernel<V5Map<true>, TIn, TOut, NT, NT == 1>;
   if (c.stage_in_block && kernel == &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>)
     fail(ErrorCode::Internal, "tq2_stream_v5: an in-block image planned for m ", a.m);
