@@ -13,6 +13,7 @@
 #ifdef LLMM_HAS_CUDA
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "core/ternary/tq2_dequant_lt_plan.hpp"
+#include "core/ternary/tq2_kernels.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "gpu/device_data.hpp"
 #include "gpu/timing.hpp"
@@ -277,6 +278,32 @@ void run_gpu(BenchEnv& env) {
                            : other == Tq2Route::StreamV3 ? "_vs_v3" : other == Tq2Route::StreamV4 ? "_vs_v4" : "_vs_v5";
           row.name = std::string(sh.name) + "_m" + std::to_string(m) + vs;
           row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
+          row.m = m, row.n = sh.n, row.k = sh.k;
+          row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+          row.flops = 2.0 * m * sh.n * sh.k;
+          row.bytes = packed + 4.0 * static_cast<double>(m * sh.k + m * sh.n);
+          row.baseline = r1.kernel, row.baseline_us = tb.median_us;
+          row.device = env.device_label;
+          env.out.add(row);
+        }
+        // A/B: v5's image made the other way (K whole only): staged by a first kernel, or
+        // converted by each block (tq2_stream_in_block's rule; calibration for issue 13).
+        if (receipt.route == tq2_route_name(Tq2Route::StreamV5) && m <= cuda_ternary::kTq2StreamInBlockMaxM &&
+            cuda_ternary::tq2_stream_v5_parts(sh.n, sh.k).parts == 1) {
+          const bool in_block = receipt.kernel.find("_inblock") != std::string::npos;
+          Tq2Options o1 = o;
+          o1.force_route = Tq2Route::StreamV5;
+          o1.stream_image = in_block ? Tq2StreamImage::Staged : Tq2StreamImage::InBlock;
+          Receipt r1;
+          auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
+            const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
+            r1 = gemm_tq2(env.ctx, w, View::contiguous(in.data(), DType::F32, {m, sh.k}, DeviceKind::CUDA),
+                          View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), o1);
+          });
+          Row row;
+          row.suite = "ternary", row.route = receipt.route;
+          row.name = std::string(sh.name) + "_m" + std::to_string(m) + (in_block ? "_vs_v5_staged" : "_vs_v5_inblock");
+          row.kernel = receipt.kernel, row.dtype = "f32", row.precision = prec == Precision::Exact ? "exact" : "fast";
           row.m = m, row.n = sh.n, row.k = sh.k;
           row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
           row.flops = 2.0 * m * sh.n * sh.k;

@@ -168,6 +168,14 @@ enum class Tq2Route {
 };
 const char* tq2_route_name(Tq2Route r) noexcept;
 
+// Where StreamV4 and StreamV5 get their activation image (the int8-digit records every block
+// keeps in shared memory): Staged, a first kernel writes it once for all blocks and each block
+// loads it with one bulk copy; InBlock, each block's consumer warps convert it from the input
+// themselves while the first weight stages are in flight (one launch, no workspace; m <= 4, and
+// on StreamV5 K whole). Auto: InBlock for small m x k (tq2_stream_in_block), else Staged. Other
+// routes ignore it. For tests and calibration.
+enum class Tq2StreamImage { Auto, Staged, InBlock };
+
 struct Tq2Options {
   Precision precision = Precision::Exact;  // f32 input: Exact keeps f32 accuracy
   Tq2Route force_route = Tq2Route::Auto;
@@ -180,6 +188,8 @@ struct Tq2Options {
   // DequantLt: weight rows dequantized per chunk, rounded up to 128 (0: automatic). For tests
   // and calibration (tq2_workspace_bytes counts it).
   std::int64_t dequant_chunk_rows = 0;
+  // StreamV4/V5's activation image (above). A forced InBlock they cannot take is refused.
+  Tq2StreamImage stream_image = Tq2StreamImage::Auto;
 };
 
 // Device workspace bytes gemm_tq2 needs for these sizes and options: DequantLt's, StreamV2's

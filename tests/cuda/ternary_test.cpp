@@ -385,11 +385,23 @@ TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
         c.out_dtype = m % 2 == 1 ? DType::F32 : in;
         c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
         c.zero_group = nk.k >= 256;
-        Tq2Outcome o = run_tq2_case(ctx, cache, c);
-        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-        EXPECT_TRUE(o.padding_untouched) << c.describe();
-        EXPECT_EQ(o.receipt.kernels_launched, 2);  // tq2_stage_v4, then the engine
+        std::vector<unsigned char> staged_out;
+        for (Tq2StreamImage image : {Tq2StreamImage::Staged, Tq2StreamImage::InBlock}) {
+          if (image == Tq2StreamImage::InBlock && m > 4) continue;  // refused (tested below)
+          c.stream_image = image;
+          Tq2Outcome o = run_tq2_case(ctx, cache, c);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          EXPECT_TRUE(o.padding_untouched) << c.describe();
+          const bool in_block = image == Tq2StreamImage::InBlock;
+          EXPECT_EQ(o.receipt.kernels_launched, in_block ? 1 : 2) << c.describe();  // tq2_stage_v4 first when staged
+          EXPECT_EQ(o.receipt.kernel.find("_inblock") != std::string::npos, in_block) << o.receipt.kernel;
+          if (!in_block) staged_out = o.out_bytes;
+          else EXPECT_EQ(o.out_bytes, staged_out) << c.describe() << ": the in-block image changed the result";
+        }
       }
+  Tq2Case r;
+  r.m = 5, r.n = 64, r.k = 256, r.route = Tq2Route::StreamV4, r.stream_image = Tq2StreamImage::InBlock;
+  expect_error([&] { run_tq2_case(ctx, cache, r); }, ErrorCode::Unsupported, "stream_image in_block is built for m <= 4");
 }
 
 // tq2_stream_v5's own edges: one part and several (partials summed by the last part to arrive,
@@ -397,6 +409,7 @@ TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
 // (k / 128 not a multiple of 4), a last super-band with warps past n (n not a multiple of 128 nor
 // of 16), more items than blocks, wide input ranges and an all-zero group, 16-bit inputs and
 // outputs; every output against float64 with poisoned padding, and the parts the plan names.
+// With K whole, the image both staged and converted in each block (one launch): bitwise the same.
 TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -408,19 +421,32 @@ TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
     for (std::int64_t m : {1, 2, 3, 6, 8})
       for (DType in : {DType::F32, DType::F16, DType::BF16}) {
         if (m > 2 && (nk.k > 2560 || in == DType::F16)) continue;  // fits, and keeps the test short
+        const int parts = cuda_ternary::tq2_stream_v5_parts(nk.n, nk.k).parts;
         Tq2Case c;
         c.m = m, c.n = nk.n, c.k = nk.k, c.route = Tq2Route::StreamV5, c.in_dtype = in;
         c.out_dtype = m % 2 == 1 ? DType::F32 : in;
         c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
         c.zero_group = nk.k >= 256;
-        Tq2Outcome o = run_tq2_case(ctx, cache, c);
-        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-        EXPECT_TRUE(o.padding_untouched) << c.describe();
-        EXPECT_EQ(o.receipt.kernels_launched, 2);  // tq2_stage_v5, then the engine
-        const std::string parts = "_p" + std::to_string(cuda_ternary::tq2_stream_v5_parts(nk.n, nk.k).parts);
-        const std::string& kn = o.receipt.kernel;
-        EXPECT_EQ(kn.substr(kn.size() - std::min(kn.size(), parts.size())), parts) << kn;
+        std::vector<unsigned char> staged_out;
+        for (Tq2StreamImage image : {Tq2StreamImage::Staged, Tq2StreamImage::InBlock}) {
+          if (image == Tq2StreamImage::InBlock && (parts > 1 || m > 4)) continue;  // refused (tested below)
+          c.stream_image = image;
+          Tq2Outcome o = run_tq2_case(ctx, cache, c);
+          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+          EXPECT_TRUE(o.padding_untouched) << c.describe();
+          const bool in_block = image == Tq2StreamImage::InBlock;
+          EXPECT_EQ(o.receipt.kernels_launched, in_block ? 1 : 2) << c.describe();  // tq2_stage_v5 first when staged
+          const std::string tail = "_p" + std::to_string(parts) + (in_block ? "_inblock" : "");
+          const std::string& kn = o.receipt.kernel;
+          EXPECT_EQ(kn.substr(kn.size() - std::min(kn.size(), tail.size())), tail) << kn;
+          if (!in_block) staged_out = o.out_bytes;
+          else EXPECT_EQ(o.out_bytes, staged_out) << c.describe() << ": the in-block image changed the result";
+        }
       }
+  // A forced in-block image where K is in parts is refused before anything runs.
+  Tq2Case r;
+  r.m = 1, r.n = 3072, r.k = 3072, r.route = Tq2Route::StreamV5, r.stream_image = Tq2StreamImage::InBlock;
+  expect_error([&] { run_tq2_case(ctx, cache, r); }, ErrorCode::Unsupported, "stream_image in_block needs K whole");
 }
 
 TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {

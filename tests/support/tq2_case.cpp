@@ -48,6 +48,7 @@ std::string Tq2Case::describe() const {
   if (wide_exp > 0) os << " wide 2^+-" << wide_exp;
   if (zero_group) os << " zero-group";
   if (chunk_rows > 0) os << " chunk " << chunk_rows;
+  if (stream_image != Tq2StreamImage::Auto) os << (stream_image == Tq2StreamImage::InBlock ? " image in_block" : " image staged");
   if (caller_workspace) os << " caller-workspace";
   if (nonfinite_every > 0) os << " nonfinite";
   return os.str();
@@ -114,6 +115,7 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
   Tq2Options o;
   o.precision = c.precision, o.force_route = c.route;
   o.dequant_chunk_rows = c.chunk_rows;
+  o.stream_image = c.stream_image;
   Tq2Outcome r;
   if (ctx.is_cuda()) {
     DeviceBuffer ws;

@@ -29,6 +29,7 @@ struct Tq2Case {
   std::int64_t chunk_rows = 0;    // DequantLt: forced weight rows per dequantized chunk (0: automatic)
   bool caller_workspace = false;  // DequantLt: pass a workspace of exactly tq2_workspace_bytes
   int nonfinite_every = 0;        // > 0: Inf/NaN in some input rows (inject_nonfinite); IEEE classes checked
+  Tq2StreamImage stream_image = Tq2StreamImage::Auto;  // StreamV5: where its activation image is made
   std::string describe() const;
 };
 

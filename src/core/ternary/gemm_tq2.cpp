@@ -89,6 +89,7 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
     fail(ErrorCode::InvalidArgument, kOp, ": workspace_bytes ", o.workspace_bytes, " given with a null workspace");
   c.args.workspace = o.workspace, c.args.workspace_bytes = o.workspace_bytes;
   c.args.chunk_rows = o.dequant_chunk_rows;
+  c.args.stream_image = o.stream_image;
   c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
   // The engine reads an f16 input by TMA (16-byte aligned base, row stride a multiple of 8): the
   // router sends any other f16 input to DequantLt rather than refuse it (forced, it is refused).
@@ -96,6 +97,10 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   if (engine && o.force_route == Tq2Route::Auto && in.dtype == DType::F16 &&
       (reinterpret_cast<std::uintptr_t>(in.data) % 16 != 0 || c.args.in_ld % 8 != 0))
     c.route = Tq2Route::DequantLt;
+  if (c.route == Tq2Route::StreamV4 || c.route == Tq2Route::StreamV5)
+    if (const std::string why = cuda_ternary::tq2_stream_image_refusal(c.args, c.route == Tq2Route::StreamV5); !why.empty())
+      fail(ErrorCode::Unsupported, kOp, ": route ", tq2_route_name(c.route), " cannot run (m: ", m, ", n: ", w->n(), ", k: ", w->k(),
+           "): ", why);
   if (c.route == Tq2Route::TiledSm90 || c.route == Tq2Route::TiledSm90SplitK) {
     std::string why = engine::tiled_sm90_tq2_refusal(m, w->n(), w->k(), in.dtype, out.dtype, c.args.exact, ctx.arch());
     if (why.empty() && c.route == Tq2Route::TiledSm90SplitK)

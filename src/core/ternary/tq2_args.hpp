@@ -19,6 +19,7 @@
 
 #include "llmm/context.hpp"
 #include "llmm/dtype.hpp"
+#include "llmm/ternary.hpp"
 
 namespace llmm::cuda_ternary {
 
@@ -42,6 +43,7 @@ struct Tq2Args {
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   std::int64_t chunk_rows = 0;
+  Tq2StreamImage stream_image = Tq2StreamImage::Auto;  // tq2_stream_v5 only
 };
 
 }  // namespace llmm::cuda_ternary

@@ -227,6 +227,7 @@ std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_c
       }
   }
   c.smem_bytes = tq2_stream_v4_smem(a.m, a.k, c.stages).total;
+  c.stage_in_block = tq2_stream_in_block(a.m, a.k, 1, a.stream_image);
   const std::int64_t sms = sm_count > 0 ? sm_count : 132;
   const std::int64_t bands = (a.n + 15) / 16;
   const std::int64_t slots = sms * c.blocks_per_sm;
@@ -240,8 +241,24 @@ std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept {
   return static_cast<std::size_t>(s.xs - s.coef) + static_cast<std::size_t>(4 * m + 1) * static_cast<std::size_t>(s.col_stride);
 }
 
+bool tq2_stream_in_block(std::int64_t m, std::int64_t k, int parts, Tq2StreamImage image) noexcept {
+  if (parts != 1 || m > kTq2StreamInBlockMaxM || image == Tq2StreamImage::Staged) return false;
+  return image == Tq2StreamImage::InBlock || m * (k / kTq2Group) <= kTq2StreamInBlockMaxItems;
+}
+
+std::string tq2_stream_image_refusal(const Tq2Args& a, bool v5) {
+  if (a.stream_image != Tq2StreamImage::InBlock) return {};
+  if (a.m > kTq2StreamInBlockMaxM)
+    return "stream_image in_block is built for m <= " + std::to_string(kTq2StreamInBlockMaxM) + ", got m " + std::to_string(a.m);
+  const int parts = v5 && a.n >= 1 && a.k >= kTq2Group ? tq2_stream_v5_parts(a.n, a.k).parts : 1;
+  if (parts == 1) return {};
+  return "stream_image in_block needs K whole in every item, but n " + std::to_string(a.n) + ", k " + std::to_string(a.k) +
+         " cut K into " + std::to_string(parts) + " parts (their counters need the staging kernel)";
+}
+
 std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& a) {
   if (!tq2_stream_v4_supports(a)) return {};
+  if (tq2_stream_in_block(a.m, a.k, 1, a.stream_image)) return {};
   return "tq2_stage_v4_" + dname(a.in_dtype) + "_i8x4";
 }
 
@@ -249,7 +266,7 @@ std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
   const auto c = tq2_stream_v4_config(a, sm_count);
   if (!c) return {};
   return prefix("tq2_stream_v4", a) + "_i8x4_n" + std::to_string(8 * c->n_tiles) + "_s" + std::to_string(c->stages) + "_b" +
-         std::to_string(c->blocks_per_sm);
+         std::to_string(c->blocks_per_sm) + (c->stage_in_block ? "_inblock" : "");
 }
 
 Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_t target) noexcept {
@@ -309,6 +326,7 @@ std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_c
   c.smem_bytes = tq2_stream_v5_smem(a.m, a.k, c.stages).total;
   c.parts = tq2_stream_v5_parts(a.n, a.k);
   c.items = (a.n + kTq2V5Rows - 1) / kTq2V5Rows * c.parts.parts;
+  c.stage_in_block = tq2_stream_in_block(a.m, a.k, c.parts.parts, a.stream_image);
   const std::int64_t slots = static_cast<std::int64_t>(sm_count > 0 ? sm_count : 132) * c.blocks_per_sm;
   c.grid = static_cast<int>(c.items < slots ? c.items : slots);
   return c;
@@ -327,6 +345,7 @@ std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::i
 
 std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& a) {
   if (!tq2_stream_v5_supports(a)) return {};
+  if (tq2_stream_in_block(a.m, a.k, tq2_stream_v5_parts(a.n, a.k).parts, a.stream_image)) return {};
   return "tq2_stage_v5_" + dname(a.in_dtype) + "_i8x4";
 }
 
@@ -334,7 +353,7 @@ std::string tq2_stream_v5_kernel_name(const Tq2Args& a, int sm_count) {
   const auto c = tq2_stream_v5_config(a, sm_count);
   if (!c) return {};
   return prefix("tq2_stream_v5", a) + "_i8x4_n" + std::to_string(8 * c->n_tiles) + "_s" + std::to_string(c->stages) + "_b" +
-         std::to_string(c->blocks_per_sm) + "_p" + std::to_string(c->parts.parts);
+         std::to_string(c->blocks_per_sm) + "_p" + std::to_string(c->parts.parts) + (c->stage_in_block ? "_inblock" : "");
 }
 
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {

@@ -153,12 +153,27 @@ inline constexpr std::int64_t kTq2V4SmemOptin = 232448;               // sm_90 p
 // (TernaryWeightCache allocates this tail).
 inline constexpr std::size_t kTq2ScalesTailBytes = 32;
 
+// The activation image of the sm_90 streaming engine (v4, v5): staged once for all blocks by a
+// first kernel, or converted by each block's consumer warps (Tq2StreamImage::InBlock) while the
+// producer streams the first stages: one launch instead of two and no image copy, paid for by
+// every block converting the same rows (from L2). Auto converts in the block where K is whole
+// (v5: parts 1) and the image has at most kTq2StreamInBlockMaxItems (row, group) items, i.e. at
+// most 4 a consumer warp, their input loads issued together. In-block kernels are built for
+// m <= kTq2StreamInBlockMaxM only (half the kernels to compile). Calibration pending (session 13
+// wrote it without a GPU).
+inline constexpr std::int64_t kTq2StreamInBlockMaxItems = 32;
+inline constexpr std::int64_t kTq2StreamInBlockMaxM = 4;
+bool tq2_stream_in_block(std::int64_t m, std::int64_t k, int parts, Tq2StreamImage image) noexcept;
+// Why a forced image cannot run on v4 / v5 (InBlock with m > 4, or with K in parts on v5), or "".
+std::string tq2_stream_image_refusal(const Tq2Args& args, bool v5);
+
 struct Tq2StreamV4Config {
   int n_tiles = 1;        // n8 tiles of digit columns: ceil(4 m / 8)
   int stages = 0;         // ring depth
   int blocks_per_sm = 1;  // 1 or 2
   int grid = 0;           // persistent blocks: min(bands, blocks_per_sm * SMs)
   int smem_bytes = 0;     // dynamic shared memory of one block
+  bool stage_in_block = false;  // the blocks convert the image (no staging kernel, no workspace)
   friend bool operator==(const Tq2StreamV4Config&, const Tq2StreamV4Config&) = default;
 };
 
@@ -174,12 +189,12 @@ Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) n
 bool tq2_stream_v4_supports(const Tq2Args& args) noexcept;
 // nullopt unless supported. sm_count 0 = unknown (132).
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// tq2_stream_v4_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm> (empty when unsupported).
+// tq2_stream_v4_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>[_inblock] (empty when unsupported).
 inline constexpr int kTq2V4MinStages = 3;
 // The staged activation image (coefficients [k/128][8] float2, then 4m + 1 columns of records,
 // the last one zero): bytes of the workspace tq2_stage_v4 writes; 0 when v4 cannot take (m, k).
 std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept;
-// tq2_stage_v4_<in>_i8x4 (empty when unsupported).
+// tq2_stage_v4_<in>_i8x4 (empty when unsupported or when the blocks convert the image).
 std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& args);
 std::string tq2_stream_v4_kernel_name(const Tq2Args& args, int sm_count = 0);
 
@@ -228,6 +243,7 @@ struct Tq2StreamV5Config {
   int n_tiles = 1, stages = 0, blocks_per_sm = 1, grid = 0, smem_bytes = 0;
   Tq2StreamV5Parts parts;
   std::int64_t items = 0;  // ceil(n / 128) x parts
+  bool stage_in_block = false;  // the blocks convert the image (no staging kernel, no workspace)
   friend bool operator==(const Tq2StreamV5Config&, const Tq2StreamV5Config&) = default;
 };
 
@@ -240,12 +256,14 @@ Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) n
 // tq2_args_ok, m <= 8, n < 2^31, codes 16-byte aligned, the transposed scales present (ld a
 // multiple of 8, >= n, 16-byte aligned), and the activation image next to a 2-stage ring.
 bool tq2_stream_v5_supports(const Tq2Args& args) noexcept;
+
 std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& args, int sm_count = 0) noexcept;
 // Workspace: the activation image (v4's), a u32 counter per 16-row band, f32 partials
 // [parts][m][n] when parts > 1 (16-byte aligned pieces); 0 when v5 cannot take (m, k).
 std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+// Empty when the blocks convert the image themselves (or v5 cannot take the call).
 std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& args);
-// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>.
+// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>[_inblock].
 std::string tq2_stream_v5_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------

@@ -38,6 +38,37 @@ __device__ __forceinline__ void stage_row_group_i8x4(const TIn* row, int gl, boo
   E::convert(x, lane, col, base + xs_off + gl * E::kRecBytes, col_stride, reinterpret_cast<float2*>(base) + gl * tile_cols);
 }
 
+// One warp, one image of `rows` activation rows (row j at in + j in_ld, record column j): items
+// (row j, group gl) = first, first + step, ... < rows x groups, kBatch input loads issued before
+// any of them is converted, so that a warp pays the load latency once a batch, not once an item
+// (the in-block image of tq2_stream_v5, where every block converts the rows at kernel start).
+template <class TIn, int kBatch>
+__device__ __forceinline__ void stage_items_batched_i8x4(const TIn* in, std::int64_t in_ld, int rows, int groups, int first,
+                                                         int step, bool in_vec, int lane, unsigned char* base, int xs_off,
+                                                         int col_stride, int tile_cols) {
+  using E = EngineI8Masked;
+  const int items = rows * groups;
+  for (int b0 = first; b0 < items; b0 += kBatch * step) {  // warp-uniform
+    float4 x[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int it = b0 + b * step;
+      if (it < items) {
+        const int j = it / groups, gl = it - j * groups;
+        x[b] = stream::load_x4<TIn>(in + j * in_ld + static_cast<std::int64_t>(gl) * kTq2Group + 4 * lane, in_vec);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int it = b0 + b * step;
+      if (it < items) {
+        const int j = it / groups, gl = it - j * groups;
+        E::convert(x[b], lane, j, base + xs_off + gl * E::kRecBytes, col_stride, reinterpret_cast<float2*>(base) + gl * tile_cols);
+      }
+    }
+  }
+}
+
 // Thread t of `threads`: the rest of `images` images (`image_bytes` apart) whose first `cols` of
 // `tile_cols` record columns are written: each image's zero column (col_stride / 16 vectors),
 // then the coefficients of its unused columns, which the decode reads and must find zero.

@@ -13,7 +13,9 @@
 // - persistent blocks own contiguous ranges of 16-row bands; the activation of the whole K is
 //   converted once for all blocks by tq2_stage_v4 into the exact shared-memory image each block
 //   then loads with one bulk copy and keeps (converting it in every block took a third of the
-//   consumers' instructions on 27648x3072: ncu, 2026-11-30);
+//   consumers' instructions on 27648x3072: ncu, 2026-11-30). Session 13 brought the in-block
+//   conversion back as an option for small images (m <= 4, at most 32 (row, group) items under
+//   Auto, four loads in flight a warp): one launch instead of two, to be measured;
 // - programmatic dependent launch: the producer starts streaming weights before the kernels ahead
 //   on the stream (tq2_stage_v4, and whatever preceded it) have finished (weights are never
 //   written by kernels); the consumers wait for them (griddepcontrol.wait) before they read the
@@ -49,7 +51,8 @@ struct V4Params {
   bool in_vec;
 };
 
-template <class TIn, class TOut, int NT>
+// InBlock: the consumer warps convert the activation image themselves (no staging kernel).
+template <class TIn, class TOut, int NT, bool InBlock>
 __global__ void __launch_bounds__(kTq2V4Threads, 2)
     tq2_stream_v4_kernel(const Tq2Args a, const V4Params p, const __grid_constant__ CUtensorMap codes_map) {
   using E = EngineI8Masked;
@@ -122,13 +125,24 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
   const unsigned char* const xs = smem + p.smem.xs;
   float* const red = reinterpret_cast<float*>(smem + p.smem.red);
 
-  // The staged records and coefficients (tq2_stage_v4's image), one bulk copy.
-  if (tid == 0) {
-    const auto bytes = static_cast<std::uint32_t>(a.workspace_bytes);
-    ptx::mbar_arrive_expect_tx(x_full, bytes);
-    ptx::bulk_copy_g2s(smem + p.smem.coef, a.workspace, bytes, x_full, ptx::l2_evict_last_policy());
+  if constexpr (InBlock) {
+    // The image as tq2_stage_v4 writes it, converted here (the first stages are in flight), then
+    // the consumers meet (the producer warp is not in the barrier).
+    const int groups_i = static_cast<int>(a.k / kTq2Group), rows = static_cast<int>(a.m);
+    stage_items_batched_i8x4<TIn, 4>(static_cast<const TIn*>(a.in), a.in_ld, rows, groups_i, warp, kConsumers, p.in_vec, lane,
+                                     smem + p.smem.coef, p.smem.xs - p.smem.coef, col_stride, 8 * p.n_tiles);
+    stage_fill_unused_i8x4(smem + p.smem.coef, 1, 0, cols, 8 * p.n_tiles, groups_i, p.smem.xs - p.smem.coef, col_stride, tid,
+                           kConsumerThreads);
+    ptx::named_barrier_sync(1, kConsumerThreads);
+  } else {
+    // The staged records and coefficients (tq2_stage_v4's image), one bulk copy.
+    if (tid == 0) {
+      const auto bytes = static_cast<std::uint32_t>(a.workspace_bytes);
+      ptx::mbar_arrive_expect_tx(x_full, bytes);
+      ptx::bulk_copy_g2s(smem + p.smem.coef, a.workspace, bytes, x_full, ptx::l2_evict_last_policy());
+    }
+    ptx::mbar_wait(x_full, 0);
   }
-  ptx::mbar_wait(x_full, 0);
 
   const int g = lane >> 2, t4 = lane & 3;
   const unsigned char* xb[NT];  // this lane's column 8 nt + g, or the zero column
@@ -216,7 +230,11 @@ __global__ void __launch_bounds__(kTq2V4Threads, 2)
 
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream) {
-  auto* kernel = &tq2_stream_v4_kernel<TIn, TOut, NT>;
+  auto* kernel = &tq2_stream_v4_kernel<TIn, TOut, NT, false>;
+  if constexpr (NT * 8 <= 4 * kTq2StreamInBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
+    if (c.stage_in_block) kernel = &tq2_stream_v4_kernel<TIn, TOut, NT, true>;
+  if (c.stage_in_block && kernel == &tq2_stream_v4_kernel<TIn, TOut, NT, false>)
+    fail(ErrorCode::Internal, "tq2_stream_v4: an in-block image planned for m ", a.m);
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   const V4Params p{c.stages, c.n_tiles, tq2_stream_v4_smem(a.m, a.k, c.stages), tq2_input_vec16(a)};
   // Codes as bytes [n rows][k/4], boxes of 16 rows x 128 bytes, 128-byte swizzle.
@@ -226,9 +244,11 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream
       cuda_common::make_tensor_map_u8_2d(a.codes, dims, static_cast<std::uint64_t>(a.k / 4), box, true, "tq2_stream_v4");
   // tq2_stage_v4 (tq2_stage_i8x4): one warp per (token, group) item, plus one block for the zero
   // column and the unused coefficients.
-  launch_tq2_stage_i8x4<TIn>(a, StageImage{p.smem.col_stride, p.smem.xs - p.smem.coef, p.n_tiles, p.in_vec, nullptr, 0}, 1,
-                             stream);
-  cuda_dense::host::check_launch(tq2_stream_v4_stage_kernel_name(a));
+  if (!c.stage_in_block) {
+    launch_tq2_stage_i8x4<TIn>(a, StageImage{p.smem.col_stride, p.smem.xs - p.smem.coef, p.n_tiles, p.in_vec, nullptr, 0}, 1,
+                               stream);
+    cuda_dense::host::check_launch(tq2_stream_v4_stage_kernel_name(a));
+  }
   cuda_common::launch_pdl(kernel, dim3(static_cast<unsigned>(c.grid)), dim3(kTq2V4Threads), static_cast<std::size_t>(c.smem_bytes),
                           stream, a, p, map);
 }
@@ -238,8 +258,8 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV4Config& c, StreamHandle stream
 void launch_tq2_stream_v4(const Tq2Args& a, StreamHandle stream) {
   const auto c = tq2_stream_v4_config(a, cuda_dense::host::current_sm_count());
   if (!c) fail(ErrorCode::Internal, "tq2_stream_v4: arguments outside the kernel's contract (m ", a.m, ", k ", a.k, ")");
-  if (!a.workspace || a.workspace_bytes != tq2_stream_v4_stage_bytes(a.m, a.k) ||
-      reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
+  if (!c->stage_in_block && (!a.workspace || a.workspace_bytes != tq2_stream_v4_stage_bytes(a.m, a.k) ||
+                             reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0))
     fail(ErrorCode::Internal, "tq2_stream_v4: needs a 16-byte aligned workspace of exactly ", tq2_stream_v4_stage_bytes(a.m, a.k),
          " bytes, got ", a.workspace_bytes);
   const std::string name = tq2_stream_v4_kernel_name(a);

@@ -4,8 +4,10 @@
 // The ring kernel (tq2_ring_sm90.cuh) with V5Map: items (super-band s of 128 rows, part p of
 // K), s-major; block j takes items [items j / grid, items (j + 1) / grid). Consumer warp w
 // decodes band 8 s + w against the one image of all m tokens (columns 4 m digit records and the
-// zero column). Rows past n arrive as zeros and are never written. Results are bitwise
-// independent of the grid and of m (parts depend on n and k alone).
+// zero column), staged by tq2_stage_v5 or, with K whole and a small image, converted by each
+// block's consumer warps (one launch). Rows past n arrive as zeros and are never written. Results
+// are bitwise independent of the grid and of m (parts depend on n and k alone), and of where the
+// image was made (the same conversion either way).
 #include <cuda_runtime.h>
 
 #include "cuda/common/bulk_copy_sm90.cuh"
@@ -18,18 +20,25 @@
 namespace llmm::cuda_ternary {
 namespace {
 
-// The row map: one weight [n, k], items (super-band, part), one image of the m tokens.
+struct V5Params {
+  RingParams ring;
+  int coef, xs, col_stride;   // shared-memory offsets of the image (from the 1024-aligned base)
+  std::uint32_t image_bytes;  // the staged image, one bulk copy
+  int tile_cols;              // coefficient columns a group: 8 n_tiles
+  bool in_vec;                // the input's base and row stride allow 16-byte loads
+};
+
+// The row map: one weight [n, k], items (super-band, part), one image of the m tokens. InBlock:
+// the consumer warps convert the image from the input (K whole: no counters to zero); else
+// tq2_stage_v5 stages it and each block loads it with one bulk copy.
+template <bool InBlock>
 struct V5Map {
   using Args = Tq2Args;
-  struct Params {
-    RingParams ring;
-    int coef, xs, col_stride;   // shared-memory offsets of the image (from the 1024-aligned base)
-    std::uint32_t image_bytes;  // the staged image, one bulk copy
-  };
+  using Params = V5Params;
   static constexpr bool kOneSet = true;
   static constexpr bool kLanesPerItem = false;
   static constexpr bool kWaitBeforeProducer = false;
-  static constexpr bool kConvertsImage = false;  // tq2_stage_v5 stages the image
+  static constexpr bool kConvertsImage = InBlock;
   const Tq2Args& a;
   const Params& p;
   __device__ __forceinline__ V5Map(const Tq2Args& a_, const Params& p_) : a(a_), p(p_) {}
@@ -40,10 +49,21 @@ struct V5Map {
     return true;
   }
   __device__ __forceinline__ ImageSpan bind_block(std::int64_t, std::int64_t) const {
-    return {static_cast<const unsigned char*>(a.workspace), p.image_bytes, p.coef, 1};
+    return {InBlock ? nullptr : static_cast<const unsigned char*>(a.workspace), p.image_bytes, p.coef, 1};
   }
+  // The image of the m tokens at dst, as tq2_stage_v5 writes it: m x groups (row, group) items
+  // by the consumer warps, four loads in flight a warp; then the zero column and the unused
+  // columns' coefficients.
   template <class TIn>
-  __device__ __forceinline__ void convert_image(unsigned char*, int, int, int) const {}
+  __device__ __forceinline__ void convert_image(unsigned char* dst, int, int warp, int lane) const {
+    if constexpr (InBlock) {
+      const int groups = static_cast<int>(a.k / kTq2Group), rows = static_cast<int>(a.m);
+      stage_items_batched_i8x4<TIn, 4>(static_cast<const TIn*>(a.in), a.in_ld, rows, groups, warp, kTq2V5Consumers, p.in_vec,
+                                       lane, dst, p.xs - p.coef, p.col_stride, p.tile_cols);
+      stage_fill_unused_i8x4(dst, 1, 0, rows * EngineI8Masked::kSplit, p.tile_cols, groups, p.xs - p.coef, p.col_stride,
+                             warp * 32 + lane, 32 * kTq2V5Consumers);
+    }
+  }
   template <int NT>
   __device__ __forceinline__ void lanes(const RingItem&, int lane, int (&xoff)[NT], int& coff) const {
     const int cols = static_cast<int>(a.m) * EngineI8Masked::kSplit, g = lane >> 2;
@@ -65,19 +85,25 @@ struct V5Map {
 
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream) {
-  auto* kernel = &tq2_ring_sm90_kernel<V5Map, TIn, TOut, NT, NT == 1>;
+  auto* kernel = &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>;
+  if constexpr (NT * 8 <= 4 * kTq2StreamInBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
+    if (c.stage_in_block) kernel = &tq2_ring_sm90_kernel<V5Map<true>, TIn, TOut, NT, NT == 1>;
+  if (c.stage_in_block && kernel == &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>)
+    fail(ErrorCode::Internal, "tq2_stream_v5: an in-block image planned for m ", a.m);
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   const Tq2StreamV5Smem l = tq2_stream_v5_smem(a.m, a.k, c.stages);
   const std::int64_t bands = (a.n + 15) / 16;
   const std::int64_t image = (l.xs - l.coef) + (4 * a.m + 1) * l.col_stride;
   const std::int64_t image16 = (image + 15) / 16 * 16, counters16 = (bands * 4 + 15) / 16 * 16;
   auto* const ws = static_cast<unsigned char*>(a.workspace);
-  V5Map::Params p{};
+  V5Params p{};
   p.ring.stages = c.stages, p.ring.parts = c.parts.parts, p.ring.part_groups = c.parts.part_groups;
   p.ring.items = c.items, p.ring.items_per_set = c.items, p.ring.partial_rows = a.m;
   p.ring.counters = reinterpret_cast<std::uint32_t*>(ws + image16);
   p.ring.partials = c.parts.parts > 1 ? reinterpret_cast<float*>(ws + image16 + counters16) : nullptr;
   p.coef = l.coef, p.xs = l.xs, p.col_stride = l.col_stride, p.image_bytes = static_cast<std::uint32_t>(image);
+  p.tile_cols = 8 * c.n_tiles, p.in_vec = tq2_input_vec16(a);
+  if (c.stage_in_block) p.ring.counters = nullptr;  // K whole: no counters, no workspace
   // Codes as bytes [n rows][k/4], boxes of 128 rows x 128 bytes (4 groups), 128-byte swizzle.
   const std::uint64_t cdims[2] = {static_cast<std::uint64_t>(a.k / 4), static_cast<std::uint64_t>(a.n)};
   const std::uint32_t cbox[2] = {128, kTq2V5Rows};
@@ -89,9 +115,11 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
   const CUtensorMap scales = cuda_common::make_tensor_map_u8_2d(a.scales_t, sdims, static_cast<std::uint64_t>(2 * a.scales_t_ld),
                                                                 sbox, false, "tq2_stream_v5");
   // tq2_stage_v5 (tq2_stage_i8x4): the image, plus the band counters zeroed by the extra blocks.
-  const StageImage im{l.col_stride, l.xs - l.coef, c.n_tiles, tq2_input_vec16(a), p.ring.counters, static_cast<int>(bands)};
-  launch_tq2_stage_i8x4<TIn>(a, im, 1 + static_cast<int>(bands / 8192), stream);
-  cuda_dense::host::check_launch(tq2_stream_v5_stage_kernel_name(a));
+  if (!c.stage_in_block) {
+    const StageImage im{l.col_stride, l.xs - l.coef, c.n_tiles, tq2_input_vec16(a), p.ring.counters, static_cast<int>(bands)};
+    launch_tq2_stage_i8x4<TIn>(a, im, 1 + static_cast<int>(bands / 8192), stream);
+    cuda_dense::host::check_launch(tq2_stream_v5_stage_kernel_name(a));
+  }
   cuda_common::launch_pdl(kernel, dim3(static_cast<unsigned>(c.grid)), dim3(kTq2V5Threads), static_cast<std::size_t>(c.smem_bytes),
                           stream, a, p, codes, scales);
 }
@@ -102,7 +130,7 @@ void launch_tq2_stream_v5(const Tq2Args& a, StreamHandle stream) {
   const auto c = tq2_stream_v5_config(a, cuda_dense::host::current_sm_count());
   if (!c) fail(ErrorCode::Internal, "tq2_stream_v5: arguments outside the kernel's contract (m ", a.m, ", k ", a.k, ")");
   const std::size_t need = tq2_stream_v5_workspace_bytes(a.m, a.n, a.k);
-  if (!a.workspace || a.workspace_bytes != need || reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
+  if (!c->stage_in_block && (!a.workspace || a.workspace_bytes != need || reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0))
     fail(ErrorCode::Internal, "tq2_stream_v5: needs a 16-byte aligned workspace of exactly ", need, " bytes, got ",
          a.workspace_bytes);
   const std::string name = tq2_stream_v5_kernel_name(a);
