@@ -2,6 +2,7 @@
 // them before the first launch (the seed's "nothing encoded when a pipeline cannot be resolved").
 #include "core/moe/moe_dispatch.hpp"
 #include "core/moe/moe_kernels.hpp"
+#include "core/moe/moe_plan.hpp"
 #include "core/ranges.hpp"
 #include "cuda/engine/launch.hpp"
 #include "cuda/moe/launch.hpp"
@@ -31,61 +32,43 @@ struct MoeRanges {
 
 Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& g,
                            MatmulIdGroupedKernel grouped_kernel) {
+  const cuda_moe::MoePlan plan = cuda_moe::plan_matmul_id_cuda(g, route, ctx.arch(), grouped_kernel);
+  std::string names;
+  for (const std::string& k : plan.kernels) {
+    ctx.check_launchable(k);
+    names += (names.empty() ? "" : "+") + k;
+  }
   StreamHandle s = ctx.stream();
-  if (!cuda_moe::moe_dtypes_supported(g))
-    fail(ErrorCode::Unsupported, "matmul_id: the CUDA kernels take an input of f32 or the weights' dtype (",
-         dtype_name(g.w_dtype), "), got ", dtype_name(g.in_dtype));
+  const auto ranges = [&] { return MoeRanges(g); };
   if (route == MatmulIdRoute::Direct) {
-    const std::string name = cuda_moe::moe_direct_kernel_name(g);
-    ctx.check_launchable(name);
     cuda_moe::launch_moe_direct(g, s);
-    ctx.note_launch(name, [&] {
-      const MoeRanges r(g);
+    ctx.note_launch(plan.kernels[0], [&] {
+      const MoeRanges r = ranges();
       return LaunchRanges{{r.w, r.in, r.ids}, {r.out}};
     });
-    return Receipt{matmul_id_route_name(route), name, 1};
+    return Receipt{matmul_id_route_name(route), names, 1};
   }
-  if (g.n_experts > cuda_moe::moe_map_max_experts())
-    fail(ErrorCode::InvalidArgument, "matmul_id: n_experts ", g.n_experts, " exceeds the map kernel's limit ",
-         cuda_moe::moe_map_max_experts());
-  // The grouped GEMM: the Hopper engine where it takes the call (measured faster: docs/performance.md,
-  // MoE), else the mma.sync kernel; a forced kernel that cannot take it is refused here.
-  const std::string engine_why = engine::tiled_sm90_moe_refusal(g, ctx.arch());
-  if (grouped_kernel == MatmulIdGroupedKernel::TiledSm90 && !engine_why.empty())
-    fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 cannot run (m ", g.m, ", n ", g.n, ", k ", g.k,
-         ", ", dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
-  const bool use_engine = grouped_kernel != MatmulIdGroupedKernel::MmaSync && engine_why.empty();
-  const engine::TiledSm90Launch sm90 = use_engine ? engine::tiled_sm90_moe_launch(g, ctx.arch().sm_count) : engine::TiledSm90Launch{};
-  const std::string map = cuda_moe::moe_map_kernel_name(g);
-  const std::string grouped =
-      use_engine ? engine::tiled_sm90_moe_kernel_name(g, sm90) : cuda_moe::moe_grouped_kernel_name(g);
-  const bool staged = use_engine && sm90.staged;
-  const std::string stage = staged ? cuda_moe::moe_stage_rows_kernel_name(g) : std::string();
-  ctx.check_launchable(map);
-  if (staged) ctx.check_launchable(stage);
-  ctx.check_launchable(grouped);
-  const auto ranges = [&] { return MoeRanges(g); };
+  std::size_t next = 0;  // plan.kernels[next]: the kernel launched next
   cuda_moe::launch_moe_map(g, s);
-  ctx.note_launch(map, [&] {
+  ctx.note_launch(plan.kernels[next++], [&] {
     const MoeRanges r = ranges();
     return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
   });
-  if (staged) {
+  if (plan.staged) {
     cuda_moe::launch_moe_stage_rows(g, s);
-    ctx.note_launch(stage, [&] {
+    ctx.note_launch(plan.kernels[next++], [&] {
       const MoeRanges r = ranges();
       return LaunchRanges{{r.in, r.counts, r.rows}, {r.staged}};
     });
   }
-  if (use_engine) engine::launch_tiled_sm90_moe(g, sm90, s);
+  if (plan.engine) engine::launch_tiled_sm90_moe(g, plan.launch, s);
   else cuda_moe::launch_moe_grouped(g, s);
-  ctx.note_launch(grouped, [&] {
+  ctx.note_launch(plan.kernels[next++], [&] {
     const MoeRanges r = ranges();
-    if (staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows}, {r.out}};
+    if (plan.staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows}, {r.out}};
     return LaunchRanges{{r.w, r.in, r.counts, r.rows}, {r.out}};
   });
-  return Receipt{matmul_id_route_name(route), staged ? map + "+" + stage + "+" + grouped : map + "+" + grouped,
-                 staged ? 3 : 2};
+  return Receipt{matmul_id_route_name(route), names, static_cast<int>(plan.kernels.size())};
 }
 
 }  // namespace llmm::detail

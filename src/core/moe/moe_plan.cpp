@@ -1,0 +1,44 @@
+#include "core/moe/moe_plan.hpp"
+
+#include "core/moe/moe_kernels.hpp"
+#include "llmm/error.hpp"
+
+namespace llmm::cuda_moe {
+
+MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInfo& arch, MatmulIdGroupedKernel kernel) {
+  if (!moe_dtypes_supported(g))
+    fail(ErrorCode::Unsupported, "matmul_id: the CUDA kernels take an input of f32 or the weights' dtype (",
+         dtype_name(g.w_dtype), "), got ", dtype_name(g.in_dtype));
+  MoePlan p;
+  p.route = route;
+  if (route == MatmulIdRoute::Direct) {
+    p.kernels = {moe_direct_kernel_name(g)};
+    return p;
+  }
+  if (g.n_experts > moe_map_max_experts())
+    fail(ErrorCode::InvalidArgument, "matmul_id: n_experts ", g.n_experts, " exceeds the map kernel's limit ",
+         moe_map_max_experts());
+  // The Hopper engine where it takes the call (measured faster: docs/performance.md, MoE), else
+  // the mma.sync kernel; a forced kernel that cannot take it is refused.
+  const std::string engine_why = engine::tiled_sm90_moe_refusal(g, arch);
+  if (kernel == MatmulIdGroupedKernel::TiledSm90 && !engine_why.empty())
+    fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 cannot run (m ", g.m, ", n ", g.n, ", k ", g.k, ", ",
+         dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
+  p.engine = kernel != MatmulIdGroupedKernel::MmaSync && engine_why.empty();
+  p.kernels.push_back(moe_map_kernel_name(g));
+  if (p.engine) {
+    p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);
+    p.staged = p.launch.staged;
+    if (p.staged) p.kernels.push_back(moe_stage_rows_kernel_name(g));
+    p.kernels.push_back(engine::tiled_sm90_moe_kernel_name(g, p.launch));
+    p.reason = p.staged ? "the Hopper engine over routed rows staged in expert order"
+                        : "the Hopper engine, gathering routed rows (the scratch cannot stage them all)";
+  } else {
+    p.kernels.push_back(moe_grouped_kernel_name(g));
+    p.reason = kernel == MatmulIdGroupedKernel::MmaSync ? "moe_grouped, asked for by name"
+                                                        : "moe_grouped (the Hopper engine " + engine_why + ")";
+  }
+  return p;
+}
+
+}  // namespace llmm::cuda_moe

@@ -1,0 +1,103 @@
+// matmul_id's CUDA plan (pure, no GPU): the kernels each route launches, in order, on an H200
+// and elsewhere, the staged and gathering engine, the forced kernels and every refusal.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/moe/moe_kernels.hpp"
+#include "core/moe/moe_plan.hpp"
+#include "llmm/error.hpp"
+#include "support/expect_error.hpp"
+
+namespace llmm::cuda_moe {
+namespace {
+
+using test::expect_error;
+
+const void* addr(std::uintptr_t v) { return reinterpret_cast<const void*>(v); }
+
+ArchInfo h200() {
+  ArchInfo a;
+  a.kind = DeviceKind::CUDA, a.cc_major = 9, a.cc_minor = 0, a.sm_count = 132;
+  return a;
+}
+
+// m tokens x top_k 8 over 64 experts of [n, k], 16-byte aligned, the grouped scratch set.
+MoeArgs grouped(DType w, DType in, DType out, std::int64_t m, std::int64_t n, std::int64_t k) {
+  MoeArgs a;
+  a.m = m, a.n = n, a.k = k, a.top_k = 8, a.n_experts = 64;
+  a.w_dtype = w, a.w = addr(0x100000), a.expert_stride = n * k;
+  a.in_dtype = in, a.in = addr(0x20000000), a.in_token_stride = k;
+  a.ids = addr(0x30000000);
+  a.out_dtype = out, a.out = const_cast<void*>(addr(0x40000000));
+  a.counts = static_cast<std::uint32_t*>(const_cast<void*>(addr(0x50000000)));
+  a.rows = static_cast<std::uint32_t*>(const_cast<void*>(addr(0x50001000)));
+  a.row_capacity = m * 8;
+  return a;
+}
+
+TEST(MoePlan, DirectIsOneKernel) {
+  const MoeArgs g = grouped(DType::BF16, DType::BF16, DType::BF16, 4, 768, 2048);
+  const MoePlan p = plan_matmul_id_cuda(g, MatmulIdRoute::Direct, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_EQ(p.kernels, std::vector<std::string>{moe_direct_kernel_name(g)});
+  EXPECT_FALSE(p.engine);
+}
+
+TEST(MoePlan, GroupedOnTheHopperEngineStagedOrGathering) {
+  MoeArgs g = grouped(DType::BF16, DType::BF16, DType::F32, 4096, 768, 2048);
+  MoePlan p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_TRUE(p.engine);
+  EXPECT_FALSE(p.staged);  // no staging room in the scratch: the engine gathers the rows
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "tiled_sm90_moe_bf16_bf16_f32_bn256x64"}));
+  EXPECT_EQ(p.launch.grid, 132);
+  g.staged = const_cast<void*>(addr(0x60000000)), g.staged_bytes = 4096 * 8 * 2048 * 2;
+  p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_TRUE(p.staged);
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16", "tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged"}));
+  g.staged_bytes -= 1;  // one byte short of every routed row: gathered
+  EXPECT_FALSE(plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).staged);
+}
+
+TEST(MoePlan, GroupedFallsBackToMmaSyncAndSaysWhy) {
+  // f32 input: the engine takes 16-bit weights and input of one dtype only.
+  const MoeArgs f = grouped(DType::BF16, DType::F32, DType::F32, 512, 768, 2048);
+  MoePlan p = plan_matmul_id_cuda(f, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_FALSE(p.engine);
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", moe_grouped_kernel_name(f)}));
+  EXPECT_NE(p.reason.find("same dtype"), std::string::npos) << p.reason;
+  // An A100 (sm_80): mma.sync.
+  ArchInfo a100 = h200();
+  a100.cc_major = 8;
+  const MoeArgs b = grouped(DType::BF16, DType::BF16, DType::BF16, 512, 768, 2048);
+  p = plan_matmul_id_cuda(b, MatmulIdRoute::GroupedPrefill, a100, MatmulIdGroupedKernel::Auto);
+  EXPECT_FALSE(p.engine);
+  EXPECT_NE(p.reason.find("sm_90a"), std::string::npos) << p.reason;
+  // Forced by name.
+  p = plan_matmul_id_cuda(b, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::MmaSync);
+  EXPECT_FALSE(p.engine);
+  EXPECT_EQ(p.kernels.back(), moe_grouped_kernel_name(b));
+  EXPECT_TRUE(plan_matmul_id_cuda(b, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90).engine);
+  // A misaligned input (the engine's TMA needs 16-byte rows): Auto falls back, forced is refused.
+  MoeArgs odd = b;
+  odd.in_token_stride = 2052;
+  EXPECT_FALSE(plan_matmul_id_cuda(odd, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).engine);
+  expect_error([&] { plan_matmul_id_cuda(odd, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90); },
+               ErrorCode::Unsupported, "grouped kernel tiled_sm90 cannot run (m 512, n 768, k 2048, bf16 weights, bf16 input)");
+}
+
+TEST(MoePlan, Refusals) {
+  const MoeArgs f16_bf16 = grouped(DType::F16, DType::BF16, DType::F32, 16, 64, 128);
+  for (MatmulIdRoute r : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
+    expect_error([&] { plan_matmul_id_cuda(f16_bf16, r, h200(), MatmulIdGroupedKernel::Auto); }, ErrorCode::Unsupported,
+                 "take an input of f32 or the weights' dtype (f16), got bf16");
+  MoeArgs many = grouped(DType::BF16, DType::BF16, DType::F32, 16, 64, 128);
+  many.n_experts = moe_map_max_experts() + 1;
+  expect_error([&] { plan_matmul_id_cuda(many, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto); },
+               ErrorCode::InvalidArgument, "n_experts 1025 exceeds the map kernel's limit 1024");
+  EXPECT_EQ(plan_matmul_id_cuda(many, MatmulIdRoute::Direct, h200(), MatmulIdGroupedKernel::Auto).kernels.size(), 1u);
+}
+
+}  // namespace
+}  // namespace llmm::cuda_moe
