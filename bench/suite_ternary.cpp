@@ -250,6 +250,27 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         }
+        // One A/B row: this call (Auto's receipt) against the same call with options o1, timed
+        // in alternation; the row's baseline is o1's kernel.
+        auto ab_row = [&](const Tq2Options& o1, const std::string& suffix, const char* precision) {
+          Receipt r1;
+          auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
+            const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
+            r1 = gemm_tq2(env.ctx, w, View::contiguous(in.data(), DType::F32, {m, sh.k}, DeviceKind::CUDA),
+                          View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), o1);
+          });
+          Row row;
+          row.suite = "ternary", row.route = receipt.route;
+          row.name = std::string(sh.name) + "_m" + std::to_string(m) + suffix;
+          row.kernel = receipt.kernel, row.dtype = "f32", row.precision = precision;
+          row.m = m, row.n = sh.n, row.k = sh.k;
+          row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+          row.flops = 2.0 * m * sh.n * sh.k;
+          row.bytes = packed + 4.0 * static_cast<double>(m * sh.k + m * sh.n);
+          row.baseline = r1.kernel, row.baseline_us = tb.median_us;
+          row.device = env.device_label;
+          env.out.add(row);
+        };
         // A/B against the other decode versions: v1 at m = 1 and 16; v3 at m <= 2, v2, v4 and v5 at
         // m <= 8 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
         for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
@@ -266,25 +287,9 @@ void run_gpu(BenchEnv& env) {
           }
           Tq2Options o1 = o;
           o1.force_route = other;
-          Receipt r1;
-          auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
-            const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
-            r1 = gemm_tq2(env.ctx, w, View::contiguous(in.data(), DType::F32, {m, sh.k}, DeviceKind::CUDA),
-                          View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), o1);
-          });
-          Row row;
-          row.suite = "ternary", row.route = receipt.route;
           const char* vs = other == Tq2Route::Stream ? "_vs_v1" : other == Tq2Route::StreamV2 ? "_vs_v2"
                            : other == Tq2Route::StreamV3 ? "_vs_v3" : other == Tq2Route::StreamV4 ? "_vs_v4" : "_vs_v5";
-          row.name = std::string(sh.name) + "_m" + std::to_string(m) + vs;
-          row.kernel = receipt.kernel, row.dtype = "f32", row.precision = "exact";
-          row.m = m, row.n = sh.n, row.k = sh.k;
-          row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
-          row.flops = 2.0 * m * sh.n * sh.k;
-          row.bytes = packed + 4.0 * static_cast<double>(m * sh.k + m * sh.n);
-          row.baseline = r1.kernel, row.baseline_us = tb.median_us;
-          row.device = env.device_label;
-          env.out.add(row);
+          ab_row(o1, vs, "exact");
         }
         // A/B: v5's image made the other way (K whole only): staged by a first kernel, or
         // converted by each block (tq2_stream_in_block's rule; calibration for issue 13).
@@ -294,23 +299,7 @@ void run_gpu(BenchEnv& env) {
           Tq2Options o1 = o;
           o1.force_route = Tq2Route::StreamV5;
           o1.stream_image = in_block ? Tq2StreamImage::Staged : Tq2StreamImage::InBlock;
-          Receipt r1;
-          auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
-            const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
-            r1 = gemm_tq2(env.ctx, w, View::contiguous(in.data(), DType::F32, {m, sh.k}, DeviceKind::CUDA),
-                          View::contiguous(out_base.data(), DType::F32, {m, sh.n}, DeviceKind::CUDA), o1);
-          });
-          Row row;
-          row.suite = "ternary", row.route = receipt.route;
-          row.name = std::string(sh.name) + "_m" + std::to_string(m) + (in_block ? "_vs_v5_staged" : "_vs_v5_inblock");
-          row.kernel = receipt.kernel, row.dtype = "f32", row.precision = prec == Precision::Exact ? "exact" : "fast";
-          row.m = m, row.n = sh.n, row.k = sh.k;
-          row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
-          row.flops = 2.0 * m * sh.n * sh.k;
-          row.bytes = packed + 4.0 * static_cast<double>(m * sh.k + m * sh.n);
-          row.baseline = r1.kernel, row.baseline_us = tb.median_us;
-          row.device = env.device_label;
-          env.out.add(row);
+          ab_row(o1, in_block ? "_vs_v5_staged" : "_vs_v5_inblock", prec == Precision::Exact ? "exact" : "fast");
         }
         if (m > 16 && prec == Precision::Fast) run_bf16_prefill(env, sh.name, m, sh.n, sh.k, p, copies, packed, in_bf16.data(), ws.data());
         if (m > 16 && receipt.route == tq2_route_name(Tq2Route::DequantLt)) {

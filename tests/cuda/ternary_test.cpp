@@ -364,6 +364,31 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
       }
 }
 
+namespace {
+// The streaming engine's case c (StreamV4 or StreamV5) with its image staged and, where the route
+// takes it (`in_block_ok`), converted in each block: each against float64 with poisoned padding,
+// the staged one in two launches, the in-block one in one (kernel name ending in
+// `tail` + "_inblock"), and both bitwise the same.
+void expect_both_images(Context& ctx, TernaryWeightCache& cache, Tq2Case c, bool in_block_ok, const std::string& tail) {
+  std::vector<unsigned char> staged_out;
+  for (Tq2StreamImage image : {Tq2StreamImage::Staged, Tq2StreamImage::InBlock}) {
+    if (image == Tq2StreamImage::InBlock && !in_block_ok) continue;
+    c.stream_image = image;
+    const Tq2Outcome o = run_tq2_case(ctx, cache, c);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    EXPECT_TRUE(o.padding_untouched) << c.describe();
+    const bool in_block = image == Tq2StreamImage::InBlock;
+    EXPECT_EQ(o.receipt.kernels_launched, in_block ? 1 : 2) << c.describe();  // the staging kernel first when staged
+    const std::string want = tail + (in_block ? "_inblock" : "");
+    const std::string& kn = o.receipt.kernel;
+    EXPECT_EQ(kn.substr(kn.size() - std::min(kn.size(), want.size())), want) << kn;
+    EXPECT_EQ(kn.find("_inblock") != std::string::npos, in_block) << kn;
+    if (!in_block) staged_out = o.out_bytes;
+    else EXPECT_EQ(o.out_bytes, staged_out) << c.describe() << ": the in-block image changed the result";
+  }
+}
+}  // namespace
+
 // tq2_stream_v4's own edges: bands past the persistent grid (several bands per block, so the
 // ring wraps across bands and the reduction buffers alternate), K not a multiple of a stage's
 // 8 groups (a short last stage), scale rows that start anywhere in a 16-byte unit (k / 128 not a
@@ -385,19 +410,7 @@ TEST(Tq2Gpu, StreamV4BandsStagesAndScaleAlignment) {
         c.out_dtype = m % 2 == 1 ? DType::F32 : in;
         c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
         c.zero_group = nk.k >= 256;
-        std::vector<unsigned char> staged_out;
-        for (Tq2StreamImage image : {Tq2StreamImage::Staged, Tq2StreamImage::InBlock}) {
-          if (image == Tq2StreamImage::InBlock && m > 4) continue;  // refused (tested below)
-          c.stream_image = image;
-          Tq2Outcome o = run_tq2_case(ctx, cache, c);
-          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-          EXPECT_TRUE(o.padding_untouched) << c.describe();
-          const bool in_block = image == Tq2StreamImage::InBlock;
-          EXPECT_EQ(o.receipt.kernels_launched, in_block ? 1 : 2) << c.describe();  // tq2_stage_v4 first when staged
-          EXPECT_EQ(o.receipt.kernel.find("_inblock") != std::string::npos, in_block) << o.receipt.kernel;
-          if (!in_block) staged_out = o.out_bytes;
-          else EXPECT_EQ(o.out_bytes, staged_out) << c.describe() << ": the in-block image changed the result";
-        }
+        expect_both_images(ctx, cache, c, m <= 4, "");  // m > 4 in the block: refused (below)
       }
   Tq2Case r;
   r.m = 5, r.n = 64, r.k = 256, r.route = Tq2Route::StreamV4, r.stream_image = Tq2StreamImage::InBlock;
@@ -427,21 +440,8 @@ TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
         c.out_dtype = m % 2 == 1 ? DType::F32 : in;
         c.seed_input = false, c.seed = ++seed, c.pad = 1 + m, c.wide_exp = in == DType::F32 ? 20 : 6;
         c.zero_group = nk.k >= 256;
-        std::vector<unsigned char> staged_out;
-        for (Tq2StreamImage image : {Tq2StreamImage::Staged, Tq2StreamImage::InBlock}) {
-          if (image == Tq2StreamImage::InBlock && (parts > 1 || m > 4)) continue;  // refused (tested below)
-          c.stream_image = image;
-          Tq2Outcome o = run_tq2_case(ctx, cache, c);
-          EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-          EXPECT_TRUE(o.padding_untouched) << c.describe();
-          const bool in_block = image == Tq2StreamImage::InBlock;
-          EXPECT_EQ(o.receipt.kernels_launched, in_block ? 1 : 2) << c.describe();  // tq2_stage_v5 first when staged
-          const std::string tail = "_p" + std::to_string(parts) + (in_block ? "_inblock" : "");
-          const std::string& kn = o.receipt.kernel;
-          EXPECT_EQ(kn.substr(kn.size() - std::min(kn.size(), tail.size())), tail) << kn;
-          if (!in_block) staged_out = o.out_bytes;
-          else EXPECT_EQ(o.out_bytes, staged_out) << c.describe() << ": the in-block image changed the result";
-        }
+        // In the block: K whole and m <= 4 only (the others are refused, below).
+        expect_both_images(ctx, cache, c, parts == 1 && m <= 4, "_p" + std::to_string(parts));
       }
   // A forced in-block image where K is in parts is refused before anything runs.
   Tq2Case r;
