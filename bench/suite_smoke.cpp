@@ -106,6 +106,22 @@ void run_gpu(BenchEnv& env) {
       env.out.add(row);
     }
   }
+  // The launch floor of this timing method (issues 13, 14: how much of a small decode call's
+  // ~4-5 us any kernel pays): one empty kernel a call, and an empty pair chained by PDL.
+  {
+    DeviceBuffer sink(256);
+    for (int kernels : {1, 2}) {
+      if (kernels == 2 && env.ctx.arch().cc_major < 9) continue;  // PDL: sm_90
+      const Timing t = time_graph(s, [&](int) { null_kernels_device(static_cast<float*>(sink.data()), kernels, s); });
+      Row row;
+      row.suite = "smoke", row.name = kernels == 1 ? "launch_floor_1_kernel" : "launch_floor_2_kernels_pdl";
+      row.route = "null_kernel", row.kernel = kernels == 1 ? "null_kernel" : "null_kernel+null_kernel_pdl";
+      row.dtype = "-";
+      row.us = t.median_us, row.us_min = t.min_us, row.us_max = t.max_us;
+      row.device = env.device_label;
+      env.out.add(row);
+    }
+  }
   struct Case { const char* name; std::int64_t m, n, k; DType t; cuda_dense::LtMath math; const char* prec; };
   std::vector<Case> cases = {
       {"cublas_bf16_llama_ffn", 4096, 14336, 4096, DType::BF16, cuda_dense::LtMath::Default, "-"},

@@ -100,4 +100,28 @@ SampledError sample_check(const cuda_dense::DenseArgs& g, int samples) {
   return r;
 }
 
+namespace {
+__global__ void null_kernel(float* sink, bool dependent) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (dependent) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  if (threadIdx.x == 0) sink[0] = 1.0f;
+}
+}  // namespace
+
+void null_kernels_device(float* sink, int kernels, StreamHandle s) {
+  null_kernel<<<1, 32, 0, s>>>(sink, false);
+  if (kernels == 2) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1), cfg.blockDim = dim3(32), cfg.stream = s, cfg.attrs = attr, cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, null_kernel, sink, true) != cudaSuccess)
+      fail(ErrorCode::Cuda, "null_kernels_device: the dependent launch failed");
+  }
+  if (cudaGetLastError() != cudaSuccess) fail(ErrorCode::Cuda, "null_kernels_device: launch failed");
+}
+
 }  // namespace llmm::bench

@@ -13,6 +13,12 @@ void fill_random_device(void* p, DType dtype, std::int64_t n, std::uint64_t seed
 // the copy ceiling of an ordinary kernel, beside cudaMemcpyAsync's.
 void copy_kernel_device(void* dst, const void* src, std::size_t bytes, int sm_count, StreamHandle s);
 
+// The launch floor of the timing method: a one-warp kernel that writes one float to sink.
+// kernels 1: one plain launch; 2: a plain one, then one launched with programmatic dependent
+// launch that waits on the first (griddepcontrol; sm_90, the streaming engine's staging +
+// main pair). What a call of llmm's smallest kernels cannot go below in a CUDA graph.
+void null_kernels_device(float* sink, int kernels, StreamHandle s);
+
 struct SampledError {
   double max_abs = 0, max_rel = 0;  // rel: |err| / sum_k |a||b| (error relative to its scale)
   int samples = 0;
