@@ -216,8 +216,11 @@ TEST(Tq2Kernels, StreamV4Config) {
   EXPECT_EQ(c->blocks_per_sm, 2);
   EXPECT_EQ(c->stages, kTq2V4MaxStages);
   EXPECT_EQ(c->grid, 264);
-  // 24 groups at m = 1: Auto converts the image in each block (tq2_stream_in_block).
-  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x4_n8_s6_b2_inblock");
+  // Auto stages the image (tq2_stream_in_block); a forced InBlock names the in-block kernel.
+  EXPECT_EQ(tq2_stream_v4_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x4_n8_s6_b2");
+  Tq2Args forced = args(1, 27648, 3072);
+  forced.stream_image = Tq2StreamImage::InBlock;
+  EXPECT_EQ(tq2_stream_v4_kernel_name(forced, 132), "tq2_stream_v4_f32_f32_i8x4_n8_s6_b2_inblock");
   EXPECT_EQ(tq2_stream_v4_kernel_name(args(2, 27648, 3072), 132), "tq2_stream_v4_f32_f32_i8x4_n8_s6_b2");
   EXPECT_EQ(tq2_stream_v4_config(args(1, 40, 3072), 132)->grid, 3);  // never more blocks than bands
   // Long K: one block per SM, the ring shrinks to what fits; past that the kernel is refused.
@@ -278,17 +281,18 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   EXPECT_EQ(c->items, 216);
   EXPECT_EQ(c->grid, 216);
   EXPECT_LE(c->smem_bytes * 2, kTq2V4SmemOptin);
-  // m = 1, 24 groups: Auto converts the image in each block (one launch, no staging kernel).
-  EXPECT_TRUE(c->stage_in_block);
+  // m = 1: Auto stages the image (the staging kernel first, then the engine).
+  EXPECT_FALSE(c->stage_in_block);
+  EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132), "tq2_stream_v5_f32_f32_i8x4_n8_s" + std::to_string(c->stages) + "_b2_p1");
+  EXPECT_EQ(tq2_stream_v5_stage_kernel_name(a), "tq2_stage_v5_f32_i8x4");
+  EXPECT_EQ(tq2_stream_image_refusal(a, true), "");
+  a.stream_image = Tq2StreamImage::InBlock;  // forced: one launch, no staging kernel
+  EXPECT_TRUE(tq2_stream_v5_config(a, 132)->stage_in_block);
   EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132),
             "tq2_stream_v5_f32_f32_i8x4_n8_s" + std::to_string(c->stages) + "_b2_p1_inblock");
   EXPECT_EQ(tq2_stream_v5_stage_kernel_name(a), "");
   EXPECT_EQ(tq2_stream_image_refusal(a, true), "");
-  a.stream_image = Tq2StreamImage::Staged;
-  EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
-  EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132), "tq2_stream_v5_f32_f32_i8x4_n8_s" + std::to_string(c->stages) + "_b2_p1");
-  EXPECT_EQ(tq2_stream_v5_stage_kernel_name(a), "tq2_stage_v5_f32_i8x4");
-  a.stream_image = Tq2StreamImage::Auto, a.m = 2;  // 48 items: staged
+  a.stream_image = Tq2StreamImage::Auto, a.m = 2;  // staged
   EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
   a.stream_image = Tq2StreamImage::InBlock;  // forced: any m with K whole
   EXPECT_TRUE(tq2_stream_v5_config(a, 132)->stage_in_block);
@@ -319,17 +323,16 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   EXPECT_FALSE(tq2_stream_v5_supports(l));
 }
 
-// The image rule: in-block only with K whole (parts 1), under Auto only for at most 4 (row,
-// group) items a consumer warp; Staged never; a forced InBlock with K in parts is refused.
+// The image rule: in-block only when forced (Auto stages: in-block measured slower), with K
+// whole (parts 1) and m <= 4; Staged never; a forced InBlock with K in parts is refused.
 TEST(Tq2Kernels, StreamV5ImageRule) {
   for (std::int64_t m : {1, 2, 4, 8})
-    for (std::int64_t k : {128, 512, 1024, 3072, 4096})
-      for (int parts : {1, 2, 6}) {
-        const bool small = m * (k / 128) <= kTq2StreamInBlockMaxItems, built = m <= kTq2StreamInBlockMaxM;
-        EXPECT_EQ(tq2_stream_in_block(m, k, parts, Tq2StreamImage::Auto), parts == 1 && small && built) << m << " " << k;
-        EXPECT_EQ(tq2_stream_in_block(m, k, parts, Tq2StreamImage::InBlock), parts == 1 && built) << m << " " << k;
-        EXPECT_FALSE(tq2_stream_in_block(m, k, parts, Tq2StreamImage::Staged)) << m << " " << k;
-      }
+    for (int parts : {1, 2, 6}) {
+      const bool built = m <= kTq2StreamInBlockMaxM;
+      EXPECT_FALSE(tq2_stream_in_block(m, parts, Tq2StreamImage::Auto)) << m << " " << parts;
+      EXPECT_EQ(tq2_stream_in_block(m, parts, Tq2StreamImage::InBlock), parts == 1 && built) << m << " " << parts;
+      EXPECT_FALSE(tq2_stream_in_block(m, parts, Tq2StreamImage::Staged)) << m << " " << parts;
+    }
   Tq2Args a = args(1, 3072, 3072);  // 24 super-bands: K in 6 parts
   a.scales_t = at<const std::uint16_t>(0x500000), a.scales_t_ld = 3072;
   ASSERT_EQ(tq2_stream_v5_parts(3072, 3072).parts, 6);
@@ -341,13 +344,16 @@ TEST(Tq2Kernels, StreamV5ImageRule) {
   b.scales_t = at<const std::uint16_t>(0x500000), b.scales_t_ld = 27648, b.stream_image = Tq2StreamImage::InBlock;
   EXPECT_NE(tq2_stream_image_refusal(b, true).find("m <= 4"), std::string::npos) << tq2_stream_image_refusal(b, true);
   EXPECT_FALSE(tq2_stream_v5_config(b, 132)->stage_in_block);
-  // v4: no parts; Auto's rule on m x k/128 alone, m <= 4.
-  Tq2Args v4 = args(1, 2560, 2560);  // BitNet-2B o: 20 groups
+  // v4: no parts; Auto stages, a forced InBlock converts in the block at m <= 4.
+  Tq2Args v4 = args(1, 2560, 2560);  // BitNet-2B o: 20 groups, staged under Auto
   ASSERT_TRUE(tq2_stream_v4_config(v4, 132).has_value());
+  EXPECT_FALSE(tq2_stream_v4_config(v4, 132)->stage_in_block);
+  EXPECT_EQ(tq2_stream_v4_stage_kernel_name(v4), "tq2_stage_v4_f32_i8x4");
+  v4.stream_image = Tq2StreamImage::InBlock;
   EXPECT_TRUE(tq2_stream_v4_config(v4, 132)->stage_in_block);
   EXPECT_EQ(tq2_stream_v4_stage_kernel_name(v4), "");
   EXPECT_NE(tq2_stream_v4_kernel_name(v4, 132).find("_inblock"), std::string::npos);
-  v4 = args(1, 2560, 6912);  // BitNet-2B down: 54 groups, staged
+  v4 = args(1, 2560, 6912);  // BitNet-2B down: staged
   ASSERT_TRUE(tq2_stream_v4_config(v4, 132).has_value());
   EXPECT_FALSE(tq2_stream_v4_config(v4, 132)->stage_in_block);
   EXPECT_EQ(tq2_stream_v4_stage_kernel_name(v4), "tq2_stage_v4_f32_i8x4");

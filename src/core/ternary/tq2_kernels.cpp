@@ -227,7 +227,7 @@ std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_c
       }
   }
   c.smem_bytes = tq2_stream_v4_smem(a.m, a.k, c.stages).total;
-  c.stage_in_block = tq2_stream_in_block(a.m, a.k, 1, a.stream_image);
+  c.stage_in_block = tq2_stream_in_block(a.m, 1, a.stream_image);
   const std::int64_t sms = sm_count > 0 ? sm_count : 132;
   const std::int64_t bands = (a.n + 15) / 16;
   const std::int64_t slots = sms * c.blocks_per_sm;
@@ -241,9 +241,8 @@ std::size_t tq2_stream_v4_stage_bytes(std::int64_t m, std::int64_t k) noexcept {
   return static_cast<std::size_t>(s.xs - s.coef) + static_cast<std::size_t>(4 * m + 1) * static_cast<std::size_t>(s.col_stride);
 }
 
-bool tq2_stream_in_block(std::int64_t m, std::int64_t k, int parts, Tq2StreamImage image) noexcept {
-  if (parts != 1 || m > kTq2StreamInBlockMaxM || image == Tq2StreamImage::Staged) return false;
-  return image == Tq2StreamImage::InBlock || m * (k / kTq2Group) <= kTq2StreamInBlockMaxItems;
+bool tq2_stream_in_block(std::int64_t m, int parts, Tq2StreamImage image) noexcept {
+  return image == Tq2StreamImage::InBlock && parts == 1 && m <= kTq2StreamInBlockMaxM;
 }
 
 std::string tq2_stream_image_refusal(const Tq2Args& a, bool v5) {
@@ -258,7 +257,7 @@ std::string tq2_stream_image_refusal(const Tq2Args& a, bool v5) {
 
 std::string tq2_stream_v4_stage_kernel_name(const Tq2Args& a) {
   if (!tq2_stream_v4_supports(a)) return {};
-  if (tq2_stream_in_block(a.m, a.k, 1, a.stream_image)) return {};
+  if (tq2_stream_in_block(a.m, 1, a.stream_image)) return {};
   return "tq2_stage_v4_" + dname(a.in_dtype) + "_i8x4";
 }
 
@@ -326,7 +325,7 @@ std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_c
   c.smem_bytes = tq2_stream_v5_smem(a.m, a.k, c.stages).total;
   c.parts = tq2_stream_v5_parts(a.n, a.k);
   c.items = (a.n + kTq2V5Rows - 1) / kTq2V5Rows * c.parts.parts;
-  c.stage_in_block = tq2_stream_in_block(a.m, a.k, c.parts.parts, a.stream_image);
+  c.stage_in_block = tq2_stream_in_block(a.m, c.parts.parts, a.stream_image);
   const std::int64_t slots = static_cast<std::int64_t>(sm_count > 0 ? sm_count : 132) * c.blocks_per_sm;
   c.grid = static_cast<int>(c.items < slots ? c.items : slots);
   return c;
@@ -345,7 +344,7 @@ std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::i
 
 std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& a) {
   if (!tq2_stream_v5_supports(a)) return {};
-  if (tq2_stream_in_block(a.m, a.k, tq2_stream_v5_parts(a.n, a.k).parts, a.stream_image)) return {};
+  if (tq2_stream_in_block(a.m, tq2_stream_v5_parts(a.n, a.k).parts, a.stream_image)) return {};
   return "tq2_stage_v5_" + dname(a.in_dtype) + "_i8x4";
 }
 

@@ -155,15 +155,14 @@ inline constexpr std::size_t kTq2ScalesTailBytes = 32;
 
 // The activation image of the sm_90 streaming engine (v4, v5): staged once for all blocks by a
 // first kernel, or converted by each block's consumer warps (Tq2StreamImage::InBlock) while the
-// producer streams the first stages: one launch instead of two and no image copy, paid for by
-// every block converting the same rows (from L2). Auto converts in the block where K is whole
-// (v5: parts 1) and the image has at most kTq2StreamInBlockMaxItems (row, group) items, i.e. at
-// most 4 a consumer warp, their input loads issued together. In-block kernels are built for
-// m <= kTq2StreamInBlockMaxM only (half the kernels to compile). Calibration pending (session 13
-// wrote it without a GPU).
-inline constexpr std::int64_t kTq2StreamInBlockMaxItems = 32;
+// producer streams the first stages: one launch instead of two and no workspace, paid for by
+// every block converting the same rows (from L2). Auto always stages: measured on the H200
+// (2026-12-01, session 14 run 1) in-block lost everywhere, 1.08-1.59x slower (dit_proj m1 11.38 vs
+// 10.49 us; BitNet-2B qkv m1 6.31 us against 4.28 us at m2 staged), see docs/performance.md. InBlock
+// stays as a forced option for callers without workspace. In-block kernels are built for m <=
+// kTq2StreamInBlockMaxM only.
 inline constexpr std::int64_t kTq2StreamInBlockMaxM = 4;
-bool tq2_stream_in_block(std::int64_t m, std::int64_t k, int parts, Tq2StreamImage image) noexcept;
+bool tq2_stream_in_block(std::int64_t m, int parts, Tq2StreamImage image) noexcept;
 // Why a forced image cannot run on v4 / v5 (InBlock with m > 4, or with K in parts on v5), or "".
 std::string tq2_stream_image_refusal(const Tq2Args& args, bool v5);
 
