@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/ternary/tq2_kernels.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"
 #include "support/expect_error.hpp"
@@ -255,6 +256,16 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2);
   EXPECT_EQ(plan_tq2(4, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(4, 64, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // 17 record columns of 32 KB
+  // Where v4 would hold one block per SM, v5 with K in at most 4 parts; 5+ parts stay on v4.
+  EXPECT_EQ(plan_tq2(1, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5);  // Llama-70B down: 4 parts
+  EXPECT_EQ(llmm::cuda_ternary::tq2_stream_v5_parts(8192, 28672).parts, 4);
+  EXPECT_EQ(plan_tq2(4, 14336, 4096, DType::F32, h200), Tq2Route::StreamV5);  // Llama-8B up m4: 2 parts
+  EXPECT_EQ(plan_tq2(4, 13824, 2560, DType::F32, h200), Tq2Route::StreamV5);  // BitNet-2B gate_up m4
+  EXPECT_EQ(plan_tq2(1, 14336, 4096, DType::F32, h200), Tq2Route::StreamV4);  // two v4 blocks an SM
+  EXPECT_EQ(plan_tq2(1, 4096, 14336, DType::F32, h200), Tq2Route::StreamV4);  // Llama-8B down: 7 parts
+  EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B down: 14 parts
+  EXPECT_EQ(plan_tq2(4, 3840, 2560, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B qkv: 5 parts
+  EXPECT_EQ(plan_tq2(8, 640, 512, DType::F32, h200), Tq2Route::StreamV4);  // the Python test's shape
   // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
   EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);
   ArchInfo a100 = h200;

@@ -218,6 +218,15 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   // bench-summary router audit).
   if (m <= 4 || (m <= 8 && n <= 4096 && sm90)) {
     const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total > 0;
+    // Where v4 holds one block per SM (long K, or m = 3..4), v5 with K in at most 4 parts: 1.04-1.12x
+    // v4 on the three such shapes measured (Llama-70B down m = 1, 4 parts: 23.7 vs 26.5 us; Llama-8B
+    // up and BitNet-2B gate_up at m = 4, 2 parts), while with 5 or more parts it lost on every
+    // measured shape, 1.3-2.3x (H200, session 14, the bench's _vs_v5 rows).
+    const std::int64_t mm = m < 1 ? 1 : m;
+    if (sm90 && fits && !cuda_ternary::tq2_stream_v4_two_blocks(mm, k) && n < (std::int64_t{1} << 31) &&
+        cuda_ternary::tq2_stream_v5_smem(mm, k, cuda_ternary::kTq2V5MinStages).total > 0 &&
+        cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 4)
+      return Tq2Route::StreamV5;
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;
   }

@@ -208,15 +208,18 @@ bool tq2_stream_v4_supports(const Tq2Args& a) noexcept {
          detail::aligned16(a.scales) && tq2_stream_v4_smem(a.m, a.k, kTq2V4MinStages).total > 0;
 }
 
+bool tq2_stream_v4_two_blocks(std::int64_t m, std::int64_t k) noexcept {
+  const int full_ring = tq2_stream_v4_smem(m, k, kTq2V4MaxStages).total;
+  return full_ring > 0 && full_ring <= static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
+}
+
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_count) noexcept {
   if (!tq2_stream_v4_supports(a)) return std::nullopt;
   Tq2StreamV4Config c;
   c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
   // Two blocks per SM with the full ring where they fit (16 consumer warps hide more latency),
   // else one block with the deepest ring that fits (at most 6 stages: 48 KB in flight).
-  const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
-  const int full_ring = tq2_stream_v4_smem(a.m, a.k, kTq2V4MaxStages).total;
-  if (full_ring > 0 && full_ring <= half) {
+  if (tq2_stream_v4_two_blocks(a.m, a.k)) {
     c.blocks_per_sm = 2, c.stages = kTq2V4MaxStages;
   } else {
     c.blocks_per_sm = 1, c.stages = kTq2V4MinStages;

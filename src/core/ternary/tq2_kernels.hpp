@@ -166,6 +166,10 @@ bool tq2_stream_in_block(std::int64_t m, int parts, Tq2StreamImage image) noexce
 // Why a forced image cannot run on v4 / v5 (InBlock with m > 4, or with K in parts on v5), or "".
 std::string tq2_stream_image_refusal(const Tq2Args& args, bool v5);
 
+// v4 holds two blocks per SM with the full ring when that fits in half an SM's shared memory
+// (m x k small enough), else one block with the deepest ring that fits.
+bool tq2_stream_v4_two_blocks(std::int64_t m, std::int64_t k) noexcept;
+
 struct Tq2StreamV4Config {
   int n_tiles = 1;        // n8 tiles of digit columns: ceil(4 m / 8)
   int stages = 0;         // ring depth
