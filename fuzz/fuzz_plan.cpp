@@ -143,6 +143,20 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   // of codes and scales), 1 KB of barriers, 1 KB of slack; no scale slots, no partial sums.
   const bool v5_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
                        (4 * m1 + 1) * (k + 64) + tiles * k / 2 + 2048 + 2 * 17408 <= 232448;
+  // v4 holds two blocks per SM when its image beside a 6-stage ring fits in half of 232448 less
+  // 1 KB; else one (then Auto prefers v5 where K is in at most 4 parts).
+  const bool v4_two_blocks = v4_fits && (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 6 * 8192 + tiles * 8192 <= 115200;
+  // v5's K parts (n and k only): the fewest parts of a multiple of 4 groups, as even as possible,
+  // with ceil(n / 128) x parts >= 212, else parts of 4 groups.
+  std::int64_t v5_parts = 1;
+  if (valid && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20)) {
+    const std::int64_t supers = (n + 127) / 128, groups = k / 128;
+    for (std::int64_t p = 1;; ++p) {
+      const std::int64_t pg = 4 * ((groups + 4 * p - 1) / (4 * p));
+      v5_parts = (groups + pg - 1) / pg;
+      if (supers * v5_parts >= 212 || pg == 4) break;
+    }
+  }
   const auto ctx = [&] {
     return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
            std::string(dtype_name(dt)) + (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
@@ -190,7 +204,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
-                          : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits ? Tq2Route::StreamV4
+                          : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
+                              ? (!v4_two_blocks && v5_fits && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
                           : split ? Tq2Route::TiledSm90SplitK
