@@ -266,6 +266,11 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B down: 14 parts
   EXPECT_EQ(plan_tq2(4, 3840, 2560, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B qkv: 5 parts
   EXPECT_EQ(plan_tq2(8, 640, 512, DType::F32, h200), Tq2Route::StreamV4);  // the Python test's shape
+  // Long K where neither whole image fits (Llama-70B down at m = 2..4): v5 with a sliced image;
+  // at m = 5..8 (no sliced kernels) v2 as before; m = 1 keeps v5 with the whole image.
+  for (std::int64_t m : {2, 3, 4}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;
+  EXPECT_EQ(plan_tq2(5, 8192, 28672, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::BF16, h200), Tq2Route::StreamV4);  // v4 fits: unchanged
   // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
   EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);
   ArchInfo a100 = h200;

@@ -319,7 +319,10 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   EXPECT_LE(cl->smem_bytes, kTq2V4SmemOptin);
   EXPECT_EQ(cl->grid, 132);
   EXPECT_FALSE(cl->stage_in_block);  // 224 items for 8 warps: staged once for all blocks
-  l.m = 2;
+  l.m = 2;  // the whole image does not fit: one part's slice at a time (StreamV5SlicedImage)
+  EXPECT_TRUE(tq2_stream_v5_supports(l));
+  EXPECT_TRUE(tq2_stream_v5_config(l, 132)->sliced);
+  l.m = 5;  // sliced kernels are built for m <= 4
   EXPECT_FALSE(tq2_stream_v5_supports(l));
 }
 
@@ -362,6 +365,45 @@ TEST(Tq2Kernels, StreamV5ImageRule) {
   EXPECT_EQ(tq2_stream_image_refusal(v4, false), "");
   v4.m = 5;
   EXPECT_NE(tq2_stream_image_refusal(v4, false).find("m <= 4"), std::string::npos);
+}
+
+// Long K: where the whole activation image does not fit beside a 2-stage ring and K is in
+// parts, v5 holds one part's slice (m <= 4); items go part-major; the workspace holds a slice a
+// part. Llama-70B down (8192 x 28672): whole at m = 1, sliced at m = 2..4 (4 parts of 56
+// groups), neither at m = 5.
+TEST(Tq2Kernels, StreamV5SlicedImage) {
+  EXPECT_EQ(tq2_stream_v5_image_plan(1, 8192, 28672), (Tq2StreamV5ImagePlan{false, 224}));
+  for (std::int64_t m : {2, 3, 4}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{true, 56})) << m;
+  EXPECT_EQ(tq2_stream_v5_image_plan(5, 8192, 28672), (Tq2StreamV5ImagePlan{false, 0}));  // sliced kernels: m <= 4
+  EXPECT_EQ(tq2_stream_v5_image_plan(2, 27648, 3072), (Tq2StreamV5ImagePlan{false, 24}));  // fits whole
+  EXPECT_EQ(tq2_stream_v5_image_plan(2, 0, 28672), (Tq2StreamV5ImagePlan{false, 0}));
+  EXPECT_EQ(tq2_stream_v5_image_plan(9, 64, 256), (Tq2StreamV5ImagePlan{false, 0}));
+  Tq2Args a = args(2, 8192, 28672);
+  a.scales_t = at<const std::uint16_t>(0x500000), a.scales_t_ld = 8192;
+  EXPECT_TRUE(tq2_stream_v5_supports(a));
+  const auto c = tq2_stream_v5_config(a, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->sliced);
+  EXPECT_FALSE(c->stage_in_block);
+  EXPECT_EQ(c->parts.parts, 4);
+  EXPECT_EQ(c->items, 64 * 4);
+  EXPECT_LE(c->smem_bytes * c->blocks_per_sm, kTq2V4SmemOptin);
+  EXPECT_EQ(c->smem_bytes, tq2_stream_v5_smem(2, 28672, c->stages, 56).total);
+  EXPECT_NE(tq2_stream_v5_kernel_name(a, 132).find("_p4_sliced"), std::string::npos) << tq2_stream_v5_kernel_name(a, 132);
+  EXPECT_EQ(tq2_stream_v5_stage_kernel_name(a), "tq2_stage_v5_f32_i8x4");
+  // A slice: coefficients of 56 groups x 8 columns, then 9 record columns of 56 x 128 + 64 bytes.
+  const std::int64_t slice = 56 * 8 * 8 + 9 * (56 * 128 + 64);
+  EXPECT_EQ(tq2_stream_v5_image_bytes(2, 28672, 56), slice);
+  EXPECT_EQ(slice % 16, 0);  // each part's slice is a bulk-copy source
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(2, 8192, 28672),
+            static_cast<std::size_t>((4 * slice + 15) / 16 * 16 + 8192 / 16 * 4 + 4 * 2 * 8192 * 4));
+  // m = 1 keeps the whole image (unchanged), and a forced in-block image stays refused with K in parts.
+  Tq2Args one = a;
+  one.m = 1;
+  EXPECT_FALSE(tq2_stream_v5_config(one, 132)->sliced);
+  a.stream_image = Tq2StreamImage::InBlock;
+  EXPECT_NE(tq2_stream_image_refusal(a, true), "");
+  EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/ternary/tq2_kernels.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/moe.hpp"
 #include "llmm/ternary.hpp"
@@ -108,6 +109,41 @@ TEST(BatchInvarianceGpu, MatmulId) {
       const std::string what = std::string("matmul_id ") + matmul_id_route_name(route) + " w " + std::string(dtype_name(w));
       EXPECT_TRUE(invariant(what, ms, row_of)) << what << " claims batch invariance";
     }
+}
+
+// v5 at long K holds the whole activation image at m = 1..2 and one part's slice at m = 4
+// (tq2_stream_v5_image_plan): the same conversion and the same part sums, so the fixed row must
+// come out bitwise the same either way.
+TEST(BatchInvarianceGpu, TernaryV5WholeAndSlicedImage) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!ctx.arch().is_hopper()) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a";
+  TernaryWeightCache cache(ctx);
+  const std::int64_t n = 1000, k = 20480;
+  ASSERT_FALSE(cuda_ternary::tq2_stream_v5_image_plan(2, n, k).sliced);
+  ASSERT_TRUE(cuda_ternary::tq2_stream_v5_image_plan(4, n, k).sliced);
+  std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(n, k, 17);
+  WeightHandle wh = cache.get_or_upload(1, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
+  for (DType t : {DType::F32, DType::BF16}) {
+    HostTensor x0 = host_tensor(t, {1, k});
+    fill_random(x0.view, 23);
+    auto row_of = [&](std::int64_t m) {
+      HostTensor a = host_tensor(t, {m, k}), c = host_tensor(DType::F32, {m, n});
+      fill_random(a.view, 300 + static_cast<std::uint64_t>(m));
+      const std::int64_t at = (m - 1) / 2;
+      std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
+      DeviceTensor da = to_device(a), dc = to_device(c);
+      Tq2Options o;
+      o.force_route = Tq2Route::StreamV5;
+      const Receipt r = gemm_tq2(ctx, wh, da.view, dc.view, o);
+      EXPECT_EQ(r.kernel.find("_sliced") != std::string::npos, m == 4) << r.kernel;
+      ctx.synchronize();
+      to_host(dc, c);
+      return row_bytes(c, at, n, n);
+    };
+    const std::string what = std::string("gemm_tq2 tq2_stream_v5 whole/sliced ") + std::string(dtype_name(t));
+    EXPECT_TRUE(invariant(what, {1, 2, 4}, row_of)) << what;
+  }
 }
 
 TEST(BatchInvarianceGpu, Ternary) {

@@ -449,6 +449,35 @@ TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
   expect_error([&] { run_tq2_case(ctx, cache, r); }, ErrorCode::Unsupported, "stream_image in_block needs K whole");
 }
 
+// Long K at m = 1..4 where v5's whole activation image does not fit: one part's slice at a time,
+// items part-major, a block reloading its slice when its item's part changes (grid < items in
+// the first two shapes, so some blocks do). Against float64 with poisoned padding, non-finite
+// inputs on one shape, and the receipt names the sliced kernel.
+TEST(Tq2Gpu, StreamV5SlicedImageLongK) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct S { std::int64_t m, n, k; DType in, out; int nonfinite; };
+  std::uint64_t seed = 4100;
+  for (const S& sh : {S{4, 7680, 20480, DType::F32, DType::F32, 0}, S{1, 3000, 131072, DType::BF16, DType::F32, 0},
+                      S{3, 1000, 40960, DType::F16, DType::F16, 0}, S{2, 2000, 30720, DType::F32, DType::F32, 2},
+                      S{4, 300, 24576, DType::BF16, DType::BF16, 0}}) {
+    const auto ip = cuda_ternary::tq2_stream_v5_image_plan(sh.m, sh.n, sh.k);
+    ASSERT_TRUE(ip.sliced) << "m " << sh.m << " n " << sh.n << " k " << sh.k << ": the shape no longer tests the sliced image";
+    Tq2Case c;
+    c.m = sh.m, c.n = sh.n, c.k = sh.k, c.route = Tq2Route::StreamV5, c.in_dtype = sh.in, c.out_dtype = sh.out;
+    c.seed_input = false, c.seed = ++seed, c.pad = 3, c.wide_exp = sh.in == DType::F32 ? 12 : 4, c.zero_group = true;
+    c.nonfinite_every = sh.nonfinite;
+    const Tq2Outcome o = run_tq2_case(ctx, cache, c);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    EXPECT_TRUE(o.padding_untouched) << c.describe();
+    EXPECT_TRUE(o.any_nonzero) << c.describe();
+    EXPECT_NE(o.receipt.kernel.find("_sliced"), std::string::npos) << o.receipt.kernel;
+    EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();  // the staging kernel, then the ring
+  }
+}
+
 TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -463,7 +492,9 @@ TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
     EXPECT_EQ(plan_tq2(8, 64, 256, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5);
     expect_error([&] { plan_tq2(9, 64, 256, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
                  "tq2_stream_v5 cannot run (m: 9, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 8");
-    expect_error([&] { plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
+    // v5 takes long K one part's slice at a time at m <= 4; at m = 5 (no sliced kernels) it cannot.
+    EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5);
+    expect_error([&] { plan_tq2(5, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
                  "does not fit in shared memory");
   } else {
     expect_error([&] { plan_tq2(1, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,

@@ -185,8 +185,8 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
       if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
       else if (m > cuda_ternary::kTq2V5MaxM) why = "the sm_90 streaming engine's int8 decoder takes m <= 8";
       else if (n >= (std::int64_t{1} << 31)) why = "the sm_90 streaming engine's tensor maps take n < 2^31";
-      else if (cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total < 0)
-        why = "the whole K's activation does not fit in shared memory beside the ring";
+      else if (cuda_ternary::tq2_stream_v5_image_plan(m < 1 ? 1 : m, n, k).image_groups == 0)
+        why = "the activation does not fit in shared memory beside the ring, neither whole nor one part of K at a time";
     }
     std::string engine_why;
     if ((force == Tq2Route::TiledSm90 || force == Tq2Route::TiledSm90SplitK) && cuda) {
@@ -213,6 +213,14 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) && (n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows >= cuda_ternary::kTq2V5TargetItems &&
       cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total > 0)
     return Tq2Route::StreamV5;
+  // Long K where neither v4's nor v5's whole image fits (Llama-70B down, k 28672, at m >= 2 ran on
+  // v3 at 76.8 us for m = 2 and v2 at 62.8 for m = 4, against 23.6 us at m = 1 on v5): v5 with the
+  // image one part of K at a time, where K is in at most 4 parts. Written without a GPU (session
+  // 14): to be measured.
+  if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) &&
+      cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0 &&
+      cuda_ternary::tq2_stream_v5_image_plan(m < 1 ? 1 : m, n, k).sliced && cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 4)
+    return Tq2Route::StreamV5;
   // v4 also takes m = 5..8 on small N (n <= 4096): 1.27-1.28x v2 at m = 8 on 3072x3072 and
   // 3840x2560, where it lost at 13824 and 14336 rows (0.77-0.94x; session 9 run 5, the
   // bench-summary router audit).
@@ -224,7 +232,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     // measured shape, 1.3-2.3x (H200, session 14, the bench's _vs_v5 rows).
     const std::int64_t mm = m < 1 ? 1 : m;
     if (sm90 && fits && !cuda_ternary::tq2_stream_v4_two_blocks(mm, k) && n < (std::int64_t{1} << 31) &&
-        cuda_ternary::tq2_stream_v5_smem(mm, k, cuda_ternary::kTq2V5MinStages).total > 0 &&
+        cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0 &&
         cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 4)
       return Tq2Route::StreamV5;
     if (sm90 && fits) return Tq2Route::StreamV4;

@@ -281,14 +281,14 @@ Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_
   }
 }
 
-Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) noexcept {
+Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages, int image_groups) noexcept {
   Tq2StreamV5Smem s;
   if (m < 1 || m > kTq2V5MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < kTq2V5MinStages ||
-      stages > kTq2V5MaxStages) {
+      stages > kTq2V5MaxStages || image_groups < 0 || image_groups > k / kTq2Group) {
     s.total = -1;
     return s;
   }
-  const std::int64_t groups = k / kTq2Group, cols = m * 4, n_tiles = (cols + 7) / 8;
+  const std::int64_t groups = image_groups > 0 ? image_groups : k / kTq2Group, cols = m * 4, n_tiles = (cols + 7) / 8;
   const std::int64_t col_stride = groups * 128 + 64;  // v4's image: 128-byte records, 64 bytes of padding
   const std::int64_t ring = 1024;                     // after the mbarriers
   const std::int64_t coef = ring + static_cast<std::int64_t>(stages) * kTq2V5StageBytes;
@@ -303,29 +303,51 @@ Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) n
   return s;
 }
 
+Tq2StreamV5ImagePlan tq2_stream_v5_image_plan(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  Tq2StreamV5ImagePlan ip;
+  if (n < 1 || m < 1 || m > kTq2V5MaxM || k < kTq2Group || k > (std::int64_t{1} << 20)) return ip;
+  if (tq2_stream_v5_smem(m, k, kTq2V5MinStages).total > 0) {
+    ip.image_groups = static_cast<int>(k / kTq2Group);
+    return ip;
+  }
+  const Tq2StreamV5Parts parts = tq2_stream_v5_parts(n, k);
+  if (m <= kTq2V5SlicedMaxM && parts.parts > 1 && tq2_stream_v5_smem(m, k, kTq2V5MinStages, parts.part_groups).total > 0)
+    ip.sliced = true, ip.image_groups = parts.part_groups;
+  return ip;
+}
+
+std::int64_t tq2_stream_v5_image_bytes(std::int64_t m, std::int64_t k, int image_groups) noexcept {
+  const Tq2StreamV5Smem s = tq2_stream_v5_smem(m, k, kTq2V5MinStages, image_groups);
+  if (s.total < 0) return 0;
+  return static_cast<std::int64_t>(s.xs - s.coef) + (4 * m + 1) * static_cast<std::int64_t>(s.col_stride);
+}
+
 bool tq2_stream_v5_supports(const Tq2Args& a) noexcept {
   return tq2_args_ok(a) && a.m <= kTq2V5MaxM && a.n < (std::int64_t{1} << 31) && tq2_codes_vec16(a) && a.scales_t &&
          detail::aligned16(a.scales_t) && a.scales_t_ld >= a.n && a.scales_t_ld % 8 == 0 &&
-         tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages).total > 0;
+         tq2_stream_v5_image_plan(a.m, a.n, a.k).image_groups > 0;
 }
 
 std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_count) noexcept {
   if (!tq2_stream_v5_supports(a)) return std::nullopt;
   Tq2StreamV5Config c;
   c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
+  const Tq2StreamV5ImagePlan ip = tq2_stream_v5_image_plan(a.m, a.n, a.k);
+  const int ig = ip.sliced ? ip.image_groups : 0;
+  c.sliced = ip.sliced;
   // Two blocks per SM with the deepest ring that fits in half the SM, else one block.
   const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
-  c.blocks_per_sm = tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages).total <= half ? 2 : 1;
+  c.blocks_per_sm = tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages, ig).total <= half ? 2 : 1;
   const int limit = c.blocks_per_sm == 2 ? half : static_cast<int>(kTq2V4SmemOptin);
   c.stages = kTq2V5MinStages;
   for (int s = kTq2V5MaxStages; s > kTq2V5MinStages; --s) {
-    const int t = tq2_stream_v5_smem(a.m, a.k, s).total;
+    const int t = tq2_stream_v5_smem(a.m, a.k, s, ig).total;
     if (t > 0 && t <= limit) {
       c.stages = s;
       break;
     }
   }
-  c.smem_bytes = tq2_stream_v5_smem(a.m, a.k, c.stages).total;
+  c.smem_bytes = tq2_stream_v5_smem(a.m, a.k, c.stages, ig).total;
   c.parts = tq2_stream_v5_parts(a.n, a.k);
   c.items = (a.n + kTq2V5Rows - 1) / kTq2V5Rows * c.parts.parts;
   c.stage_in_block = tq2_stream_in_block(a.m, c.parts.parts, a.stream_image);
@@ -335,12 +357,14 @@ std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_c
 }
 
 std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
-  const Tq2StreamV5Smem s = tq2_stream_v5_smem(m, k, kTq2V5MinStages);
-  if (s.total < 0 || n < 1 || n >= (std::int64_t{1} << 31)) return 0;
+  if (n < 1 || n >= (std::int64_t{1} << 31)) return 0;
+  const Tq2StreamV5ImagePlan ip = tq2_stream_v5_image_plan(m, n, k);
+  if (ip.image_groups == 0) return 0;
   auto r16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
-  const std::int64_t image = (s.xs - s.coef) + (4 * m + 1) * s.col_stride;
-  const std::int64_t counters = r16((n + 15) / 16 * 4);
   const Tq2StreamV5Parts p = tq2_stream_v5_parts(n, k);
+  // Sliced: one slice a part (each a multiple of 16 bytes: bulk-copy sources stay aligned).
+  const std::int64_t image = tq2_stream_v5_image_bytes(m, k, ip.image_groups) * (ip.sliced ? p.parts : 1);
+  const std::int64_t counters = r16((n + 15) / 16 * 4);
   const std::int64_t partials = p.parts > 1 ? static_cast<std::int64_t>(p.parts) * m * n * 4 : 0;
   return static_cast<std::size_t>(r16(image) + counters + partials);
 }
@@ -355,7 +379,8 @@ std::string tq2_stream_v5_kernel_name(const Tq2Args& a, int sm_count) {
   const auto c = tq2_stream_v5_config(a, sm_count);
   if (!c) return {};
   return prefix("tq2_stream_v5", a) + "_i8x4_n" + std::to_string(8 * c->n_tiles) + "_s" + std::to_string(c->stages) + "_b" +
-         std::to_string(c->blocks_per_sm) + "_p" + std::to_string(c->parts.parts) + (c->stage_in_block ? "_inblock" : "");
+         std::to_string(c->blocks_per_sm) + "_p" + std::to_string(c->parts.parts) +
+         (c->sliced ? "_sliced" : c->stage_in_block ? "_inblock" : "");
 }
 
 int tq2_tiled_smem_bytes(DType in_dtype, int splits) noexcept {

@@ -247,26 +247,47 @@ struct Tq2StreamV5Config {
   Tq2StreamV5Parts parts;
   std::int64_t items = 0;  // ceil(n / 128) x parts
   bool stage_in_block = false;  // the blocks convert the image (no staging kernel, no workspace)
+  bool sliced = false;          // the image one part at a time (tq2_stream_v5_image_plan)
   friend bool operator==(const Tq2StreamV5Config&, const Tq2StreamV5Config&) = default;
 };
 
 // Shared memory of one block (offsets from the base rounded up to 1024; total includes that
-// slack): mbarriers, the ring, then v4's activation image (coefficients, record columns).
+// slack): mbarriers, the ring, then v4's activation image (coefficients, record columns) of
+// `image_groups` groups (0: every group of K).
 struct Tq2StreamV5Smem {
   int ring = 0, coef = 0, xs = 0, total = 0, col_stride = 0;
 };
-Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages) noexcept;
+Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages, int image_groups = 0) noexcept;
+
+// How v5 holds the activation image: every group of K, or, where that does not fit beside a
+// 2-stage ring and K is in parts, one part's groups at a time (sliced): the staging kernel writes
+// one slice a part (coefficients, then record columns of part_groups groups), and a block loads
+// the slice of its item's part with one bulk copy when the part changes (items go part-major, so
+// a block sees one or two parts). Long K at m >= 2 (Llama-70B down: 28672) fits only so. Sliced
+// only at m <= kTq2V5SlicedMaxM.
+// image_groups = 0: neither fits.
+inline constexpr int kTq2V5SlicedMaxM = 4;  // sliced kernels are built for m <= 4 (two n8 tiles)
+struct Tq2StreamV5ImagePlan {
+  bool sliced = false;
+  int image_groups = 0;  // groups one image (slice) holds
+  friend bool operator==(const Tq2StreamV5ImagePlan&, const Tq2StreamV5ImagePlan&) = default;
+};
+Tq2StreamV5ImagePlan tq2_stream_v5_image_plan(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+// Bytes of one staged image (a slice when sliced): coefficients, then 4 m + 1 record columns.
+std::int64_t tq2_stream_v5_image_bytes(std::int64_t m, std::int64_t k, int image_groups) noexcept;
 // tq2_args_ok, m <= 8, n < 2^31, codes 16-byte aligned, the transposed scales present (ld a
-// multiple of 8, >= n, 16-byte aligned), and the activation image next to a 2-stage ring.
+// multiple of 8, >= n, 16-byte aligned), and the activation image (whole or a part's slice) next
+// to a 2-stage ring.
 bool tq2_stream_v5_supports(const Tq2Args& args) noexcept;
 
 std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// Workspace: the activation image (v4's), a u32 counter per 16-row band, f32 partials
-// [parts][m][n] when parts > 1 (16-byte aligned pieces); 0 when v5 cannot take (m, k).
+// Workspace: the activation image (v4's; sliced: one slice a part), a u32 counter per 16-row
+// band, f32 partials [parts][m][n] when parts > 1 (16-byte aligned pieces); 0 when v5 cannot
+// take (m, n, k).
 std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
 // Empty when the blocks convert the image themselves (or v5 cannot take the call).
 std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& args);
-// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>[_inblock].
+// tq2_stream_v5_<in>_<out>_i8x4_n<8 n_tiles>_s<stages>_b<blocks_per_sm>_p<parts>[_sliced|_inblock].
 std::string tq2_stream_v5_kernel_name(const Tq2Args& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ struct RoutedMap {
   static constexpr bool kLanesPerItem = true;
   static constexpr bool kWaitBeforeProducer = true;  // the producer reads the ids
   static constexpr bool kConvertsImage = InBlock;
+  static constexpr bool kMayReloadImage = false;
   const Tq2MoeArgs& a;
   const Params& p;
   std::int64_t first = 0;  // the block's first image row

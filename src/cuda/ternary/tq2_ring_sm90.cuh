@@ -19,13 +19,19 @@
 //                                            the consumer warps write the block's image rows into
 //                                            shared memory themselves instead of loading a staged
 //                                            image (no staging kernel before)
+//   kMayReloadImage, sliced(), part_span(part)
+//                                            sliced() true: the image is one slice a part of K;
+//                                            the consumers load part_span(item.part) when the
+//                                            item's part changes (after a consumer barrier) and
+//                                            bind their lanes again (lanes() then shifts by g0)
 //   lanes(item, lane, xoff, coff)            shared-memory offsets of this lane's record columns
 //                                            and coefficients (kLanesPerItem: they change per item)
 //   tokens(), n(), k(), out(), out_ld()      the item's columns are tokens 0 .. tokens() - 1
 //   out_row(item, tok)                       the output (and partial) row of token tok
 //   ieee<TIn>(item, tok, row)                the IEEE dot product (non-finite inputs, overflow)
 // Item it is (set, super-band s, part): set = it / items_per_set (v5: one set; MoE: the routed
-// row), then s-major within a set.
+// row), then s-major within a set, or part-major (RingParams::part_major: a sliced image, so a
+// block's contiguous items share a part and its slice).
 #pragma once
 #include "cuda/common/bulk_copy_sm90.cuh"
 #include "cuda/ternary/tq2_band_stage_sm90.cuh"
@@ -36,6 +42,7 @@ struct RingParams {
   int stages = 0, parts = 1, part_groups = 0;
   std::int64_t items = 0, items_per_set = 0;  // items_per_set = super-bands x parts (of one set)
   std::int64_t partial_rows = 0;              // output rows of one part's partial
+  bool part_major = false;                    // items (part, s) instead of (s, part)
   std::uint32_t* counters = nullptr;          // [sets][ceil(n / 16)] arrivals of parts (zeroed by the staging kernel)
   float* partials = nullptr;                  // [parts][partial_rows][n] (parts > 1)
 };
@@ -52,13 +59,19 @@ struct ImageSpan {
   int rows;      // image rows (a map that converts them: its convert_image's count)
 };
 
-template <bool OneSet>
+template <bool OneSet, bool MayPartMajor>
 __device__ __forceinline__ RingItem ring_item(const RingParams& p, int groups, std::int64_t it) {
   RingItem r;
   r.set = OneSet ? 0 : it / p.items_per_set;
   const std::int64_t rem = it - r.set * p.items_per_set;
-  r.s = static_cast<int>(rem / p.parts);
-  r.part = static_cast<int>(rem - static_cast<std::int64_t>(r.s) * p.parts);
+  if (MayPartMajor && p.part_major) {
+    const std::int64_t supers = p.items_per_set / p.parts;
+    r.part = static_cast<int>(rem / supers);
+    r.s = static_cast<int>(rem - static_cast<std::int64_t>(r.part) * supers);
+  } else {
+    r.s = static_cast<int>(rem / p.parts);
+    r.part = static_cast<int>(rem - static_cast<std::int64_t>(r.s) * p.parts);
+  }
   r.g0 = r.part * p.part_groups;
   r.g1 = min(groups, r.g0 + p.part_groups);
   return r;
@@ -118,7 +131,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     int slot = 0;
     std::uint32_t parity = 0;
     for (std::int64_t it = i_begin; it < i_end; ++it) {
-      const RingItem item = ring_item<Map::kOneSet>(rp, groups, it);
+      const RingItem item = ring_item<Map::kOneSet, Map::kMayReloadImage>(rp, groups, it);
       int code_row, scale_col;
       if (!map.weights(item, code_row, scale_col)) continue;
       for (int gs = item.g0; gs < item.g1; gs += kG) {
@@ -136,12 +149,14 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   // Consumers. The activation and the output may belong to the kernels before this one.
   if constexpr (!Map::kWaitBeforeProducer) ptx::grid_dependency_wait();
   const ImageSpan span = map.bind_block(i_begin, i_end);
+  bool reloads = false;  // a sliced image: loaded below, a part at a time
+  if constexpr (Map::kMayReloadImage) reloads = map.sliced();
   if constexpr (Map::kConvertsImage) {
     // The consumer warps write the block's image rows themselves (the first stages' weights are
     // in flight meanwhile), then meet at a named barrier: the producer warp is not in it.
     map.template convert_image<TIn>(smem + span.smem_off, span.rows, warp, lane);
     asm volatile("bar.sync 1, %0;\n" ::"n"(32 * kConsumers) : "memory");
-  } else {
+  } else if (!reloads) {
     if (threadIdx.x == 0) {
       ptx::mbar_arrive_expect_tx(x_full, span.bytes);
       ptx::bulk_copy_g2s(smem + span.smem_off, span.src, span.bytes, x_full, ptx::l2_evict_last_policy());
@@ -168,8 +183,24 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   if constexpr (!Map::kLanesPerItem) bind_lanes(RingItem{});
   int slot = 0;
   std::uint32_t parity = 0;
+  [[maybe_unused]] int loaded_part = -1;     // the part whose slice is in shared memory (sliced image)
+  [[maybe_unused]] std::uint32_t loads = 0;  // slices loaded: x_full's phase
   for (std::int64_t it = i_begin; it < i_end; ++it) {
-    const RingItem item = ring_item<Map::kOneSet>(rp, groups, it);
+    const RingItem item = ring_item<Map::kOneSet, Map::kMayReloadImage>(rp, groups, it);
+    if constexpr (Map::kMayReloadImage) {
+      // Every consumer warp walks the same items, so all of them meet here on a part change.
+      if (reloads && item.part != loaded_part) {
+        if (loaded_part >= 0) asm volatile("bar.sync 1, %0;\n" ::"n"(32 * kConsumers) : "memory");  // the old slice is read
+        if (threadIdx.x == 0) {
+          const ImageSpan ps = map.part_span(item.part);
+          ptx::mbar_arrive_expect_tx(x_full, ps.bytes);
+          ptx::bulk_copy_g2s(smem + ps.smem_off, ps.src, ps.bytes, x_full, ptx::l2_evict_last_policy());
+        }
+        ptx::mbar_wait(x_full, loads & 1u);
+        ++loads, loaded_part = item.part;
+        bind_lanes(item);  // the slice's group 0 is the part's first group
+      }
+    }
     int code_row, scale_col;
     if (!map.weights(item, code_row, scale_col)) {  // streams nothing: zeros (every part writes the same)
       const int band = kConsumers * item.s + warp;

@@ -26,6 +26,10 @@ struct StageImage {
   // 0: one image of a.m rows (v4, v5). Else row i is an image of its own (one row, n_tiles 1) at
   // byte i row_bytes, so that a block can load just the rows it uses (tq2_moe_stream_sm90).
   int row_bytes = 0;
+  // v5's sliced image (tq2_stream_v5_image_plan): > 0, one image of a.m rows a part of K, its
+  // part_groups groups (col_stride and xs_off are the slice's), part p at byte p part_bytes.
+  int part_groups = 0;
+  std::int64_t part_bytes = 0;
 };
 
 // One warp: group gl of the activation row at `row` converted into the image at `base`, as record
@@ -96,9 +100,12 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
   using E = EngineI8Masked;
   ptx::grid_launch_dependents();
   ptx::grid_dependency_wait();  // the activation may come from the previous kernel
-  const bool own = p.row_bytes != 0;
+  const bool own = p.row_bytes != 0, sliced = p.part_groups > 0;
   const int groups = static_cast<int>(a.k / kTq2Group), rows = static_cast<int>(a.m);
-  const int cols = (own ? 1 : rows) * E::kSplit, images = own ? rows : 1;  // record columns of one image
+  const int image_groups = sliced ? p.part_groups : groups;
+  const int parts = sliced ? (groups + p.part_groups - 1) / p.part_groups : 1;
+  const int cols = (own ? 1 : rows) * E::kSplit, images = own ? rows : parts;  // record columns of one image
+  const std::int64_t image_stride = own ? p.row_bytes : p.part_bytes;
   const int col_stride = p.col_stride, tile_cols = 8 * p.n_tiles;
   auto* const image = static_cast<unsigned char*>(a.workspace);
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -106,13 +113,17 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
   const int items = rows * groups;
   if (item < items) {
     const int i = item / groups, gl = item - i * groups;
+    const int part = gl / image_groups;  // 0 unless sliced
     const TIn* const in = static_cast<const TIn*>(a.in) + (i / p.top_k) * a.in_ld + (i % p.top_k) * p.slot_ld;
-    stage_row_group_i8x4(in, gl, p.in_vec, lane, own ? 0 : i, image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : 0),
+    // The element offset into the input stays gl's: only the image's group index is the slice's.
+    stage_row_group_i8x4(in + static_cast<std::int64_t>(part) * image_groups * kTq2Group, gl - part * image_groups,
+                         p.in_vec, lane, own ? 0 : i,
+                         image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : static_cast<std::int64_t>(part) * image_stride),
                          p.xs_off, col_stride, tile_cols);
     return;
   }
   const int t = (item - items) * 32 + lane, threads = (static_cast<int>(gridDim.x) * 8 - items) * 32;
-  stage_fill_unused_i8x4(image, images, p.row_bytes, cols, tile_cols, groups, p.xs_off, col_stride, t, threads);
+  stage_fill_unused_i8x4(image, images, image_stride, cols, tile_cols, image_groups, p.xs_off, col_stride, t, threads);
   for (int i = t; i < p.zero_words; i += threads) p.zero[i] = 0u;
 }
 

@@ -5,7 +5,9 @@
 // K), s-major; block j takes items [items j / grid, items (j + 1) / grid). Consumer warp w
 // decodes band 8 s + w against the one image of all m tokens (columns 4 m digit records and the
 // zero column), staged by tq2_stage_v5 or, with K whole and a small image, converted by each
-// block's consumer warps (one launch). Rows past n arrive as zeros and are never written. Results
+// block's consumer warps (one launch). Where the whole image does not fit (long K at m >= 2), it
+// is staged one slice a part and items go part-major; a block loads its item's slice when the
+// part changes (tq2_stream_v5_image_plan). Rows past n arrive as zeros and are never written. Results
 // are bitwise independent of the grid and of m (parts depend on n and k alone), and of where the
 // image was made (the same conversion either way).
 #include <cuda_runtime.h>
@@ -23,7 +25,7 @@ namespace {
 struct V5Params {
   RingParams ring;
   int coef, xs, col_stride;   // shared-memory offsets of the image (from the 1024-aligned base)
-  std::uint32_t image_bytes;  // the staged image, one bulk copy
+  std::uint32_t image_bytes;  // the staged image (sliced: one part's slice, part p's at p image_bytes), one bulk copy
   int tile_cols;              // coefficient columns a group: 8 n_tiles
   bool in_vec;                // the input's base and row stride allow 16-byte loads
 };
@@ -31,14 +33,16 @@ struct V5Params {
 // The row map: one weight [n, k], items (super-band, part), one image of the m tokens. InBlock:
 // the consumer warps convert the image from the input (K whole: no counters to zero); else
 // tq2_stage_v5 stages it and each block loads it with one bulk copy.
-template <bool InBlock>
+template <bool InBlock, bool Sliced = false>
 struct V5Map {
+  static_assert(!(InBlock && Sliced), "an in-block image keeps K whole");
   using Args = Tq2Args;
   using Params = V5Params;
   static constexpr bool kOneSet = true;
   static constexpr bool kLanesPerItem = false;
   static constexpr bool kWaitBeforeProducer = false;
   static constexpr bool kConvertsImage = InBlock;
+  static constexpr bool kMayReloadImage = Sliced;  // its own instantiation: the others' code stays as it was
   const Tq2Args& a;
   const Params& p;
   __device__ __forceinline__ V5Map(const Tq2Args& a_, const Params& p_) : a(a_), p(p_) {}
@@ -50,6 +54,11 @@ struct V5Map {
   }
   __device__ __forceinline__ ImageSpan bind_block(std::int64_t, std::int64_t) const {
     return {InBlock ? nullptr : static_cast<const unsigned char*>(a.workspace), p.image_bytes, p.coef, 1};
+  }
+  __device__ __forceinline__ bool sliced() const { return Sliced; }
+  __device__ __forceinline__ ImageSpan part_span(int part) const {
+    return {static_cast<const unsigned char*>(a.workspace) + static_cast<std::int64_t>(part) * p.image_bytes, p.image_bytes,
+            p.coef, 1};
   }
   // The image of the m tokens at dst, as tq2_stage_v5 writes it: m x groups (row, group) items
   // by the consumer warps, four loads in flight a warp; then the zero column and the unused
@@ -64,12 +73,17 @@ struct V5Map {
                              warp * 32 + lane, 32 * kTq2V5Consumers);
     }
   }
+  // A sliced image holds groups [g0, g0 + part_groups) as its groups 0..: the offsets shift back
+  // by g0 groups so that the decode's group index gl (absolute) lands in the slice. (The shifted
+  // base may lie before the image; every address formed from it with gl >= g0 lies inside.)
   template <int NT>
-  __device__ __forceinline__ void lanes(const RingItem&, int lane, int (&xoff)[NT], int& coff) const {
+  __device__ __forceinline__ void lanes(const RingItem& item, int lane, int (&xoff)[NT], int& coff) const {
     const int cols = static_cast<int>(a.m) * EngineI8Masked::kSplit, g = lane >> 2;
+    const int g0 = Sliced ? item.g0 : 0;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) xoff[nt] = p.xs + (8 * nt + g < cols ? 8 * nt + g : cols) * p.col_stride;  // or the zero column
-    coff = p.coef + 2 * (lane & 3) * static_cast<int>(sizeof(float2));
+    for (int nt = 0; nt < NT; ++nt)
+      xoff[nt] = p.xs + (8 * nt + g < cols ? 8 * nt + g : cols) * p.col_stride - g0 * EngineI8Masked::kRecBytes;  // or the zero column
+    coff = p.coef + 2 * (lane & 3) * static_cast<int>(sizeof(float2)) - g0 * p.tile_cols * static_cast<int>(sizeof(float2));
   }
   __device__ __forceinline__ int tokens() const { return static_cast<int>(a.m); }
   __device__ __forceinline__ std::int64_t n() const { return a.n; }
@@ -88,17 +102,21 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
   auto* kernel = &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>;
   if constexpr (NT * 8 <= 4 * kTq2StreamInBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
     if (c.stage_in_block) kernel = &tq2_ring_sm90_kernel<V5Map<true>, TIn, TOut, NT, NT == 1>;
-  if (c.stage_in_block && kernel == &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>)
-    fail(ErrorCode::Internal, "tq2_stream_v5: an in-block image planned for m ", a.m);
+  if constexpr (NT * 8 <= 4 * kTq2V5SlicedMaxM)  // sliced images: m <= 4 only
+    if (c.sliced) kernel = &tq2_ring_sm90_kernel<V5Map<false, true>, TIn, TOut, NT, NT == 1>;
+  if ((c.stage_in_block || c.sliced) && kernel == &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>)
+    fail(ErrorCode::Internal, "tq2_stream_v5: an in-block or sliced image planned for m ", a.m);
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
-  const Tq2StreamV5Smem l = tq2_stream_v5_smem(a.m, a.k, c.stages);
+  const int ig = c.sliced ? c.parts.part_groups : 0;  // groups of the image (0: all of K)
+  const Tq2StreamV5Smem l = tq2_stream_v5_smem(a.m, a.k, c.stages, ig);
   const std::int64_t bands = (a.n + 15) / 16;
-  const std::int64_t image = (l.xs - l.coef) + (4 * a.m + 1) * l.col_stride;
-  const std::int64_t image16 = (image + 15) / 16 * 16, counters16 = (bands * 4 + 15) / 16 * 16;
+  const std::int64_t image = (l.xs - l.coef) + (4 * a.m + 1) * l.col_stride;  // one slice when sliced
+  const std::int64_t images = image * (c.sliced ? c.parts.parts : 1);
+  const std::int64_t image16 = (images + 15) / 16 * 16, counters16 = (bands * 4 + 15) / 16 * 16;
   auto* const ws = static_cast<unsigned char*>(a.workspace);
   V5Params p{};
   p.ring.stages = c.stages, p.ring.parts = c.parts.parts, p.ring.part_groups = c.parts.part_groups;
-  p.ring.items = c.items, p.ring.items_per_set = c.items, p.ring.partial_rows = a.m;
+  p.ring.items = c.items, p.ring.items_per_set = c.items, p.ring.partial_rows = a.m, p.ring.part_major = c.sliced;
   p.ring.counters = reinterpret_cast<std::uint32_t*>(ws + image16);
   p.ring.partials = c.parts.parts > 1 ? reinterpret_cast<float*>(ws + image16 + counters16) : nullptr;
   p.coef = l.coef, p.xs = l.xs, p.col_stride = l.col_stride, p.image_bytes = static_cast<std::uint32_t>(image);
@@ -116,7 +134,8 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
                                                                 sbox, false, "tq2_stream_v5");
   // tq2_stage_v5 (tq2_stage_i8x4): the image, plus the band counters zeroed by the extra blocks.
   if (!c.stage_in_block) {
-    const StageImage im{l.col_stride, l.xs - l.coef, c.n_tiles, tq2_input_vec16(a), p.ring.counters, static_cast<int>(bands)};
+    StageImage im{l.col_stride, l.xs - l.coef, c.n_tiles, tq2_input_vec16(a), p.ring.counters, static_cast<int>(bands)};
+    if (c.sliced) im.part_groups = c.parts.part_groups, im.part_bytes = image;
     launch_tq2_stage_i8x4<TIn>(a, im, 1 + static_cast<int>(bands / 8192), stream);
     cuda_dense::host::check_launch(tq2_stream_v5_stage_kernel_name(a));
   }
