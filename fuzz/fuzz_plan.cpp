@@ -148,15 +148,20 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   const bool v4_two_blocks = v4_fits && (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 6 * 8192 + tiles * 8192 <= 115200;
   // v5's K parts (n and k only): the fewest parts of a multiple of 4 groups, as even as possible,
   // with ceil(n / 128) x parts >= 212, else parts of 4 groups.
-  std::int64_t v5_parts = 1;
+  std::int64_t v5_parts = 1, v5_part_groups = 4;
   if (valid && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20)) {
     const std::int64_t supers = (n + 127) / 128, groups = k / 128;
     for (std::int64_t p = 1;; ++p) {
-      const std::int64_t pg = 4 * ((groups + 4 * p - 1) / (4 * p));
-      v5_parts = (groups + pg - 1) / pg;
-      if (supers * v5_parts >= 212 || pg == 4) break;
+      v5_part_groups = 4 * ((groups + 4 * p - 1) / (4 * p));
+      v5_parts = (groups + v5_part_groups - 1) / v5_part_groups;
+      if (supers * v5_parts >= 212 || v5_part_groups == 4) break;
     }
   }
+  // v5 at m <= 4 also takes K in parts whose one part's image (part_groups x 128 + 64 bytes a
+  // record column, 64 x part_groups bytes of coefficients an n8 tile) fits beside the ring.
+  const bool v5_sliced = !v5_fits && valid && m <= 4 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
+                         v5_parts > 1 &&
+                         (4 * m1 + 1) * (v5_part_groups * 128 + 64) + tiles * v5_part_groups * 64 + 2048 + 2 * 17408 <= 232448;
   const auto ctx = [&] {
     return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
            std::string(dtype_name(dt)) + (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
@@ -204,8 +209,9 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
+                          : sm90 && !v4_fits && v5_sliced && v5_parts <= 4 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
-                              ? (!v4_two_blocks && v5_fits && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
+                              ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
                           : m <= 16 ? Tq2Route::StreamV2
                           : split ? Tq2Route::TiledSm90SplitK
@@ -223,7 +229,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
-  if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && v5_fits;
+  if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced);
   if (force == Tq2Route::TiledSm90 || force == Tq2Route::TiledSm90SplitK) {
     // The tiled engine: sm_90 exactly, m, n, k below 2^31 and at most 2^31 - 1 tiles of 64 x 128
     // (m = 0 counted as 1); the input's dtype is checked with precision by gemm_tq2 itself.
