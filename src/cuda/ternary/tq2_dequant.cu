@@ -2,7 +2,8 @@
 // memory-bound elementwise passes with 16-byte loads and fully coalesced 16-byte stores.
 //   tq2_rowscale  : one block a row: its max |x|, then x * 2^-e(row) as f16 (and, for f32 Exact,
 //                   the f16 remainder) and 2^e(row): one kernel, each row's scale from that row
-//                   only (the tiled_sm90 routes and tq2_dequant_lt).
+//                   only (the tiled_sm90 routes and tq2_dequant_lt); the experts' staging copy
+//                   (tq2_rowscale_stage) does the same a warp a row, in expert order.
 //   tq2_dequant   : codes staged through shared memory so that each thread reads 2 code bytes
 //                   and stores the 8 f16 weights they hold as one 16-byte vector.
 //   tq2_lt_scale_rows : out[i][j] = alpha[i] * D[i][j] after tq2_dequant_lt's GEMMs (f32 in
@@ -111,13 +112,56 @@ __global__ void __launch_bounds__(kThreads) tq2_rowscale_f16_kernel(const T* x, 
     scale_row<T, PARTS>(x + row * ld, k, vec, out + row * k, part_elems, alpha + row, red);
 }
 
+// scale_row's result from one warp (no block barrier), for many short rows: its loads four
+// 8-element chunks a lane at a time in both passes, the max by shuffles. The same e, the same
+// roundings: bitwise what scale_row<T, 1> writes.
+template <class T>
+__device__ __forceinline__ void scale_row_warp(const T* x, std::int64_t k, bool vec, __half* out, float* alpha, int lane) {
+  constexpr int kBatch = 4;
+  float mx = 0.0f;
+  for (std::int64_t c0 = 8 * lane; c0 < k; c0 += 8 * 32 * kBatch) {
+    float f[kBatch][8];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + 8 * 32 * b < k) load8(x, c0 + 8 * 32 * b, vec, f[b]);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + 8 * 32 * b < k)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[b][e]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  int e = 0;
+  if (mx > 0.0f) e = min(max(ilogbf(mx) - kTq2LtTopExp, kTq2LtMinExp), kTq2LtMaxExp);
+  const float down = __int_as_float((127 - e) << 23);
+  if (lane == 0) *alpha = __int_as_float((127 + e) << 23);
+  for (std::int64_t c0 = 8 * lane; c0 < k; c0 += 8 * 32 * kBatch) {
+    float f[kBatch][8];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + 8 * 32 * b < k) load8(x, c0 + 8 * 32 * b, vec, f[b]);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const std::int64_t col = c0 + 8 * 32 * b;
+      if (col >= k) continue;
+      std::uint32_t h[4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p)
+        h[p] = pack_half2(__float2half_rn(f[b][2 * p] * down), __float2half_rn(f[b][2 * p + 1] * down));
+      *reinterpret_cast<uint4*>(out + col) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+  }
+}
+
 // The same over routed rows in expert order: staged row i (i < sum(counts), after moe_map on the
 // same stream) is the input row of rows[i] = token * top_k + slot, scaled by its own 2^e into
-// staged[i][0 .. k) with alpha[i]. Blocks first sum counts[] themselves (no host sync).
+// staged[i][0 .. k) with alpha[i]. One warp a row (up to 32768 routed rows at m = 4096, top 8:
+// one block a row, two barriers each, measured ~160 us over the f16 input's copy there). Blocks
+// first sum counts[] themselves (no host sync).
 template <class T>
 __global__ void __launch_bounds__(kThreads) tq2_rowscale_stage_kernel(const T* x, Tq2RowGather g, std::int64_t k,
                                                                        bool vec, __half* staged, float* alpha) {
-  __shared__ float red[kThreads / 32];
   __shared__ std::uint32_t sums[kThreads / 32];
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   std::uint32_t part = 0;
@@ -128,10 +172,12 @@ __global__ void __launch_bounds__(kThreads) tq2_rowscale_stage_kernel(const T* x
   std::uint32_t total = 0;
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) total += sums[w];
-  for (std::int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+  constexpr int kWarps = kThreads / 32;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * kWarps) {
     const std::uint32_t r = g.rows[i];
     const std::int64_t t = r / static_cast<std::uint32_t>(g.top_k), sl = r - t * g.top_k;
-    scale_row<T, 1>(x + t * g.token_stride + sl * g.slot_stride, k, vec, staged + i * k, 0, alpha + i, red);
+    scale_row_warp<T>(x + t * g.token_stride + sl * g.slot_stride, k, vec, staged + i * k, alpha + i, lane);
   }
 }
 
@@ -240,7 +286,8 @@ void launch_tq2_rowscale_stage_f16(const void* x, DType dtype, std::int64_t k, c
                                    float* alpha, StreamHandle stream) {
   if (g.routed <= 0) return;
   const bool vec = detail::aligned16(x) && detail::bytes16(g.token_stride, dtype) && detail::bytes16(g.slot_stride, dtype);
-  const unsigned grid = static_cast<unsigned>(g.routed < kMaxGrid ? g.routed : kMaxGrid);
+  const std::int64_t blocks = (g.routed + kThreads / 32 - 1) / (kThreads / 32);  // a warp a row
+  const unsigned grid = static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
   __half* o = static_cast<__half*>(staged);
   if (dtype == DType::F32)
     tq2_rowscale_stage_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), g, k, vec, o, alpha);
