@@ -43,6 +43,24 @@ std::vector<unsigned char> row_bytes(const HostTensor& out, std::int64_t row, st
   return std::vector<unsigned char>(p, p + static_cast<std::size_t>(cols) * es);
 }
 
+// gemm_tq2 at batch size m with the fixed row x0 [1, k] at row (m - 1) / 2 among random rows
+// (seed + m): that row's f32 output bytes; the call's receipt in *receipt.
+std::vector<unsigned char> tq2_fixed_row(Context& ctx, const WeightHandle& wh, const HostTensor& x0, std::int64_t m,
+                                         std::int64_t n, std::int64_t k, std::uint64_t seed, const Tq2Options& o,
+                                         Receipt* receipt = nullptr) {
+  const DType t = x0.view.dtype;
+  HostTensor a = host_tensor(t, {m, k}), c = host_tensor(DType::F32, {m, n});
+  fill_random(a.view, seed + static_cast<std::uint64_t>(m));
+  const std::int64_t at = (m - 1) / 2;
+  std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
+  DeviceTensor da = to_device(a), dc = to_device(c);
+  const Receipt r = gemm_tq2(ctx, wh, da.view, dc.view, o);
+  if (receipt) *receipt = r;
+  ctx.synchronize();
+  to_host(dc, c);
+  return row_bytes(c, at, n, n);
+}
+
 }  // namespace
 
 TEST(BatchInvarianceGpu, Dense) {
@@ -128,18 +146,12 @@ TEST(BatchInvarianceGpu, TernaryV5WholeAndSlicedImage) {
     HostTensor x0 = host_tensor(t, {1, k});
     fill_random(x0.view, 23);
     auto row_of = [&](std::int64_t m) {
-      HostTensor a = host_tensor(t, {m, k}), c = host_tensor(DType::F32, {m, n});
-      fill_random(a.view, 300 + static_cast<std::uint64_t>(m));
-      const std::int64_t at = (m - 1) / 2;
-      std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
-      DeviceTensor da = to_device(a), dc = to_device(c);
       Tq2Options o;
       o.force_route = Tq2Route::StreamV5;
-      const Receipt r = gemm_tq2(ctx, wh, da.view, dc.view, o);
+      Receipt r;
+      std::vector<unsigned char> row = tq2_fixed_row(ctx, wh, x0, m, n, k, 300, o, &r);
       EXPECT_EQ(r.kernel.find("_sliced") != std::string::npos, m == 4) << r.kernel;
-      ctx.synchronize();
-      to_host(dc, c);
-      return row_bytes(c, at, n, n);
+      return row;
     };
     const std::string what = std::string("gemm_tq2 tq2_stream_v5 whole/sliced ") + std::string(dtype_name(t));
     EXPECT_TRUE(invariant(what, {1, 2, 4}, row_of)) << what;
@@ -166,19 +178,11 @@ TEST(BatchInvarianceGpu, Ternary) {
       HostTensor x0 = host_tensor(t, {1, k});
       fill_random(x0.view, 21);
       auto row_of = [&](std::int64_t m) {
-        HostTensor a = host_tensor(t, {m, k}), c = host_tensor(DType::F32, {m, n});
-        fill_random(a.view, 200 + static_cast<std::uint64_t>(m));
-        const std::int64_t at = (m - 1) / 2;
-        std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
-        DeviceTensor da = to_device(a), dc = to_device(c);
         Tq2Options o;
         o.force_route = r.route;
         // The engine takes f32 in Fast only; its global power-of-two scale changes no product.
         if (engine) o.precision = Precision::Fast;
-        gemm_tq2(ctx, wh, da.view, dc.view, o);
-        ctx.synchronize();
-        to_host(dc, c);
-        return row_bytes(c, at, n, n);
+        return tq2_fixed_row(ctx, wh, x0, m, n, k, 200, o);
       };
       const std::string what = std::string("gemm_tq2 ") + tq2_route_name(r.route) + " " + std::string(dtype_name(t));
       const bool holds = invariant(what, r.ms, row_of);

@@ -112,13 +112,10 @@ __global__ void __launch_bounds__(kThreads) tq2_rowscale_f16_kernel(const T* x, 
     scale_row<T, PARTS>(x + row * ld, k, vec, out + row * k, part_elems, alpha + row, red);
 }
 
-// scale_row's result from one warp (no block barrier), for many short rows: its loads four
-// 8-element chunks a lane at a time in both passes, the max by shuffles. The same e, the same
-// roundings: bitwise what scale_row<T, 1> writes.
-template <class T>
-__device__ __forceinline__ void scale_row_warp(const T* x, std::int64_t k, bool vec, __half* out, float* alpha, int lane) {
-  constexpr int kBatch = 4;
-  float mx = 0.0f;
+// This lane's 8-element chunks of x[0 .. k) (a warp reads 256 consecutive elements a step),
+// kBatch loads in flight before any is used: fn(col, f) for each chunk, in order.
+template <int kBatch, class T, class Fn>
+__device__ __forceinline__ void warp_row_chunks(const T* x, std::int64_t k, bool vec, int lane, Fn&& fn) {
   for (std::int64_t c0 = 8 * lane; c0 < k; c0 += 8 * 32 * kBatch) {
     float f[kBatch][8];
 #pragma unroll
@@ -126,32 +123,32 @@ __device__ __forceinline__ void scale_row_warp(const T* x, std::int64_t k, bool 
       if (c0 + 8 * 32 * b < k) load8(x, c0 + 8 * 32 * b, vec, f[b]);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (c0 + 8 * 32 * b < k)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[b][e]));
+      if (c0 + 8 * 32 * b < k) fn(c0 + 8 * 32 * b, f[b]);
   }
+}
+
+// scale_row's result from one warp (no block barrier), for many short rows: four chunk loads in
+// flight a lane in both passes, the max by shuffles. The same e, the same roundings: bitwise what
+// scale_row<T, 1> writes.
+template <class T>
+__device__ __forceinline__ void scale_row_warp(const T* x, std::int64_t k, bool vec, __half* out, float* alpha, int lane) {
+  float mx = 0.0f;
+  warp_row_chunks<4>(x, k, vec, lane, [&](std::int64_t, const float(&f)[8]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mx = fmaxf(mx, finite_abs(f[e]));
+  });
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   int e = 0;
   if (mx > 0.0f) e = min(max(ilogbf(mx) - kTq2LtTopExp, kTq2LtMinExp), kTq2LtMaxExp);
   const float down = __int_as_float((127 - e) << 23);
   if (lane == 0) *alpha = __int_as_float((127 + e) << 23);
-  for (std::int64_t c0 = 8 * lane; c0 < k; c0 += 8 * 32 * kBatch) {
-    float f[kBatch][8];
+  warp_row_chunks<4>(x, k, vec, lane, [&](std::int64_t col, const float(&f)[8]) {
+    std::uint32_t h[4];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (c0 + 8 * 32 * b < k) load8(x, c0 + 8 * 32 * b, vec, f[b]);
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const std::int64_t col = c0 + 8 * 32 * b;
-      if (col >= k) continue;
-      std::uint32_t h[4];
-#pragma unroll
-      for (int p = 0; p < 4; ++p)
-        h[p] = pack_half2(__float2half_rn(f[b][2 * p] * down), __float2half_rn(f[b][2 * p + 1] * down));
-      *reinterpret_cast<uint4*>(out + col) = make_uint4(h[0], h[1], h[2], h[3]);
-    }
-  }
+    for (int p = 0; p < 4; ++p) h[p] = pack_half2(__float2half_rn(f[2 * p] * down), __float2half_rn(f[2 * p + 1] * down));
+    *reinterpret_cast<uint4*>(out + col) = make_uint4(h[0], h[1], h[2], h[3]);
+  });
 }
 
 // The same over routed rows in expert order: staged row i (i < sum(counts), after moe_map on the
