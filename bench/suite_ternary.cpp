@@ -186,7 +186,9 @@ void run_gpu(BenchEnv& env) {
       if (env.prefill_only && !prefill_shape) break;
       if (env.decode_only && m > 16) continue;
       if (env.prefill_only && m <= 16) continue;
-      if (env.skip(std::string(sh.name) + "_m" + std::to_string(m))) continue;
+      // --filter may name one A/B row (NAME_mM_vs_...): its case runs, and only that row is timed.
+      const std::string case_name = std::string(sh.name) + "_m" + std::to_string(m);
+      if (env.skip(case_name) && env.filter.rfind(case_name + "_", 0) != 0) continue;
       std::vector<Precision> precs = {Precision::Exact};
       if (m > 16) precs.push_back(Precision::Fast);
       DeviceBuffer in(static_cast<std::size_t>(m * sh.k) * 4), out(static_cast<std::size_t>(m * sh.n) * 4),
@@ -225,6 +227,7 @@ void run_gpu(BenchEnv& env) {
           bases = {{"cublas_sgemm_f32", DType::F32, cuda_dense::LtMath::Default}, {"cublas_tf32", DType::F32, cuda_dense::LtMath::Tf32}};
         else bases = {{"cublas_bf16_dense", DType::BF16, cuda_dense::LtMath::Default}};
         for (const Base& b : bases) {
+          if (env.skip(case_name)) break;  // --filter names an A/B row of this case, not this row
           cuda_dense::DenseArgs g;
           g.dtype = b.t, g.m = m, g.n = sh.n, g.k = sh.k, g.a_ld = sh.k, g.b_trans = true, g.b_ld = sh.k, g.c_ld = sh.n;
           g.exact = b.math == cuda_dense::LtMath::Default;
@@ -253,6 +256,7 @@ void run_gpu(BenchEnv& env) {
         // One A/B row: this call (Auto's receipt) against the same call with options o1, timed
         // in alternation; the row's baseline is o1's kernel.
         auto ab_row = [&](const Tq2Options& o1, const std::string& suffix, const char* precision) {
+          if (env.skip(case_name + suffix)) return;
           Receipt r1;
           auto [t, tb] = time_pair(s, llmm_call, [&](int i) {
             const WeightHandle& w = p.w[static_cast<std::size_t>(i % copies)];
@@ -271,11 +275,11 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         };
-        // A/B against the other decode versions: v1 at m = 1 and 16; v3 at m <= 2, v2, v4 and v5 at
-        // m <= 8 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
+        // A/B against the other decode versions: v1 at m = 1 and 16; v3 at m <= 2, v4 at m <= 8,
+        // v2 and v5 at m <= 16 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
         for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
           const bool engine = other == Tq2Route::StreamV4 || other == Tq2Route::StreamV5;
-          const std::int64_t top = engine || other == Tq2Route::StreamV2 ? 8 : 2;
+          const std::int64_t top = other == Tq2Route::StreamV4 ? 8 : other == Tq2Route::StreamV2 || other == Tq2Route::StreamV5 ? 16 : 2;
           if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > top) continue;
           if (receipt.route == tq2_route_name(other)) continue;
           if (engine) {  // sm_90 only, and where the activation fits

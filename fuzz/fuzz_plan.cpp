@@ -157,11 +157,27 @@ void check_tq2_plan(FuzzedDataProvider& in) {
       if (supers * v5_parts >= 212 || v5_part_groups == 4) break;
     }
   }
-  // v5 at m <= 4 also takes K in parts whose one part's image (part_groups x 128 + 64 bytes a
+  // v5 at m <= 8 also takes K in parts whose one part's image (part_groups x 128 + 64 bytes a
   // record column, 64 x part_groups bytes of coefficients an n8 tile) fits beside the ring.
-  const bool v5_sliced = !v5_fits && valid && m <= 4 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
+  const bool v5_sliced = !v5_fits && valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
                          v5_parts > 1 &&
                          (4 * m1 + 1) * (v5_part_groups * 128 + 64) + tiles * v5_part_groups * 64 + 2048 + 2 * 17408 <= 232448;
+  // v5 at m = 9..16 (wide): 6 n8 tiles to m = 12, else 8; always a slice: the fewest parts, at
+  // least v5_parts, whose slice at m = 16 (65 columns, 8 tiles) fits beside 4 stages, or parts of
+  // 4 groups; one part's slice holds all of K. Taken where that slice fits at m beside 2 stages.
+  bool v5_wide = false;
+  if (valid && m >= 9 && m <= 16 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20)) {
+    const std::int64_t groups = k / 128, wt = m <= 12 ? 6 : 8;
+    std::int64_t pg = 4, parts = 1;
+    for (std::int64_t p = v5_parts;; ++p) {
+      pg = 4 * ((groups + 4 * p - 1) / (4 * p));
+      parts = (groups + pg - 1) / pg;
+      const std::int64_t g = std::min(pg, groups);
+      if (pg == 4 || 65 * (g * 128 + 64) + 8 * g * 64 + 2048 + 4 * 17408 <= 232448) break;
+    }
+    const std::int64_t g = parts == 1 ? groups : pg;
+    v5_wide = (4 * m + 1) * (g * 128 + 64) + wt * g * 64 + 2048 + 2 * 17408 <= 232448;
+  }
   const auto ctx = [&] {
     return std::string(" (m ") + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " " +
            std::string(dtype_name(dt)) + (cuda ? " cuda cc " + std::to_string(arch.cc()) : std::string(" cpu")) + ")";
@@ -209,10 +225,11 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
-                          : sm90 && !v4_fits && v5_sliced && v5_parts <= 4 ? Tq2Route::StreamV5
+                          : sm90 && !v4_fits && v5_sliced && v5_parts <= 8 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
                               ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
+                          : sm90 && v5_wide ? Tq2Route::StreamV5
                           : m <= 16 ? Tq2Route::StreamV2
                           : split ? Tq2Route::TiledSm90SplitK
                           : engine ? Tq2Route::TiledSm90
@@ -229,7 +246,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
-  if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced);
+  if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced || v5_wide);
   if (force == Tq2Route::TiledSm90 || force == Tq2Route::TiledSm90SplitK) {
     // The tiled engine: sm_90 exactly, m, n, k below 2^31 and at most 2^31 - 1 tiles of 64 x 128
     // (m = 0 counted as 1); the input's dtype is checked with precision by gemm_tq2 itself.
@@ -322,7 +339,7 @@ void check_workspace(FuzzedDataProvider& in) {
     } else if (r == Tq2Route::StreamV5) {
       // The image, a counter per 16 rows, and f32 partials when K is cut in parts.
       if (*b > 0)
-        FUZZ_CHECK(m >= 1 && m <= 8 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64) + 4 * ((n + 15) / 16),
+        FUZZ_CHECK(m >= 1 && m <= 16 && *b >= static_cast<u128>(4 * m + 1) * static_cast<u128>(k + 64) + 4 * ((n + 15) / 16),
                    "v5 workspace ", *b, ctx());
     } else if (r != Tq2Route::Auto) {
       FUZZ_CHECK(*b == 0, tq2_route_name(r), " needs no workspace but got ", *b, ctx());

@@ -252,7 +252,7 @@ TEST(Tq2Plan, Routes) {
   for (std::int64_t m : {0, 1, 2, 4, 5, 8}) EXPECT_EQ(plan_tq2(m, 27648, 3072, DType::F32, h200), Tq2Route::StreamV5) << m;
   EXPECT_EQ(plan_tq2(1, 211 * 128, 3072, DType::F32, h200), Tq2Route::StreamV4);
   EXPECT_EQ(plan_tq2(1, 211 * 128 + 1, 3072, DType::F32, h200), Tq2Route::StreamV5);
-  EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV5);  // wide: 2 parts
   EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2);
   EXPECT_EQ(plan_tq2(4, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(4, 64, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // 17 record columns of 32 KB
@@ -266,10 +266,14 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B down: 14 parts
   EXPECT_EQ(plan_tq2(4, 3840, 2560, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B qkv: 5 parts
   EXPECT_EQ(plan_tq2(8, 640, 512, DType::F32, h200), Tq2Route::StreamV4);  // the Python test's shape
-  // Long K where neither whole image fits (Llama-70B down at m = 2..4): v5 with a sliced image;
-  // at m = 5..8 (no sliced kernels) v2 as before; m = 1 keeps v5 with the whole image.
-  for (std::int64_t m : {2, 3, 4}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;
-  EXPECT_EQ(plan_tq2(5, 8192, 28672, DType::F32, h200), Tq2Route::StreamV2);
+  // Long K where neither whole image fits (Llama-70B down at m = 2..6): v5 with a sliced image
+  // (4 parts); at m = 7..8 not even the slice fits: v2; m = 1 keeps v5 with the whole image.
+  for (std::int64_t m : {2, 3, 4, 5, 6}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;
+  for (std::int64_t m : {7, 8}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV2) << m;
+  // Up to 8 parts (Llama-8B down, 7 parts, m = 4: 1.54x v2 measured); BitNet-2B down (14 parts)
+  // stays on v2 at m = 5..8.
+  for (std::int64_t m : {4, 5, 8}) EXPECT_EQ(plan_tq2(m, 4096, 14336, DType::F32, h200), Tq2Route::StreamV5) << m;
+  EXPECT_EQ(plan_tq2(8, 2560, 6912, DType::F32, h200), Tq2Route::StreamV2);
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::BF16, h200), Tq2Route::StreamV4);  // v4 fits: unchanged
   // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
   EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);
@@ -277,12 +281,18 @@ TEST(Tq2Plan, Routes) {
   a100.cc_major = 8;
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, a100), Tq2Route::StreamV3);
   expect_error([&] { plan_tq2(1, 3072, 3072, DType::F32, a100, Tq2Route::StreamV4); }, ErrorCode::Unsupported, "sm_90a");
-  // m = 5..8: v4 on small N (n <= 4096), else v2; m > 8: v2.
+  // m = 5..8: v4 on small N (n <= 4096), else v2 (where no v5 rule above takes it).
   for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV4) << m;
   for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 4097, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
-  EXPECT_EQ(plan_tq2(8, 4096, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // v4's image does not fit
+  EXPECT_EQ(plan_tq2(8, 4096, 128 * 256, DType::F32, h200), Tq2Route::StreamV5);  // v4's image does not fit: v5 sliced, 7 parts
   EXPECT_EQ(plan_tq2(5, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
-  for (std::int64_t m : {9, 16}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  // m = 9..16: v5's wide kernels where a slice fits (every shape here), v2 off sm_90.
+  for (std::int64_t m : {9, 12, 13, 16}) {
+    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV5) << m;
+    EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;  // 14 parts of 16 groups
+    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2) << m;
+  }
+  EXPECT_EQ(plan_tq2(16, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV5);  // parts of 4 groups
   EXPECT_EQ(plan_tq2(3, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.
   EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::DequantLt);

@@ -308,7 +308,7 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   EXPECT_EQ(tq2_stream_v5_workspace_bytes(2, 14336, 4096),
             (tq2_stream_v4_stage_bytes(2, 4096) + 15) / 16 * 16 + 896 * 4 + 2 * 2 * 14336 * 4);
   EXPECT_EQ(tq2_stream_v5_workspace_bytes(1, 17, 128), (tq2_stream_v4_stage_bytes(1, 128) + 15) / 16 * 16 + 16);
-  EXPECT_EQ(tq2_stream_v5_workspace_bytes(9, 17, 128), 0u);
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(17, 17, 128), 0u);  // m > 16
   // Long K: one block per SM; past the shared memory the kernel is refused.
   Tq2Args l = args(1, 8192, 28672);
   l.scales_t = at<const std::uint16_t>(0x500000), l.scales_t_ld = 8192;
@@ -322,7 +322,11 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   l.m = 2;  // the whole image does not fit: one part's slice at a time (StreamV5SlicedImage)
   EXPECT_TRUE(tq2_stream_v5_supports(l));
   EXPECT_TRUE(tq2_stream_v5_config(l, 132)->sliced);
-  l.m = 5;  // sliced kernels are built for m <= 4
+  l.m = 7;  // neither the whole image nor a slice of the 4 parts fits
+  EXPECT_FALSE(tq2_stream_v5_supports(l));
+  l.m = 9;  // wide: parts of 16 groups
+  EXPECT_TRUE(tq2_stream_v5_supports(l));
+  l.m = 17;
   EXPECT_FALSE(tq2_stream_v5_supports(l));
 }
 
@@ -374,10 +378,11 @@ TEST(Tq2Kernels, StreamV5ImageRule) {
 TEST(Tq2Kernels, StreamV5SlicedImage) {
   EXPECT_EQ(tq2_stream_v5_image_plan(1, 8192, 28672), (Tq2StreamV5ImagePlan{false, 224}));
   for (std::int64_t m : {2, 3, 4}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{true, 56})) << m;
-  EXPECT_EQ(tq2_stream_v5_image_plan(5, 8192, 28672), (Tq2StreamV5ImagePlan{false, 0}));  // sliced kernels: m <= 4
+  for (std::int64_t m : {5, 6}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{true, 56})) << m;
+  for (std::int64_t m : {7, 8}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{false, 0})) << m;
   EXPECT_EQ(tq2_stream_v5_image_plan(2, 27648, 3072), (Tq2StreamV5ImagePlan{false, 24}));  // fits whole
   EXPECT_EQ(tq2_stream_v5_image_plan(2, 0, 28672), (Tq2StreamV5ImagePlan{false, 0}));
-  EXPECT_EQ(tq2_stream_v5_image_plan(9, 64, 256), (Tq2StreamV5ImagePlan{false, 0}));
+  EXPECT_EQ(tq2_stream_v5_image_plan(17, 64, 256), (Tq2StreamV5ImagePlan{false, 0}));
   Tq2Args a = args(2, 8192, 28672);
   a.scales_t = at<const std::uint16_t>(0x500000), a.scales_t_ld = 8192;
   EXPECT_TRUE(tq2_stream_v5_supports(a));
@@ -404,6 +409,67 @@ TEST(Tq2Kernels, StreamV5SlicedImage) {
   a.stream_image = Tq2StreamImage::InBlock;
   EXPECT_NE(tq2_stream_image_refusal(a, true), "");
   EXPECT_FALSE(tq2_stream_v5_config(a, 132)->stage_in_block);
+}
+
+// m = 9..16 ("wide"): 6 or 8 n8 tiles, the image always a slice (one part's groups, all of K when
+// K is in one part), parts from (n, k) alone, at least the narrow parts and few enough groups that
+// the m = 16 slice fits beside 4 stages; one block per SM (registers).
+TEST(Tq2Kernels, StreamV5Wide) {
+  for (std::int64_t m : {1, 2, 8}) EXPECT_EQ(tq2_stream_v5_n_tiles(m), (m + 1) / 2) << m;
+  for (std::int64_t m : {9, 10, 12}) EXPECT_EQ(tq2_stream_v5_n_tiles(m), 6) << m;
+  for (std::int64_t m : {13, 16}) EXPECT_EQ(tq2_stream_v5_n_tiles(m), 8) << m;
+  // Parts: narrow ones at m <= 8; wide ones the same for every m in 9..16.
+  EXPECT_EQ(tq2_stream_v5_parts_for(8, 27648, 3072), tq2_stream_v5_parts(27648, 3072));
+  for (std::int64_t m : {9, 13, 16}) {
+    EXPECT_EQ(tq2_stream_v5_parts_for(m, 27648, 3072), (Tq2StreamV5Parts{2, 12})) << m;   // 24 groups: 2 x 12
+    EXPECT_EQ(tq2_stream_v5_parts_for(m, 8192, 28672), (Tq2StreamV5Parts{14, 16})) << m;  // was 4 x 56
+    EXPECT_EQ(tq2_stream_v5_parts_for(m, 3072, 3072), tq2_stream_v5_parts(3072, 3072)) << m;  // 6 x 4 already fit
+    EXPECT_EQ(tq2_stream_v5_parts_for(m, 100000, 256), (Tq2StreamV5Parts{1, 2})) << m;    // one part of 2 groups
+  }
+  for (std::int64_t k : {128, 3072, 8192, 28672, 128 * 1001}) {
+    const Tq2StreamV5Parts p = tq2_stream_v5_parts_for(16, 4096, k);
+    EXPECT_GE(p.parts, tq2_stream_v5_parts(4096, k).parts) << k;
+    EXPECT_GT(tq2_stream_v5_smem(16, k, kTq2V5WideStages, p.parts == 1 ? static_cast<int>(k / 128) : p.part_groups).total, 0) << k;
+    EXPECT_EQ((k / 128 + p.part_groups - 1) / p.part_groups, p.parts) << k;
+  }
+  Tq2Args a = args(16, 27648, 3072);
+  a.scales_t = at<const std::uint16_t>(0x500000), a.scales_t_ld = 27648;
+  EXPECT_EQ(tq2_stream_v5_image_plan(16, 27648, 3072), (Tq2StreamV5ImagePlan{true, 12}));
+  const auto c = tq2_stream_v5_config(a, 132);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->sliced);
+  EXPECT_EQ(c->n_tiles, 8);
+  EXPECT_EQ(c->blocks_per_sm, 1);
+  EXPECT_EQ(c->items, 216 * 2);
+  EXPECT_EQ(c->grid, 132);
+  EXPECT_GE(c->stages, kTq2V5WideStages);
+  EXPECT_EQ(c->smem_bytes, tq2_stream_v5_smem(16, 3072, c->stages, 12).total);
+  EXPECT_LE(c->smem_bytes, kTq2V4SmemOptin);
+  EXPECT_EQ(tq2_stream_v5_kernel_name(a, 132).substr(0, 39), "tq2_stream_v5_f32_f32_i8x4_n64_s" + std::to_string(c->stages) + "_b1_p2");
+  // Coefficients of 12 groups x 64 columns, then 65 record columns of 12 x 128 + 64 bytes; two
+  // slices, a counter per 16 rows, partials [2][16][27648].
+  const std::int64_t slice = 12 * 64 * 8 + 65 * (12 * 128 + 64);
+  EXPECT_EQ(tq2_stream_v5_image_bytes(16, 3072, 12), slice);
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(16, 27648, 3072),
+            static_cast<std::size_t>((2 * slice + 15) / 16 * 16 + 27648 / 16 * 4 + 2 * 16 * 27648 * 4));
+  // m = 9: 6 tiles, the same parts.
+  a.m = 9;
+  EXPECT_EQ(tq2_stream_v5_config(a, 132)->n_tiles, 6);
+  EXPECT_EQ(tq2_stream_v5_config(a, 132)->parts, (Tq2StreamV5Parts{2, 12}));
+  // One part (k = 256): a slice of all of K.
+  Tq2Args s = args(12, 1000, 256);
+  s.scales_t = at<const std::uint16_t>(0x500000), s.scales_t_ld = 1000;
+  const auto cs = tq2_stream_v5_config(s, 132);
+  ASSERT_TRUE(cs.has_value());
+  EXPECT_TRUE(cs->sliced);
+  EXPECT_EQ(cs->parts, (Tq2StreamV5Parts{1, 2}));
+  EXPECT_EQ(tq2_stream_v5_workspace_bytes(12, 1000, 256),
+            static_cast<std::size_t>((tq2_stream_v5_image_bytes(12, 256, 2) + 15) / 16 * 16 + ((1000 + 15) / 16 * 4 + 15) / 16 * 16));
+  // Narrow sliced kernels with 4 n8 tiles hold one block per SM (116 registers).
+  Tq2Args d = args(8, 4096, 14336);
+  d.scales_t = at<const std::uint16_t>(0x500000), d.scales_t_ld = 4096;
+  ASSERT_TRUE(tq2_stream_v5_config(d, 132)->sliced);
+  EXPECT_EQ(tq2_stream_v5_config(d, 132)->blocks_per_sm, 1);
 }
 
 }  // namespace

@@ -158,6 +158,33 @@ TEST(BatchInvarianceGpu, TernaryV5WholeAndSlicedImage) {
   }
 }
 
+// v5 at m = 9..16 (wide kernels: 6 or 8 n8 tiles, parts from n and k alone): the fixed row comes
+// out bitwise the same at every m of that range (not across 8 | 9, where the parts may differ).
+TEST(BatchInvarianceGpu, TernaryV5Wide) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!ctx.arch().is_hopper()) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a";
+  TernaryWeightCache cache(ctx);
+  const std::int64_t n = 1000, k = 3072;
+  ASSERT_EQ(cuda_ternary::tq2_stream_v5_parts_for(9, n, k), cuda_ternary::tq2_stream_v5_parts_for(16, n, k));
+  std::vector<BlockTQ2_128> blocks = seed_tq2_blocks(n, k, 19);
+  WeightHandle wh = cache.get_or_upload(1, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
+  for (DType t : {DType::F32, DType::BF16}) {
+    HostTensor x0 = host_tensor(t, {1, k});
+    fill_random(x0.view, 29);
+    auto row_of = [&](std::int64_t m) {
+      Tq2Options o;
+      o.force_route = Tq2Route::StreamV5;
+      Receipt r;
+      std::vector<unsigned char> row = tq2_fixed_row(ctx, wh, x0, m, n, k, 400, o, &r);
+      EXPECT_NE(r.kernel.find(m <= 12 ? "_n48_" : "_n64_"), std::string::npos) << r.kernel;
+      return row;
+    };
+    const std::string what = std::string("gemm_tq2 tq2_stream_v5 wide ") + std::string(dtype_name(t));
+    EXPECT_TRUE(invariant(what, {9, 12, 13, 16}, row_of)) << what;
+  }
+}
+
 TEST(BatchInvarianceGpu, Ternary) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);

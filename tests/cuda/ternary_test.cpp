@@ -478,6 +478,53 @@ TEST(Tq2Gpu, StreamV5SlicedImageLongK) {
   }
 }
 
+// m = 9..16 on v5's wide kernels (6 or 8 n8 tiles, the image always a part's slice, one block per
+// SM): K in one part (a slice of 2 groups), in 2 parts of 12 groups (the DiT shape), in many
+// parts (2001 x 8192: 256 items on 132 blocks, so blocks reload their slice); non-tile n, every
+// input dtype, non-finite inputs, poisoned padding. Small enough for racecheck but the DiT shape
+// (StreamV5WideDitShape).
+static void run_v5_wide_cases(std::initializer_list<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType, DType, int, int>> cases,
+                       std::uint64_t seed) {
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  struct S { std::int64_t m, n, k; DType in, out; int nonfinite; int parts; };
+  for (const auto& t : cases) {
+    const S sh{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t), std::get<6>(t)};
+    const auto ip = cuda_ternary::tq2_stream_v5_image_plan(sh.m, sh.n, sh.k);
+    ASSERT_TRUE(ip.sliced) << "m " << sh.m << " n " << sh.n << " k " << sh.k;
+    const int parts = cuda_ternary::tq2_stream_v5_parts_for(sh.m, sh.n, sh.k).parts;
+    if (sh.parts > 0) EXPECT_EQ(parts, sh.parts) << "m " << sh.m << " n " << sh.n << " k " << sh.k;
+    Tq2Case c;
+    c.m = sh.m, c.n = sh.n, c.k = sh.k, c.route = Tq2Route::StreamV5, c.in_dtype = sh.in, c.out_dtype = sh.out;
+    c.seed_input = false, c.seed = ++seed, c.pad = 3, c.wide_exp = sh.in == DType::F32 ? 12 : 4, c.zero_group = true;
+    c.nonfinite_every = sh.nonfinite;
+    const Tq2Outcome o = run_tq2_case(ctx, cache, c);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    EXPECT_TRUE(o.padding_untouched) << c.describe();
+    EXPECT_TRUE(o.any_nonzero) << c.describe();
+    EXPECT_NE(o.receipt.kernel.find(sh.m <= 12 ? "_n48_" : "_n64_"), std::string::npos) << o.receipt.kernel;
+    EXPECT_NE(o.receipt.kernel.find("_b1_p" + std::to_string(parts) + "_sliced"), std::string::npos) << o.receipt.kernel;
+    EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();  // the staging kernel, then the ring
+  }
+}
+
+TEST(Tq2Gpu, StreamV5Wide) {
+  LLMM_REQUIRE_CUDA();
+  ASSERT_EQ(cuda_ternary::tq2_stream_v5_parts_for(16, 2001, 8192).parts * 16, 256);
+  run_v5_wide_cases({{9, 1000, 3072, DType::F32, DType::F32, 0, 6},
+                     {13, 300, 256, DType::F16, DType::F16, 0, 1},
+                     {12, 600, 20480, DType::F32, DType::F32, 2, 40},
+                     {16, 2001, 8192, DType::BF16, DType::BF16, 0, 16},
+                     {10, 77, 640, DType::F16, DType::F32, 3, 2}},
+                    5100);
+}
+
+TEST(Tq2Gpu, StreamV5WideDitShape) {
+  LLMM_REQUIRE_CUDA();
+  run_v5_wide_cases({{16, 27648, 3072, DType::BF16, DType::F32, 0, 2}, {11, 27648, 3072, DType::F32, DType::F32, 2, 2}}, 5200);
+}
+
 TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -489,12 +536,15 @@ TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
                  "tq2_stream_v4 cannot run (m: 9, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 8");
     expect_error([&] { plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,
                  "does not fit in shared memory");
-    EXPECT_EQ(plan_tq2(8, 64, 256, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5);
-    expect_error([&] { plan_tq2(9, 64, 256, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
-                 "tq2_stream_v5 cannot run (m: 9, n: 64, k: 256, f32): the sm_90 streaming engine's int8 decoder takes m <= 8");
-    // v5 takes long K one part's slice at a time at m <= 4; at m = 5 (no sliced kernels) it cannot.
-    EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5);
-    expect_error([&] { plan_tq2(5, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
+    for (std::int64_t m : {8, 9, 16}) EXPECT_EQ(plan_tq2(m, 64, 256, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5) << m;
+    expect_error([&] { plan_tq2(17, 64, 256, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
+                 "tq2_stream_v5 cannot run (m: 17, n: 64, k: 256, f32): tq2_stream_v5's int8 decoder takes m <= 16");
+    // v5 takes long K one part's slice at a time; Llama-70B down's 4 parts of 56 groups fit up to
+    // m = 6, at m = 7..8 they do not (and the wide parts start at m = 9).
+    for (std::int64_t m : {2, 5, 16})
+      EXPECT_EQ(plan_tq2(m, 64, 128 * 8192, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5) << m;
+    EXPECT_EQ(plan_tq2(6, 8192, 28672, DType::F32, arch, Tq2Route::StreamV5), Tq2Route::StreamV5);
+    expect_error([&] { plan_tq2(7, 8192, 28672, DType::F32, arch, Tq2Route::StreamV5); }, ErrorCode::Unsupported,
                  "does not fit in shared memory");
   } else {
     expect_error([&] { plan_tq2(1, 64, 256, DType::F32, arch, Tq2Route::StreamV4); }, ErrorCode::Unsupported,

@@ -183,7 +183,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     }
     if (force == Tq2Route::StreamV5 && cuda) {
       if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
-      else if (m > cuda_ternary::kTq2V5MaxM) why = "the sm_90 streaming engine's int8 decoder takes m <= 8";
+      else if (m > cuda_ternary::kTq2V5MaxM) why = "tq2_stream_v5's int8 decoder takes m <= 16";
       else if (n >= (std::int64_t{1} << 31)) why = "the sm_90 streaming engine's tensor maps take n < 2^31";
       else if (cuda_ternary::tq2_stream_v5_image_plan(m < 1 ? 1 : m, n, k).image_groups == 0)
         why = "the activation does not fit in shared memory beside the ring, neither whole nor one part of K at a time";
@@ -213,13 +213,13 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) && (n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows >= cuda_ternary::kTq2V5TargetItems &&
       cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total > 0)
     return Tq2Route::StreamV5;
-  // Long K where neither v4's nor v5's whole image fits (Llama-70B down, k 28672, at m >= 2 ran on
-  // v3 at 76.8 us for m = 2 and v2 at 62.8 for m = 4, against 23.6 us at m = 1 on v5): v5 with the
-  // image one part of K at a time, where K is in at most 4 parts. Written without a GPU (session
-  // 14): to be measured.
+  // Long K where neither v4's nor v5's whole image fits: v5 with the image one part of K at a time,
+  // where K is in at most 8 parts. Measured (session 15 run 1): Llama-70B down (4 parts) m = 2
+  // 24.9 us (was v3 76.8), m = 4 34.0 (was v2 62.8); Llama-8B down m = 4 (7 parts) 16.9 us
+  // against v2's 26.1. At m = 5..8 (sliced kernels built since session 15) not yet measured.
   if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) &&
       cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0 &&
-      cuda_ternary::tq2_stream_v5_image_plan(m < 1 ? 1 : m, n, k).sliced && cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 4)
+      cuda_ternary::tq2_stream_v5_image_plan(m < 1 ? 1 : m, n, k).sliced && cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 8)
     return Tq2Route::StreamV5;
   // v4 also takes m = 5..8 on small N (n <= 4096): 1.27-1.28x v2 at m = 8 on 3072x3072 and
   // 3840x2560, where it lost at 13824 and 14336 rows (0.77-0.94x; session 9 run 5, the
@@ -238,6 +238,12 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;
   }
+  // m = 9..16: v5's wide kernels (8 n8 tiles, the image a part's slice at a time) where the slice
+  // fits, in place of v2 (dit_proj m = 16: 48.7 us, 4.6x its m = 1 time). Written session 15,
+  // prediction in docs/performance.md ("Decode v5 at m = 9..16").
+  if (m > cuda_ternary::kTq2V5NarrowMaxM && m <= 16 && sm90 && n < (std::int64_t{1} << 31) &&
+      cuda_ternary::tq2_stream_v5_image_plan(m, n, k).image_groups > 0)
+    return Tq2Route::StreamV5;
   if (m <= 16) return Tq2Route::StreamV2;
   // Prefill on sm_90 with a 16-bit input: the Hopper engine where its tiles fill the SMs
   // (tiled_sm90_tq2_preferred: 1.0-2.1x tq2_dequant_lt there, 0.73-0.93x where they do not). An

@@ -216,7 +216,7 @@ bool tq2_stream_v4_two_blocks(std::int64_t m, std::int64_t k) noexcept {
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_count) noexcept {
   if (!tq2_stream_v4_supports(a)) return std::nullopt;
   Tq2StreamV4Config c;
-  c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
+  c.n_tiles = tq2_stream_v5_n_tiles(a.m);
   // Two blocks per SM with the full ring where they fit (16 consumer warps hide more latency),
   // else one block with the deepest ring that fits (at most 6 stages: 48 KB in flight).
   if (tq2_stream_v4_two_blocks(a.m, a.k)) {
@@ -281,6 +281,25 @@ Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_
   }
 }
 
+Tq2StreamV5Parts tq2_stream_v5_parts_for(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  const Tq2StreamV5Parts narrow = tq2_stream_v5_parts(n, k);
+  const std::int64_t groups = k / kTq2Group;
+  if (m <= kTq2V5NarrowMaxM || groups < 1) return narrow;
+  constexpr std::int64_t G = kTq2V5StageGroups;
+  for (std::int64_t p = narrow.parts;; ++p) {
+    const std::int64_t pg = G * ((groups + G * p - 1) / (G * p));
+    const std::int64_t parts = (groups + pg - 1) / pg;
+    // One part: the slice is all of K (fewer than 4 groups included).
+    if (pg == G || tq2_stream_v5_smem(kTq2V5MaxM, k, kTq2V5WideStages, static_cast<int>(pg < groups ? pg : groups)).total > 0)
+      return {static_cast<int>(parts), static_cast<int>(parts == 1 ? groups : pg)};
+  }
+}
+
+int tq2_stream_v5_n_tiles(std::int64_t m) noexcept {
+  if (m <= kTq2V5NarrowMaxM) return static_cast<int>((4 * m + 7) / 8);
+  return m <= 12 ? 6 : 8;
+}
+
 Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages, int image_groups) noexcept {
   Tq2StreamV5Smem s;
   if (m < 1 || m > kTq2V5MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < kTq2V5MinStages ||
@@ -288,7 +307,7 @@ Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages, i
     s.total = -1;
     return s;
   }
-  const std::int64_t groups = image_groups > 0 ? image_groups : k / kTq2Group, cols = m * 4, n_tiles = (cols + 7) / 8;
+  const std::int64_t groups = image_groups > 0 ? image_groups : k / kTq2Group, cols = m * 4, n_tiles = tq2_stream_v5_n_tiles(m);
   const std::int64_t col_stride = groups * 128 + 64;  // v4's image: 128-byte records, 64 bytes of padding
   const std::int64_t ring = 1024;                     // after the mbarriers
   const std::int64_t coef = ring + static_cast<std::int64_t>(stages) * kTq2V5StageBytes;
@@ -306,6 +325,11 @@ Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages, i
 Tq2StreamV5ImagePlan tq2_stream_v5_image_plan(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
   Tq2StreamV5ImagePlan ip;
   if (n < 1 || m < 1 || m > kTq2V5MaxM || k < kTq2Group || k > (std::int64_t{1} << 20)) return ip;
+  if (m > kTq2V5NarrowMaxM) {  // wide: always a slice, even of one part
+    const Tq2StreamV5Parts parts = tq2_stream_v5_parts_for(m, n, k);
+    if (tq2_stream_v5_smem(m, k, kTq2V5MinStages, parts.part_groups).total > 0) ip.sliced = true, ip.image_groups = parts.part_groups;
+    return ip;
+  }
   if (tq2_stream_v5_smem(m, k, kTq2V5MinStages).total > 0) {
     ip.image_groups = static_cast<int>(k / kTq2Group);
     return ip;
@@ -331,13 +355,16 @@ bool tq2_stream_v5_supports(const Tq2Args& a) noexcept {
 std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_count) noexcept {
   if (!tq2_stream_v5_supports(a)) return std::nullopt;
   Tq2StreamV5Config c;
-  c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
+  c.n_tiles = tq2_stream_v5_n_tiles(a.m);
   const Tq2StreamV5ImagePlan ip = tq2_stream_v5_image_plan(a.m, a.n, a.k);
   const int ig = ip.sliced ? ip.image_groups : 0;
   c.sliced = ip.sliced;
   // Two blocks per SM with the deepest ring that fits in half the SM, else one block.
   const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
-  c.blocks_per_sm = tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages, ig).total <= half ? 2 : 1;
+  // Registers (ptxas, session 15): the sliced kernels with 4 n8 tiles use 116 and the wide ones
+  // (6, 8 tiles) 146 / 166; two 288-thread blocks need <= 112. Those run one block per SM.
+  const bool two_fit = c.n_tiles < 4 || (c.n_tiles == 4 && !ip.sliced);
+  c.blocks_per_sm = two_fit && tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages, ig).total <= half ? 2 : 1;
   const int limit = c.blocks_per_sm == 2 ? half : static_cast<int>(kTq2V4SmemOptin);
   c.stages = kTq2V5MinStages;
   for (int s = kTq2V5MaxStages; s > kTq2V5MinStages; --s) {
@@ -348,7 +375,7 @@ std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_c
     }
   }
   c.smem_bytes = tq2_stream_v5_smem(a.m, a.k, c.stages, ig).total;
-  c.parts = tq2_stream_v5_parts(a.n, a.k);
+  c.parts = tq2_stream_v5_parts_for(a.m, a.n, a.k);
   c.items = (a.n + kTq2V5Rows - 1) / kTq2V5Rows * c.parts.parts;
   c.stage_in_block = tq2_stream_in_block(a.m, c.parts.parts, a.stream_image);
   const std::int64_t slots = static_cast<std::int64_t>(sm_count > 0 ? sm_count : 132) * c.blocks_per_sm;
@@ -361,7 +388,7 @@ std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::i
   const Tq2StreamV5ImagePlan ip = tq2_stream_v5_image_plan(m, n, k);
   if (ip.image_groups == 0) return 0;
   auto r16 = [](std::int64_t b) { return (b + 15) / 16 * 16; };
-  const Tq2StreamV5Parts p = tq2_stream_v5_parts(n, k);
+  const Tq2StreamV5Parts p = tq2_stream_v5_parts_for(m, n, k);
   // Sliced: one slice a part (each a multiple of 16 bytes: bulk-copy sources stay aligned).
   const std::int64_t image = tq2_stream_v5_image_bytes(m, k, ip.image_groups) * (ip.sliced ? p.parts : 1);
   const std::int64_t counters = r16((n + 15) / 16 * 4);
@@ -371,7 +398,7 @@ std::size_t tq2_stream_v5_workspace_bytes(std::int64_t m, std::int64_t n, std::i
 
 std::string tq2_stream_v5_stage_kernel_name(const Tq2Args& a) {
   if (!tq2_stream_v5_supports(a)) return {};
-  if (tq2_stream_in_block(a.m, tq2_stream_v5_parts(a.n, a.k).parts, a.stream_image)) return {};
+  if (tq2_stream_in_block(a.m, tq2_stream_v5_parts_for(a.m, a.n, a.k).parts, a.stream_image)) return {};
   return "tq2_stage_v5_" + dname(a.in_dtype) + "_i8x4";
 }
 

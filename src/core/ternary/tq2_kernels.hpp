@@ -216,7 +216,14 @@ std::string tq2_stream_v4_kernel_name(const Tq2Args& args, int sm_count = 0);
 //   f32 partials to the workspace and the last part to arrive (a counter per band, zeroed by the
 //   staging kernel) sums them in part order.
 
-inline constexpr int kTq2V5MaxM = 8;
+// m <= kTq2V5NarrowMaxM: ceil(m / 2) n8 tiles, parts from (n, k) (tq2_stream_v5_parts), the image
+// whole where it fits. m = 9..16 ("wide", session 15): n8 tiles rounded up to 6 or 8 (two kernel
+// instances, not four), the image always one part's slice, and parts from (n, k) with each part's
+// slice at m = 16 fitting beside kTq2V5WideStages stages (tq2_stream_v5_parts_for): results stay
+// bitwise independent of m within 1..8 and within 9..16 (not across 8 | 9, where parts may differ).
+inline constexpr int kTq2V5MaxM = 16;
+inline constexpr int kTq2V5NarrowMaxM = 8;
+inline constexpr int kTq2V5WideStages = 4;
 inline constexpr int kTq2V5Consumers = 8;
 inline constexpr int kTq2V5Threads = 32 * (kTq2V5Consumers + 1);
 inline constexpr int kTq2V5Rows = 16 * kTq2V5Consumers;             // rows of a super-band
@@ -241,6 +248,12 @@ struct Tq2StreamV5Parts {
 // ceil(n / 128) x parts >= kTq2V5TargetItems, or parts of 4 groups. n >= 1, k >= 128.
 // `target` replaces kTq2V5TargetItems (tq2_moe_stream_sm90 aims lower).
 Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_t target = kTq2V5TargetItems) noexcept;
+// The parts v5 uses at m: tq2_stream_v5_parts(n, k) at m <= 8; at m = 9..16 the fewest parts, at
+// least as many, whose slice at m = 16 fits beside kTq2V5WideStages stages (a function of n and k
+// alone within 9..16). Parts of 4 groups when nothing fits (the image plan then refuses).
+Tq2StreamV5Parts tq2_stream_v5_parts_for(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+// n8 tiles of digit columns (4 m of them): ceil(m / 2) at m <= 8, 6 at m = 9..12, 8 at 13..16.
+int tq2_stream_v5_n_tiles(std::int64_t m) noexcept;
 
 struct Tq2StreamV5Config {
   int n_tiles = 1, stages = 0, blocks_per_sm = 1, grid = 0, smem_bytes = 0;
@@ -264,9 +277,9 @@ Tq2StreamV5Smem tq2_stream_v5_smem(std::int64_t m, std::int64_t k, int stages, i
 // one slice a part (coefficients, then record columns of part_groups groups), and a block loads
 // the slice of its item's part with one bulk copy when the part changes (items go part-major, so
 // a block sees one or two parts). Long K at m >= 2 (Llama-70B down: 28672) fits only so. Sliced
-// only at m <= kTq2V5SlicedMaxM.
+// at m <= kTq2V5SlicedMaxM, and always at m = 9..16 (even with K in one part).
 // image_groups = 0: neither fits.
-inline constexpr int kTq2V5SlicedMaxM = 4;  // sliced kernels are built for m <= 4 (two n8 tiles)
+inline constexpr int kTq2V5SlicedMaxM = 8;  // narrow sliced kernels: m <= 8 (session 15; session 14 built m <= 4)
 struct Tq2StreamV5ImagePlan {
   bool sliced = false;
   int image_groups = 0;  // groups one image (slice) holds
@@ -275,7 +288,7 @@ struct Tq2StreamV5ImagePlan {
 Tq2StreamV5ImagePlan tq2_stream_v5_image_plan(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
 // Bytes of one staged image (a slice when sliced): coefficients, then 4 m + 1 record columns.
 std::int64_t tq2_stream_v5_image_bytes(std::int64_t m, std::int64_t k, int image_groups) noexcept;
-// tq2_args_ok, m <= 8, n < 2^31, codes 16-byte aligned, the transposed scales present (ld a
+// tq2_args_ok, m <= 16, n < 2^31, codes 16-byte aligned, the transposed scales present (ld a
 // multiple of 8, >= n, 16-byte aligned), and the activation image (whole or a part's slice) next
 // to a 2-stage ring.
 bool tq2_stream_v5_supports(const Tq2Args& args) noexcept;

@@ -37,7 +37,7 @@ void launch_tq2_stream_v3(const Tq2Args& args, StreamHandle stream);
 // sm_90a only.
 void launch_tq2_stream_v4(const Tq2Args& args, StreamHandle stream);
 
-// Decode kernel v5 for m <= 8 on sm_90 (tq2_stream_v5_supports): v4's decoder and staged image,
+// Decode kernel v5 for m <= 16 on sm_90 (tq2_stream_v5_supports): v4's decoder and staged image,
 // warp-owned row bands, stages of 128 rows x 4 groups with their transposed scales, K parts
 // summed by the last to arrive (see tq2_stream_v5_sm90a.cu). args.workspace holds
 // tq2_stream_v5_workspace_bytes. Built for sm_90a only.

@@ -1,4 +1,4 @@
-// tq2_stream_v5: the sm_90 streaming engine with warp-owned row bands, m <= 8 (see
+// tq2_stream_v5: the sm_90 streaming engine with warp-owned row bands, m <= 16 (see
 // tq2_kernels.hpp for the design and what it changes against v4).
 //
 // The ring kernel (tq2_ring_sm90.cuh) with V5Map: items (super-band s of 128 rows, part p of
@@ -97,15 +97,25 @@ struct V5Map {
   }
 };
 
+// The kernel for the config: NT <= 4 (m <= 8) whole, in-block (m <= 4) or sliced; NT 6 and 8
+// (m = 9..16) sliced only.
+template <class TIn, class TOut, int NT>
+auto v5_kernel(const Tq2StreamV5Config& c) {
+  using K = decltype(&tq2_ring_sm90_kernel<V5Map<false, true>, TIn, TOut, NT, NT == 1>);
+  K kernel = nullptr;
+  if constexpr (NT <= 4) {
+    if (!c.stage_in_block && !c.sliced) kernel = &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>;
+    if constexpr (NT * 8 <= 4 * kTq2StreamInBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
+      if (c.stage_in_block) kernel = &tq2_ring_sm90_kernel<V5Map<true>, TIn, TOut, NT, NT == 1>;
+  }
+  if (c.sliced) kernel = &tq2_ring_sm90_kernel<V5Map<false, true>, TIn, TOut, NT, NT == 1>;
+  return kernel;
+}
+
 template <class TIn, class TOut, int NT>
 void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream) {
-  auto* kernel = &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>;
-  if constexpr (NT * 8 <= 4 * kTq2StreamInBlockMaxM)  // in-block images: m <= 4 (two n8 tiles) only
-    if (c.stage_in_block) kernel = &tq2_ring_sm90_kernel<V5Map<true>, TIn, TOut, NT, NT == 1>;
-  if constexpr (NT * 8 <= 4 * kTq2V5SlicedMaxM)  // sliced images: m <= 4 only
-    if (c.sliced) kernel = &tq2_ring_sm90_kernel<V5Map<false, true>, TIn, TOut, NT, NT == 1>;
-  if ((c.stage_in_block || c.sliced) && kernel == &tq2_ring_sm90_kernel<V5Map<false>, TIn, TOut, NT, NT == 1>)
-    fail(ErrorCode::Internal, "tq2_stream_v5: an in-block or sliced image planned for m ", a.m);
+  auto* const kernel = v5_kernel<TIn, TOut, NT>(c);
+  if (!kernel) fail(ErrorCode::Internal, "tq2_stream_v5: no kernel built for m ", a.m, " with this image (n tiles ", NT, ")");
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   const int ig = c.sliced ? c.parts.part_groups : 0;  // groups of the image (0: all of K)
   const Tq2StreamV5Smem l = tq2_stream_v5_smem(a.m, a.k, c.stages, ig);
@@ -154,7 +164,17 @@ void launch_tq2_stream_v5(const Tq2Args& a, StreamHandle stream) {
          a.workspace_bytes);
   const std::string name = tq2_stream_v5_kernel_name(a);
   with_in_out(a, [&](auto in, auto out) {
-    with_n_tiles(c->n_tiles, [&](auto nt) { launch_nt<decltype(in), decltype(out), nt()>(a, *c, stream); });
+    using TIn = decltype(in);
+    using TOut = decltype(out);
+    switch (c->n_tiles) {
+      case 1: launch_nt<TIn, TOut, 1>(a, *c, stream); break;
+      case 2: launch_nt<TIn, TOut, 2>(a, *c, stream); break;
+      case 3: launch_nt<TIn, TOut, 3>(a, *c, stream); break;
+      case 4: launch_nt<TIn, TOut, 4>(a, *c, stream); break;
+      case 6: launch_nt<TIn, TOut, 6>(a, *c, stream); break;
+      case 8: launch_nt<TIn, TOut, 8>(a, *c, stream); break;
+      default: fail(ErrorCode::Internal, "tq2_stream_v5: no kernel for ", c->n_tiles, " n8 tiles");
+    }
   });
   cuda_dense::host::check_launch(name);
 }
