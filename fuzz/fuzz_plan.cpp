@@ -229,7 +229,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
                               ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
-                          : sm90 && v5_wide ? Tq2Route::StreamV5
+                          : sm90 && v5_wide && k >= 12288 ? Tq2Route::StreamV5
                           : m <= 16 ? Tq2Route::StreamV2
                           : split ? Tq2Route::TiledSm90SplitK
                           : engine ? Tq2Route::TiledSm90

@@ -252,7 +252,7 @@ TEST(Tq2Plan, Routes) {
   for (std::int64_t m : {0, 1, 2, 4, 5, 8}) EXPECT_EQ(plan_tq2(m, 27648, 3072, DType::F32, h200), Tq2Route::StreamV5) << m;
   EXPECT_EQ(plan_tq2(1, 211 * 128, 3072, DType::F32, h200), Tq2Route::StreamV4);
   EXPECT_EQ(plan_tq2(1, 211 * 128 + 1, 3072, DType::F32, h200), Tq2Route::StreamV5);
-  EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV5);  // wide: 2 parts
+  EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV2);  // wide v5 lost at k 3072
   EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2);
   EXPECT_EQ(plan_tq2(4, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(4, 64, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // 17 record columns of 32 KB
@@ -286,12 +286,17 @@ TEST(Tq2Plan, Routes) {
   for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 4097, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
   EXPECT_EQ(plan_tq2(8, 4096, 128 * 256, DType::F32, h200), Tq2Route::StreamV5);  // v4's image does not fit: v5 sliced, 7 parts
   EXPECT_EQ(plan_tq2(5, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
-  // m = 9..16: v5's wide kernels where a slice fits (every shape here), v2 off sm_90.
+  // m = 9..16: v5's wide kernels at k >= 12288 where a slice fits, else v2 (and v2 off sm_90).
   for (std::int64_t m : {9, 12, 13, 16}) {
-    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV5) << m;
+    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+    EXPECT_EQ(plan_tq2(m, 2560, 6912, DType::F32, h200), Tq2Route::StreamV2) << m;
+    EXPECT_EQ(plan_tq2(m, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2) << m;
+    EXPECT_EQ(plan_tq2(m, 4096, 14336, DType::F32, h200), Tq2Route::StreamV5) << m;  // 7 parts of 16 groups
     EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;  // 14 parts of 16 groups
-    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2) << m;
+    EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, a100), Tq2Route::StreamV2) << m;
   }
+  EXPECT_EQ(plan_tq2(16, 64, 12288, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_EQ(plan_tq2(16, 64, 12160, DType::F32, h200), Tq2Route::StreamV2);
   EXPECT_EQ(plan_tq2(16, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV5);  // parts of 4 groups
   EXPECT_EQ(plan_tq2(3, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.

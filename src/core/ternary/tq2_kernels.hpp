@@ -224,6 +224,9 @@ std::string tq2_stream_v4_kernel_name(const Tq2Args& args, int sm_count = 0);
 inline constexpr int kTq2V5MaxM = 16;
 inline constexpr int kTq2V5NarrowMaxM = 8;
 inline constexpr int kTq2V5WideStages = 4;
+// Auto takes the wide kernels from this K on (measured: they won at k 14336 and 28672 and lost on
+// every shape with k <= 8192; the threshold sits between).
+inline constexpr std::int64_t kTq2V5WideMinK = 12288;
 inline constexpr int kTq2V5Consumers = 8;
 inline constexpr int kTq2V5Threads = 32 * (kTq2V5Consumers + 1);
 inline constexpr int kTq2V5Rows = 16 * kTq2V5Consumers;             // rows of a super-band
