@@ -78,17 +78,33 @@ __device__ __forceinline__ RingItem ring_item(const RingParams& p, int groups, s
 }
 
 // The last part to arrive at a (set, band) sums every part's partial, its own included, in part
-// order, four loads in flight at a time.
-__device__ __forceinline__ float sum_parts(const float* src, std::int64_t step, int parts) {
-  float t = 0.0f;
-  int q = 0;
-  for (; q + 4 <= parts; q += 4) {
-    const float x0 = __ldcg(src + q * step), x1 = __ldcg(src + (q + 1) * step);
-    const float x2 = __ldcg(src + (q + 2) * step), x3 = __ldcg(src + (q + 3) * step);
-    t = (((t + x0) + x1) + x2) + x3;
+// order: t = ((0 + p0) + p1) + ... for each of the lane's 2 NT outputs. Parts go outer and the
+// outputs inner, so a part's 2 NT loads are in flight together and the warp waits `parts` L2 round
+// trips, not 2 NT x parts / 4 (session 15, ncu: the one-output-at-a-time sum, its loads held
+// behind the previous output's store, was the likely cost of short items with many parts).
+template <class Map, int NT>
+__device__ __forceinline__ void sum_parts(const Map& map, const RingParams& rp, const RingItem& item, std::int64_t row0,
+                                          int t4, bool writer, float (&v)[NT][2]) {
+  const std::int64_t n = map.n(), step = rp.partial_rows * n;
+  const float* src[NT];
+  bool live[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int tok = 2 * nt + (t4 >> 1);
+    const bool use = writer && tok < map.tokens();
+    src[nt] = rp.partials + (use ? map.out_row(item, tok) : 0) * n + row0;
+    live[nt][0] = use && row0 < n, live[nt][1] = use && row0 + 8 < n;
+    v[nt][0] = v[nt][1] = 0.0f;
   }
-  for (; q < parts; ++q) t += __ldcg(src + q * step);
-  return t;
+  for (int q = 0; q < rp.parts; ++q) {
+    float x[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) x[nt][h] = live[nt][h] ? __ldcg(src[nt] + q * step + 8 * h) : 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) v[nt][0] += x[nt][0], v[nt][1] += x[nt][1];
+  }
 }
 
 // Overlap: band_stage's straight-line variant (see tq2_band_stage_sm90.cuh for when it pays).
@@ -256,6 +272,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
       if (lane == 0) arrived = atomicAdd(&rp.counters[item.set * ((n + 15) / 16) + band], 1u);
       if (__shfl_sync(0xffffffffu, arrived, 0) != static_cast<std::uint32_t>(rp.parts - 1)) continue;
       __threadfence();  // every other part's partial is visible now
+      sum_parts<Map, NT>(map, rp, item, row0, t4, writer, v);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -267,7 +284,6 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
         const std::int64_t row = row0 + 8 * h;
         if (row >= n) continue;
         float t = v[nt][h];
-        if (rp.parts > 1) t = sum_parts(rp.partials + orow * n + row, rp.partial_rows * n, rp.parts);
         if (t != t) t = map.template ieee<TIn>(item, tok, row);  // a non-finite input (marked) or an overflow
         out[orow * map.out_ld() + row] = dev::from_f32<TOut>(t);
       }
