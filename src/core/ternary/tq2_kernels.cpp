@@ -216,7 +216,7 @@ bool tq2_stream_v4_two_blocks(std::int64_t m, std::int64_t k) noexcept {
 std::optional<Tq2StreamV4Config> tq2_stream_v4_config(const Tq2Args& a, int sm_count) noexcept {
   if (!tq2_stream_v4_supports(a)) return std::nullopt;
   Tq2StreamV4Config c;
-  c.n_tiles = tq2_stream_v5_n_tiles(a.m);
+  c.n_tiles = static_cast<int>((4 * a.m + 7) / 8);
   // Two blocks per SM with the full ring where they fit (16 consumer warps hide more latency),
   // else one block with the deepest ring that fits (at most 6 stages: 48 KB in flight).
   if (tq2_stream_v4_two_blocks(a.m, a.k)) {
