@@ -239,7 +239,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (m <= 2) return Tq2Route::StreamV3;
   }
   // m = 9..16: v5's wide kernels (8 n8 tiles, the image a part's slice at a time) only at long K
-  // (k >= kTq2V5WideMinK), where v2 is slowest. Measured at m = 16 (session 15 run 2, H200):
+  // (k >= kTq2V5WideMinK), where v2 is slowest. Measured at m = 16 (session 15 run 3, H200):
   // Llama-8B down (k 14336) 46.5 us against v2's 84.2, Llama-70B down (k 28672) 127.9 against
   // 193.0; on the six shapes with k <= 8192 v5 lost, 1.15-2.2x (docs/performance.md "Decode v5 at
   // m = 9..16").
