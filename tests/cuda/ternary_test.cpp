@@ -449,33 +449,50 @@ TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
   expect_error([&] { run_tq2_case(ctx, cache, r); }, ErrorCode::Unsupported, "stream_image in_block needs K whole");
 }
 
+// One forced-v5 case whose image must be sliced: float64 reference, poisoned padding, the
+// staging kernel then the ring; the receipt names the parts and, at m = 9..16, the wide kernel's
+// tiles and one block per SM. parts 0: not checked against a figure.
+struct V5SlicedCase { std::int64_t m, n, k; DType in, out; int nonfinite, parts; };
+static void check_v5_sliced_case(Context& ctx, TernaryWeightCache& cache, const V5SlicedCase& sh, std::uint64_t seed) {
+  const auto ip = cuda_ternary::tq2_stream_v5_image_plan(sh.m, sh.n, sh.k);
+  ASSERT_TRUE(ip.sliced) << "m " << sh.m << " n " << sh.n << " k " << sh.k << ": the shape no longer tests the sliced image";
+  const int parts = cuda_ternary::tq2_stream_v5_parts_for(sh.m, sh.n, sh.k).parts;
+  if (sh.parts > 0) EXPECT_EQ(parts, sh.parts) << "m " << sh.m << " n " << sh.n << " k " << sh.k;
+  Tq2Case c;
+  c.m = sh.m, c.n = sh.n, c.k = sh.k, c.route = Tq2Route::StreamV5, c.in_dtype = sh.in, c.out_dtype = sh.out;
+  c.seed_input = false, c.seed = seed, c.pad = 3, c.wide_exp = sh.in == DType::F32 ? 12 : 4, c.zero_group = true;
+  c.nonfinite_every = sh.nonfinite;
+  const Tq2Outcome o = run_tq2_case(ctx, cache, c);
+  EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+  EXPECT_TRUE(o.padding_untouched) << c.describe();
+  EXPECT_TRUE(o.any_nonzero) << c.describe();
+  EXPECT_NE(o.receipt.kernel.find("_p" + std::to_string(parts) + "_sliced"), std::string::npos) << o.receipt.kernel;
+  if (sh.m > cuda_ternary::kTq2V5NarrowMaxM) {
+    EXPECT_NE(o.receipt.kernel.find(sh.m <= 12 ? "_n48_" : "_n64_"), std::string::npos) << o.receipt.kernel;
+    EXPECT_NE(o.receipt.kernel.find("_b1_"), std::string::npos) << o.receipt.kernel;
+  }
+  EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();  // the staging kernel, then the ring
+}
+
+static void check_v5_sliced_cases(std::initializer_list<V5SlicedCase> cases, std::uint64_t seed) {
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  for (const V5SlicedCase& sh : cases) check_v5_sliced_case(ctx, cache, sh, ++seed);
+}
+
 // Long K at m = 1..4 where v5's whole activation image does not fit: one part's slice at a time,
 // items part-major, a block reloading its slice when its item's part changes (grid < items in
 // the first two shapes, so some blocks do). Against float64 with poisoned padding, non-finite
 // inputs on one shape, and the receipt names the sliced kernel.
 TEST(Tq2Gpu, StreamV5SlicedImageLongK) {
   LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
-  TernaryWeightCache cache(ctx);
-  struct S { std::int64_t m, n, k; DType in, out; int nonfinite; };
-  std::uint64_t seed = 4100;
-  for (const S& sh : {S{4, 7680, 20480, DType::F32, DType::F32, 0}, S{1, 3000, 131072, DType::BF16, DType::F32, 0},
-                      S{3, 1000, 40960, DType::F16, DType::F16, 0}, S{2, 2000, 30720, DType::F32, DType::F32, 2},
-                      S{4, 300, 24576, DType::BF16, DType::BF16, 0}}) {
-    const auto ip = cuda_ternary::tq2_stream_v5_image_plan(sh.m, sh.n, sh.k);
-    ASSERT_TRUE(ip.sliced) << "m " << sh.m << " n " << sh.n << " k " << sh.k << ": the shape no longer tests the sliced image";
-    Tq2Case c;
-    c.m = sh.m, c.n = sh.n, c.k = sh.k, c.route = Tq2Route::StreamV5, c.in_dtype = sh.in, c.out_dtype = sh.out;
-    c.seed_input = false, c.seed = ++seed, c.pad = 3, c.wide_exp = sh.in == DType::F32 ? 12 : 4, c.zero_group = true;
-    c.nonfinite_every = sh.nonfinite;
-    const Tq2Outcome o = run_tq2_case(ctx, cache, c);
-    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-    EXPECT_TRUE(o.padding_untouched) << c.describe();
-    EXPECT_TRUE(o.any_nonzero) << c.describe();
-    EXPECT_NE(o.receipt.kernel.find("_sliced"), std::string::npos) << o.receipt.kernel;
-    EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();  // the staging kernel, then the ring
-  }
+  check_v5_sliced_cases({{4, 7680, 20480, DType::F32, DType::F32, 0, 0},
+                         {1, 3000, 131072, DType::BF16, DType::F32, 0, 0},
+                         {3, 1000, 40960, DType::F16, DType::F16, 0, 0},
+                         {2, 2000, 30720, DType::F32, DType::F32, 2, 0},
+                         {4, 300, 24576, DType::BF16, DType::BF16, 0, 0}},
+                        4100);
 }
 
 // m = 9..16 on v5's wide kernels (6 or 8 n8 tiles, the image always a part's slice, one block per
@@ -483,46 +500,20 @@ TEST(Tq2Gpu, StreamV5SlicedImageLongK) {
 // parts (2001 x 8192: 256 items on 132 blocks, so blocks reload their slice); non-tile n, every
 // input dtype, non-finite inputs, poisoned padding. Small enough for racecheck but the DiT shape
 // (StreamV5WideDitShape).
-static void run_v5_wide_cases(std::initializer_list<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType, DType, int, int>> cases,
-                       std::uint64_t seed) {
-  Context ctx = Context::cuda(0);
-  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
-  TernaryWeightCache cache(ctx);
-  struct S { std::int64_t m, n, k; DType in, out; int nonfinite; int parts; };
-  for (const auto& t : cases) {
-    const S sh{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t), std::get<6>(t)};
-    const auto ip = cuda_ternary::tq2_stream_v5_image_plan(sh.m, sh.n, sh.k);
-    ASSERT_TRUE(ip.sliced) << "m " << sh.m << " n " << sh.n << " k " << sh.k;
-    const int parts = cuda_ternary::tq2_stream_v5_parts_for(sh.m, sh.n, sh.k).parts;
-    if (sh.parts > 0) EXPECT_EQ(parts, sh.parts) << "m " << sh.m << " n " << sh.n << " k " << sh.k;
-    Tq2Case c;
-    c.m = sh.m, c.n = sh.n, c.k = sh.k, c.route = Tq2Route::StreamV5, c.in_dtype = sh.in, c.out_dtype = sh.out;
-    c.seed_input = false, c.seed = ++seed, c.pad = 3, c.wide_exp = sh.in == DType::F32 ? 12 : 4, c.zero_group = true;
-    c.nonfinite_every = sh.nonfinite;
-    const Tq2Outcome o = run_tq2_case(ctx, cache, c);
-    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-    EXPECT_TRUE(o.padding_untouched) << c.describe();
-    EXPECT_TRUE(o.any_nonzero) << c.describe();
-    EXPECT_NE(o.receipt.kernel.find(sh.m <= 12 ? "_n48_" : "_n64_"), std::string::npos) << o.receipt.kernel;
-    EXPECT_NE(o.receipt.kernel.find("_b1_p" + std::to_string(parts) + "_sliced"), std::string::npos) << o.receipt.kernel;
-    EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();  // the staging kernel, then the ring
-  }
-}
-
 TEST(Tq2Gpu, StreamV5Wide) {
   LLMM_REQUIRE_CUDA();
   ASSERT_EQ(cuda_ternary::tq2_stream_v5_parts_for(16, 2001, 8192).parts * 16, 256);
-  run_v5_wide_cases({{9, 1000, 3072, DType::F32, DType::F32, 0, 6},
-                     {13, 300, 256, DType::F16, DType::F16, 0, 1},
-                     {12, 600, 20480, DType::F32, DType::F32, 2, 40},
-                     {16, 2001, 8192, DType::BF16, DType::BF16, 0, 16},
-                     {10, 77, 640, DType::F16, DType::F32, 3, 2}},
-                    5100);
+  check_v5_sliced_cases({{9, 1000, 3072, DType::F32, DType::F32, 0, 6},
+                         {13, 300, 256, DType::F16, DType::F16, 0, 1},
+                         {12, 600, 20480, DType::F32, DType::F32, 2, 40},
+                         {16, 2001, 8192, DType::BF16, DType::BF16, 0, 16},
+                         {10, 77, 640, DType::F16, DType::F32, 3, 2}},
+                        5100);
 }
 
 TEST(Tq2Gpu, StreamV5WideDitShape) {
   LLMM_REQUIRE_CUDA();
-  run_v5_wide_cases({{16, 27648, 3072, DType::BF16, DType::F32, 0, 2}, {11, 27648, 3072, DType::F32, DType::F32, 2, 2}}, 5200);
+  check_v5_sliced_cases({{16, 27648, 3072, DType::BF16, DType::F32, 0, 2}, {11, 27648, 3072, DType::F32, DType::F32, 2, 2}}, 5200);
 }
 
 TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
