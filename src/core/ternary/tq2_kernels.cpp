@@ -271,13 +271,20 @@ std::string tq2_stream_v4_kernel_name(const Tq2Args& a, int sm_count) {
          std::to_string(c->blocks_per_sm) + (c->stage_in_block ? "_inblock" : "");
 }
 
+namespace {
+// K's groups cut into about p parts of a multiple of kTq2V5StageGroups groups, as even as possible.
+Tq2StreamV5Parts even_v5_parts(std::int64_t groups, std::int64_t p) noexcept {
+  constexpr std::int64_t G = kTq2V5StageGroups;
+  const std::int64_t pg = G * ((groups + G * p - 1) / (G * p));
+  return {static_cast<int>((groups + pg - 1) / pg), static_cast<int>(pg)};
+}
+}  // namespace
+
 Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_t target) noexcept {
   const std::int64_t supers = (n + kTq2V5Rows - 1) / kTq2V5Rows, groups = k / kTq2Group;
-  constexpr std::int64_t G = kTq2V5StageGroups;
   for (std::int64_t p = 1;; ++p) {
-    const std::int64_t pg = G * ((groups + G * p - 1) / (G * p));
-    const std::int64_t parts = (groups + pg - 1) / pg;
-    if (supers * parts >= target || pg == G) return {static_cast<int>(parts), static_cast<int>(pg)};
+    const Tq2StreamV5Parts e = even_v5_parts(groups, p);
+    if (supers * e.parts >= target || e.part_groups == kTq2V5StageGroups) return e;
   }
 }
 
@@ -285,13 +292,11 @@ Tq2StreamV5Parts tq2_stream_v5_parts_for(std::int64_t m, std::int64_t n, std::in
   const Tq2StreamV5Parts narrow = tq2_stream_v5_parts(n, k);
   const std::int64_t groups = k / kTq2Group;
   if (m <= kTq2V5NarrowMaxM || groups < 1) return narrow;
-  constexpr std::int64_t G = kTq2V5StageGroups;
   for (std::int64_t p = narrow.parts;; ++p) {
-    const std::int64_t pg = G * ((groups + G * p - 1) / (G * p));
-    const std::int64_t parts = (groups + pg - 1) / pg;
-    // One part: the slice is all of K (fewer than 4 groups included).
-    if (pg == G || tq2_stream_v5_smem(kTq2V5MaxM, k, kTq2V5WideStages, static_cast<int>(pg < groups ? pg : groups)).total > 0)
-      return {static_cast<int>(parts), static_cast<int>(parts == 1 ? groups : pg)};
+    Tq2StreamV5Parts e = even_v5_parts(groups, p);
+    if (e.parts == 1) e.part_groups = static_cast<int>(groups);  // one part: the slice is all of K (< 4 groups too)
+    if (e.part_groups <= kTq2V5StageGroups || tq2_stream_v5_smem(kTq2V5MaxM, k, kTq2V5WideStages, e.part_groups).total > 0)
+      return e;
   }
 }
 
