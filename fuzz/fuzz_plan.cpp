@@ -166,6 +166,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   // least v5_parts, whose slice at m = 16 (65 columns, 8 tiles) fits beside 4 stages, or parts of
   // 4 groups; one part's slice holds all of K. Taken where that slice fits at m beside 2 stages.
   bool v5_wide = false;
+  std::int64_t v5_wide_parts = 0;
   if (valid && m >= 9 && m <= 16 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20)) {
     const std::int64_t groups = k / 128, wt = m <= 12 ? 6 : 8;
     std::int64_t pg = 4, parts = 1;
@@ -176,6 +177,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
       if (pg == 4 || 65 * (g * 128 + 64) + 8 * g * 64 + 2048 + 4 * 17408 <= 232448) break;
     }
     const std::int64_t g = parts == 1 ? groups : pg;
+    v5_wide_parts = parts;
     v5_wide = (4 * m + 1) * (g * 128 + 64) + wt * g * 64 + 2048 + 2 * 17408 <= 232448;
   }
   const auto ctx = [&] {
@@ -225,11 +227,14 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
-                          : sm90 && !v4_fits && v5_sliced && v5_parts <= 8 ? Tq2Route::StreamV5
+                          : sm90 && !v4_fits && v5_sliced && v5_parts <= 16 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
                               ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
-                          : sm90 && v5_wide && k >= 12288 ? Tq2Route::StreamV5
+                          : sm90 && (v5_fits || v5_sliced) && v5_parts <= 16 ? Tq2Route::StreamV5
+                          : sm90 && v5_wide && v5_wide_parts <= 16 &&
+                                    (k >= 12288 || ((n + 127) / 128 < 212 && n * k >= (std::int64_t{1} << 24)))
+                              ? Tq2Route::StreamV5
                           : m <= 16 ? Tq2Route::StreamV2
                           : split ? Tq2Route::TiledSm90SplitK
                           : engine ? Tq2Route::TiledSm90

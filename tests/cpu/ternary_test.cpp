@@ -270,10 +270,14 @@ TEST(Tq2Plan, Routes) {
   // (4 parts); at m = 7..8 not even the slice fits: v2; m = 1 keeps v5 with the whole image.
   for (std::int64_t m : {2, 3, 4, 5, 6}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;
   for (std::int64_t m : {7, 8}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV2) << m;
-  // Up to 8 parts (Llama-8B down, 7 parts, m = 4: 1.54x v2 measured); BitNet-2B down (14 parts)
-  // stays on v2 at m = 5..8.
+  // Up to kTq2V5MaxAutoParts (16) parts: Llama-8B down (7 parts) and BitNet-2B down (14 parts,
+  // m = 8: v4's image does not fit) measured 1.93x / 1.10x v2 at m = 8 (session 16).
   for (std::int64_t m : {4, 5, 8}) EXPECT_EQ(plan_tq2(m, 4096, 14336, DType::F32, h200), Tq2Route::StreamV5) << m;
-  EXPECT_EQ(plan_tq2(8, 2560, 6912, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(8, 2560, 6912, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_EQ(plan_tq2(5, 2560, 6912, DType::F32, h200), Tq2Route::StreamV4);  // v4's image fits to m = 5
+  EXPECT_EQ(plan_tq2(6, 2560, 6912, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_EQ(llmm::cuda_ternary::tq2_stream_v5_parts(64, 128 * 68).parts, 17);
+  EXPECT_EQ(plan_tq2(8, 64, 128 * 68, DType::F32, h200), Tq2Route::StreamV2);  // 17 parts: past the cap
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::BF16, h200), Tq2Route::StreamV4);  // v4 fits: unchanged
   // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
   EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);
@@ -281,23 +285,38 @@ TEST(Tq2Plan, Routes) {
   a100.cc_major = 8;
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, a100), Tq2Route::StreamV3);
   expect_error([&] { plan_tq2(1, 3072, 3072, DType::F32, a100, Tq2Route::StreamV4); }, ErrorCode::Unsupported, "sm_90a");
-  // m = 5..8: v4 on small N (n <= 4096), else v2 (where no v5 rule above takes it).
+  // m = 5..8: v4 on small N (n <= 4096), else v5 wherever it runs (K in parts too: 1.05-1.42x v2
+  // at m = 8, session 16), else v2.
   for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV4) << m;
-  for (std::int64_t m : {5, 8}) EXPECT_EQ(plan_tq2(m, 4097, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
+  for (std::int64_t m : {3, 5, 8}) EXPECT_EQ(plan_tq2(m, 4097, 3072, DType::F32, h200), m <= 4 ? Tq2Route::StreamV4 : Tq2Route::StreamV5) << m;
+  for (std::int64_t m : {5, 8}) {
+    EXPECT_EQ(plan_tq2(m, 14336, 4096, DType::F32, h200), Tq2Route::StreamV5) << m;  // Llama-8B up: 2 parts
+    EXPECT_EQ(plan_tq2(m, 13824, 2560, DType::F32, h200), Tq2Route::StreamV5) << m;  // BitNet-2B gate_up
+  }
+  EXPECT_EQ(plan_tq2(5, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);  // v4 does not fit, v5's whole image does
   EXPECT_EQ(plan_tq2(8, 4096, 128 * 256, DType::F32, h200), Tq2Route::StreamV5);  // v4's image does not fit: v5 sliced, 7 parts
   EXPECT_EQ(plan_tq2(5, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
-  // m = 9..16: v5's wide kernels at k >= 12288 where a slice fits, else v2 (and v2 off sm_90).
+  // m = 9..16: v5's wide kernels where a slice fits and K is in at most 16 parts, at k >= 12288 or
+  // on mid-sized shapes (fewer than 212 super-bands, at least 2^24 weights); else v2 (and v2 off
+  // sm_90).
   for (std::int64_t m : {9, 12, 13, 16}) {
-    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
-    EXPECT_EQ(plan_tq2(m, 2560, 6912, DType::F32, h200), Tq2Route::StreamV2) << m;
-    EXPECT_EQ(plan_tq2(m, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2) << m;
+    EXPECT_EQ(plan_tq2(m, 3072, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;   // 9.4 M weights
+    EXPECT_EQ(plan_tq2(m, 3840, 2560, DType::F32, h200), Tq2Route::StreamV2) << m;   // 9.8 M
+    EXPECT_EQ(plan_tq2(m, 2560, 6912, DType::F32, h200), Tq2Route::StreamV5) << m;   // 17.7 M, 14 parts
+    EXPECT_EQ(plan_tq2(m, 13824, 2560, DType::F32, h200), Tq2Route::StreamV5) << m;  // 108 super-bands
+    EXPECT_EQ(plan_tq2(m, 14336, 4096, DType::F32, h200), Tq2Route::StreamV5) << m;
+    EXPECT_EQ(plan_tq2(m, 4096, 4096, DType::F32, h200), Tq2Route::StreamV5) << m;   // 2^24 weights
+    EXPECT_EQ(plan_tq2(m, 4096, 4096 - 128, DType::F32, h200), Tq2Route::StreamV2) << m;
+    EXPECT_EQ(plan_tq2(m, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2) << m;  // 224 super-bands
+    EXPECT_EQ(plan_tq2(m, 27648, 3072, DType::F32, h200), Tq2Route::StreamV2) << m;
     EXPECT_EQ(plan_tq2(m, 4096, 14336, DType::F32, h200), Tq2Route::StreamV5) << m;  // 7 parts of 16 groups
     EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;  // 14 parts of 16 groups
     EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, a100), Tq2Route::StreamV2) << m;
   }
-  EXPECT_EQ(plan_tq2(16, 64, 12288, DType::F32, h200), Tq2Route::StreamV5);
-  EXPECT_EQ(plan_tq2(16, 64, 12160, DType::F32, h200), Tq2Route::StreamV2);
-  EXPECT_EQ(plan_tq2(16, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV5);  // parts of 4 groups
+  EXPECT_EQ(plan_tq2(16, 212 * 128, 12288, DType::F32, h200), Tq2Route::StreamV5);  // k >= 12288
+  EXPECT_EQ(plan_tq2(16, 212 * 128, 12160, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(16, 64, 12288, DType::F32, h200), Tq2Route::StreamV2);          // 24 parts of 4 groups
+  EXPECT_EQ(plan_tq2(16, 64, 128 * 8192, DType::F32, h200, Tq2Route::StreamV5), Tq2Route::StreamV5);  // forced: any parts
   EXPECT_EQ(plan_tq2(3, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   // m > 16: DequantLt from 2^27 multiply-adds, tq2_tiled below; forced DequantLt takes any m.
   EXPECT_EQ(plan_tq2(17, 3072, 3072, DType::F32, h200), Tq2Route::DequantLt);

@@ -213,24 +213,27 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) && (n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows >= cuda_ternary::kTq2V5TargetItems &&
       cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total > 0)
     return Tq2Route::StreamV5;
-  // Long K where neither v4's nor v5's whole image fits: v5 with the image one part of K at a time,
-  // where K is in at most 8 parts. Measured (session 15 run 1): Llama-70B down (4 parts) m = 2
-  // 24.9 us (was v3 76.8), m = 4 34.0 (was v2 62.8); Llama-8B down m = 4 (7 parts) 16.9 us
-  // against v2's 26.1. At m = 5..8 (sliced kernels built since session 15) not yet measured.
-  if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) &&
-      cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total < 0 &&
-      cuda_ternary::tq2_stream_v5_image_plan(m < 1 ? 1 : m, n, k).sliced && cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 8)
+  // Long K where neither v4's nor v5's whole image fits: v5 with the image one part of K at a time.
+  // Measured (session 15 run 1): Llama-70B down (4 parts) m = 2 24.9 us (was v3 76.8), m = 4 34.0
+  // (was v2 62.8); Llama-8B down m = 4 (7 parts) 16.9 us against v2's 26.1; session 16 run 1 at
+  // m = 8: Llama-8B down (7 parts) 21.0 against v2's 40.6, BitNet-2B down (14 parts) 20.6 against
+  // 22.7.
+  const std::int64_t mm = m < 1 ? 1 : m;
+  const bool v5_runs = sm90 && m <= 8 && n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0 &&
+                       cuda_ternary::tq2_stream_v5_parts(n, k).parts <= cuda_ternary::kTq2V5MaxAutoParts;
+  if (v5_runs && cuda_ternary::tq2_stream_v4_smem(mm, k, cuda_ternary::kTq2V4MinStages).total < 0 &&
+      cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).sliced)
     return Tq2Route::StreamV5;
   // v4 also takes m = 5..8 on small N (n <= 4096): 1.27-1.28x v2 at m = 8 on 3072x3072 and
   // 3840x2560, where it lost at 13824 and 14336 rows (0.77-0.94x; session 9 run 5, the
-  // bench-summary router audit).
+  // bench-summary router audit); session 16 run 1 at m = 8: v4 9.5 / 9.3 us against v5's 11.3 / 10.9
+  // and v2's 12.0 / 11.5 on those two.
   if (m <= 4 || (m <= 8 && n <= 4096 && sm90)) {
-    const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V4MinStages).total > 0;
+    const bool fits = n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v4_smem(mm, k, cuda_ternary::kTq2V4MinStages).total > 0;
     // Where v4 holds one block per SM (long K, or m = 3..4), v5 with K in at most 4 parts: 1.04-1.12x
     // v4 on the three such shapes measured (Llama-70B down m = 1, 4 parts: 23.7 vs 26.5 us; Llama-8B
     // up and BitNet-2B gate_up at m = 4, 2 parts), while with 5 or more parts it lost on every
     // measured shape, 1.3-2.3x (H200, session 14, the bench's _vs_v5 rows).
-    const std::int64_t mm = m < 1 ? 1 : m;
     if (sm90 && fits && !cuda_ternary::tq2_stream_v4_two_blocks(mm, k) && n < (std::int64_t{1} << 31) &&
         cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0 &&
         cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 4)
@@ -238,13 +241,23 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;
   }
-  // m = 9..16: v5's wide kernels (8 n8 tiles, the image a part's slice at a time) only at long K
-  // (k >= kTq2V5WideMinK), where v2 is slowest. Measured at m = 16 (session 15 run 3, H200):
-  // Llama-8B down (k 14336) 46.5 us against v2's 84.2, Llama-70B down (k 28672) 127.9 against
-  // 193.0; on the six shapes with k <= 8192 v5 lost, 1.15-2.2x (docs/performance.md "Decode v5 at
-  // m = 9..16").
-  if (m > cuda_ternary::kTq2V5NarrowMaxM && m <= 16 && sm90 && n < (std::int64_t{1} << 31) && k >= cuda_ternary::kTq2V5WideMinK &&
-      cuda_ternary::tq2_stream_v5_image_plan(m, n, k).image_groups > 0)
+  // m = 3..8 where v4 does not take it: v5 wherever it runs (K whole or in parts, the image whole
+  // or sliced) before v2. Session 16 run 1, m = 8, after the part-sum fix: forced v5 beat v2 on
+  // every measured shape, 1.05-1.42x (Llama-8B up 19.6 vs 25.5 us and BitNet-2B gate_up 13.8 vs
+  // 18.4, both 2 parts; the 5-, 6- and 14-part shapes 1.05-1.10x).
+  if (v5_runs) return Tq2Route::StreamV5;
+  // m = 9..16: v5's wide kernels (6 or 8 n8 tiles, the image a part's slice at a time) at long K
+  // (k >= kTq2V5WideMinK), where v2 is slowest, and on mid-sized shapes (kTq2V5WideMinWeights).
+  // Measured at m = 16 (session 16 run 1, H200, after the part-sum fix; us, wide vs v2): Llama-8B
+  // down 35.4 vs 83.7, Llama-70B down 102.0 vs 190.9, Llama-8B up 34.3 vs 46.9, BitNet-2B gate_up
+  // 27.0 vs 31.8, BitNet-2B down 39.0 vs 42.6; lost 5-10% on BitNet-2B qkv, dit_out and dit_proj,
+  // even on Llama-70B up (docs/performance.md "The router after the part-sum fix").
+  if (m > cuda_ternary::kTq2V5NarrowMaxM && m <= 16 && sm90 && n < (std::int64_t{1} << 31) &&
+      cuda_ternary::tq2_stream_v5_image_plan(m, n, k).image_groups > 0 &&  // so k <= 2^20: n k < 2^51
+      cuda_ternary::tq2_stream_v5_parts_for(m, n, k).parts <= cuda_ternary::kTq2V5MaxAutoParts &&
+      (k >= cuda_ternary::kTq2V5WideMinK ||
+       ((n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows < cuda_ternary::kTq2V5TargetItems &&
+        n * k >= cuda_ternary::kTq2V5WideMinWeights)))
     return Tq2Route::StreamV5;
   if (m <= 16) return Tq2Route::StreamV2;
   // Prefill on sm_90 with a 16-bit input: the Hopper engine where its tiles fill the SMs

@@ -227,6 +227,14 @@ inline constexpr int kTq2V5WideStages = 4;
 // Auto takes the wide kernels from this K on (measured: they won at k 14336 and 28672 and lost on
 // every shape with k <= 8192; the threshold sits between).
 inline constexpr std::int64_t kTq2V5WideMinK = 12288;
+// ... and below it where the shape is mid-sized: fewer than kTq2V5TargetItems super-bands and at
+// least 2^24 weights (session 16 run 1, m = 16: won 1.09-1.37x on 13824x2560, 14336x4096 and
+// 2560x6912 (17.7 M weights), lost 5-9% on 3840x2560 (9.8 M), 3072x3072 and 27648x3072, even on
+// 28672x8192).
+inline constexpr std::int64_t kTq2V5WideMinWeights = std::int64_t{1} << 24;
+// Auto takes v5 with K in at most this many parts (forced v5 takes any): 14 parts measured 1.10x
+// v2 at m = 8 (BitNet-2B down); far past that the last part's serial sum would dominate.
+inline constexpr int kTq2V5MaxAutoParts = 16;
 inline constexpr int kTq2V5Consumers = 8;
 inline constexpr int kTq2V5Threads = 32 * (kTq2V5Consumers + 1);
 inline constexpr int kTq2V5Rows = 16 * kTq2V5Consumers;             // rows of a super-band
