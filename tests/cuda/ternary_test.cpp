@@ -9,6 +9,7 @@
 
 #include "core/ternary/tq2_dequant_lt_plan.hpp"
 #include "core/ternary/tq2_kernels.hpp"
+#include "cuda/ternary/launch.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"
 #include "support/expect_error.hpp"
@@ -447,6 +448,39 @@ TEST(Tq2Gpu, StreamV5PartsBandsAndStages) {
   Tq2Case r;
   r.m = 1, r.n = 3072, r.k = 3072, r.route = Tq2Route::StreamV5, r.stream_image = Tq2StreamImage::InBlock;
   expect_error([&] { run_tq2_case(ctx, cache, r); }, ErrorCode::Unsupported, "stream_image in_block needs K whole");
+}
+
+// Every v5 config holds the blocks per SM it plans for (the occupancy API on the kernel it picks,
+// with its shared memory): m = 1..16, the three input types with f32 and their own outputs,
+// whole, in-block and sliced images, short and long K. Registers past 112 at two 288-thread
+// blocks would halve the resident blocks with nothing else noticing (it happened to the NT 4
+// kernel at 116 in a session 16 draft).
+TEST(Tq2Gpu, StreamV5ConfigBlocksFit) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "tq2_stream_v5 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  alignas(16) static unsigned char dummy[16];  // never read: only the configs' kernels are queried
+  struct NK { std::int64_t n, k; };
+  int checked = 0, two = 0;
+  for (NK nk : {NK{27648, 3072}, NK{3072, 3072}, NK{2560, 6912}, NK{8192, 28672}, NK{1536, 2048}, NK{40, 768}})
+    for (std::int64_t m = 1; m <= 16; ++m)
+      for (DType in : {DType::F32, DType::F16, DType::BF16})
+        for (DType out : {DType::F32, in})
+          for (Tq2StreamImage image : {Tq2StreamImage::Auto, Tq2StreamImage::InBlock}) {
+            cuda_ternary::Tq2Args a;
+            a.codes = dummy, a.scales = reinterpret_cast<const std::uint16_t*>(dummy);
+            a.scales_t = reinterpret_cast<const std::uint16_t*>(dummy), a.scales_t_ld = (nk.n + 7) / 8 * 8;
+            a.m = m, a.n = nk.n, a.k = nk.k, a.in = dummy, a.in_dtype = in, a.in_ld = nk.k, a.out = dummy, a.out_dtype = out,
+            a.out_ld = nk.n, a.stream_image = image;
+            const auto c = cuda_ternary::tq2_stream_v5_config(a, ctx.arch().sm_count);
+            if (!c) continue;
+            const int fit = cuda_ternary::tq2_stream_v5_resident_blocks(a);
+            EXPECT_GE(fit, c->blocks_per_sm) << cuda_ternary::tq2_stream_v5_kernel_name(a) << " m " << m << " n " << nk.n << " k "
+                                             << nk.k << ": " << fit << " blocks fit an SM";
+            ++checked, two += c->blocks_per_sm == 2;
+          }
+  EXPECT_GT(checked, 300);
+  EXPECT_GT(two, 50);  // the two-block configs are the ones at risk
 }
 
 // One forced-v5 case whose image must be sliced: float64 reference, poisoned padding, the

@@ -42,6 +42,11 @@ void launch_tq2_stream_v4(const Tq2Args& args, StreamHandle stream);
 // summed by the last to arrive (see tq2_stream_v5_sm90a.cu). args.workspace holds
 // tq2_stream_v5_workspace_bytes. Built for sm_90a only.
 void launch_tq2_stream_v5(const Tq2Args& args, StreamHandle stream);
+// Blocks of the kernel tq2_stream_v5_config picks for args that fit on one SM (the occupancy API,
+// with the config's shared memory), or 0 where v5 does not run: the config's blocks_per_sm must
+// fit, else its grid of sm_count x blocks_per_sm runs in two waves (registers past 112 at two
+// 288-thread blocks did that silently; the GPU tests check every config against it).
+int tq2_stream_v5_resident_blocks(const Tq2Args& args);
 
 // Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
 // f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.

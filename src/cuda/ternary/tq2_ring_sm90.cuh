@@ -81,13 +81,13 @@ __device__ __forceinline__ RingItem ring_item(const RingParams& p, int groups, s
 // order: t = ((0 + p0) + p1) + ... for each of the lane's 2 NT outputs. The loads of kBatch parts
 // (all 2 NT outputs each) go out together, then are added in part order, so the warp waits
 // ceil(parts / kBatch) L2 round trips (session 15: one output at a time, its loads behind the
-// previous output's store, cost short many-part items most of their time; session 16: one part
-// at a time still left BitNet-2B down at m = 8, 14 parts, at 20.6 us for 4.7 MB). kBatch keeps
-// the batch at <= 16 floats a lane: the decode's registers are dead here, so the peak holds.
+// previous output's store, cost short many-part items most of their time). Session 16 run 2:
+// batches of <= 16 floats a lane made the many-part rows at m <= 2 (NT 1) 3-7% faster and those at
+// m = 8 (NT 4, batches of 2) 3-13% slower, NT 6 / 8 unchanged: so batches at NT <= 2 only.
 template <class Map, int NT>
 __device__ __forceinline__ void sum_parts(const Map& map, const RingParams& rp, const RingItem& item, std::int64_t row0,
                                           int t4, bool writer, float (&v)[NT][2]) {
-  constexpr int kBatch = NT <= 1 ? 8 : NT <= 2 ? 4 : 2;
+  constexpr int kBatch = NT <= 1 ? 8 : NT <= 2 ? 4 : 1;
   const std::int64_t n = map.n(), step = rp.partial_rows * n;
   const float* src[NT];
   bool live[NT][2];
@@ -99,20 +99,32 @@ __device__ __forceinline__ void sum_parts(const Map& map, const RingParams& rp, 
     live[nt][0] = use && row0 < n, live[nt][1] = use && row0 + 8 < n;
     v[nt][0] = v[nt][1] = 0.0f;
   }
-  for (int q0 = 0; q0 < rp.parts; q0 += kBatch) {
-    float x[kBatch][NT][2];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b)
+  if constexpr (kBatch == 1) {  // run 1's loop as it was (its registers: NT 4 whole 107, not 116)
+    for (int q = 0; q < rp.parts; ++q) {
+      float x[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          x[b][nt][h] = live[nt][h] && q0 + b < rp.parts ? __ldcg(src[nt] + (q0 + b) * step + 8 * h) : 0.0f;
+        for (int h = 0; h < 2; ++h) x[nt][h] = live[nt][h] ? __ldcg(src[nt] + q * step + 8 * h) : 0.0f;
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (q0 + b < rp.parts)  // parts past the last are not added (+0 would turn a -0 sum into +0)
+      for (int nt = 0; nt < NT; ++nt) v[nt][0] += x[nt][0], v[nt][1] += x[nt][1];
+    }
+  } else {
+    for (int q0 = 0; q0 < rp.parts; q0 += kBatch) {
+      float x[kBatch][NT][2];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) v[nt][0] += x[b][nt][0], v[nt][1] += x[b][nt][1];
+      for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            x[b][nt][h] = live[nt][h] && q0 + b < rp.parts ? __ldcg(src[nt] + (q0 + b) * step + 8 * h) : 0.0f;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (q0 + b < rp.parts)  // parts past the last are not added (+0 would turn a -0 sum into +0)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) v[nt][0] += x[b][nt][0], v[nt][1] += x[b][nt][1];
+    }
   }
 }
 

@@ -155,6 +155,33 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
 
 }  // namespace
 
+int tq2_stream_v5_resident_blocks(const Tq2Args& a) {
+  const auto c = tq2_stream_v5_config(a, cuda_dense::host::current_sm_count());
+  if (!c) return 0;
+  int blocks = 0;
+  with_in_out(a, [&](auto in, auto out) {
+    using TIn = decltype(in);
+    using TOut = decltype(out);
+    const auto query = [&](auto* kernel) {
+      if (!kernel) return;
+      cuda_common::set_smem_bytes(kernel, c->smem_bytes);
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kTq2V5Threads, static_cast<std::size_t>(c->smem_bytes)) !=
+          cudaSuccess)
+        blocks = 0;
+    };
+    switch (c->n_tiles) {
+      case 1: query(v5_kernel<TIn, TOut, 1>(*c)); break;
+      case 2: query(v5_kernel<TIn, TOut, 2>(*c)); break;
+      case 3: query(v5_kernel<TIn, TOut, 3>(*c)); break;
+      case 4: query(v5_kernel<TIn, TOut, 4>(*c)); break;
+      case 6: query(v5_kernel<TIn, TOut, 6>(*c)); break;
+      case 8: query(v5_kernel<TIn, TOut, 8>(*c)); break;
+      default: break;
+    }
+  });
+  return blocks;
+}
+
 void launch_tq2_stream_v5(const Tq2Args& a, StreamHandle stream) {
   const auto c = tq2_stream_v5_config(a, cuda_dense::host::current_sm_count());
   if (!c) fail(ErrorCode::Internal, "tq2_stream_v5: arguments outside the kernel's contract (m ", a.m, ", k ", a.k, ")");
