@@ -159,9 +159,25 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   }
   // v5 at m <= 8 also takes K in parts whose one part's image (part_groups x 128 + 64 bytes a
   // record column, 64 x part_groups bytes of coefficients an n8 tile) fits beside the ring.
+  // Where that slice does not fit at m either (or K is in one part), the fewest parts, at least 2
+  // and at least v5_parts, whose slice at m = 8 (33 columns, 4 tiles) fits beside 2 stages, or
+  // parts of 4 groups: the parts v5 uses at m (v5_parts_m).
+  const auto slice_fits = [&](std::int64_t mm, std::int64_t pg) {
+    const std::int64_t t = mm <= 8 ? (mm + 1) / 2 : 1;
+    return (4 * mm + 1) * (pg * 128 + 64) + t * pg * 64 + 2048 + 2 * 17408 <= 232448;
+  };
+  std::int64_t v5_parts_m = v5_parts, v5_pg_m = v5_part_groups;
+  if (valid && m <= 8 && !v5_fits && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
+      !(v5_parts > 1 && slice_fits(m1, v5_part_groups))) {
+    const std::int64_t groups = k / 128;
+    for (std::int64_t p = std::max<std::int64_t>(2, v5_parts);; ++p) {
+      v5_pg_m = 4 * ((groups + 4 * p - 1) / (4 * p));
+      v5_parts_m = (groups + v5_pg_m - 1) / v5_pg_m;
+      if (v5_pg_m == 4 || slice_fits(8, v5_pg_m)) break;
+    }
+  }
   const bool v5_sliced = !v5_fits && valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
-                         v5_parts > 1 &&
-                         (4 * m1 + 1) * (v5_part_groups * 128 + 64) + tiles * v5_part_groups * 64 + 2048 + 2 * 17408 <= 232448;
+                         v5_parts_m > 1 && slice_fits(m1, v5_pg_m);
   // v5 at m = 9..16 (wide): 6 n8 tiles to m = 12, else 8; always a slice: the fewest parts, at
   // least v5_parts, whose slice at m = 16 (65 columns, 8 tiles) fits beside 4 stages, or parts of
   // 4 groups; one part's slice holds all of K. Taken where that slice fits at m beside 2 stages.
@@ -227,11 +243,11 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     const Tq2Route want = !cuda ? Tq2Route::Cpu
                           : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
-                          : sm90 && !v4_fits && v5_sliced && v5_parts <= 16 ? Tq2Route::StreamV5
+                          : sm90 && !v4_fits && v5_sliced && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
-                              ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
+                              ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts_m <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
-                          : sm90 && (v5_fits || v5_sliced) && v5_parts <= 16 ? Tq2Route::StreamV5
+                          : sm90 && (v5_fits || v5_sliced) && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : sm90 && v5_wide && v5_wide_parts <= 16 &&
                                     (k >= 12288 || ((n + 127) / 128 < 212 && n * k >= (std::int64_t{1} << 24)))
                               ? Tq2Route::StreamV5

@@ -253,7 +253,7 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1, 211 * 128, 3072, DType::F32, h200), Tq2Route::StreamV4);
   EXPECT_EQ(plan_tq2(1, 211 * 128 + 1, 3072, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV2);  // wide v5 lost at k 3072
-  EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV2);
+  EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);  // sliced, 2 parts (m = 6..8)
   EXPECT_EQ(plan_tq2(4, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(4, 64, 128 * 256, DType::F32, h200), Tq2Route::StreamV2);  // 17 record columns of 32 KB
   // Where v4 would hold one block per SM, v5 with K in at most 4 parts; 5+ parts stay on v4.
@@ -267,9 +267,9 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(4, 3840, 2560, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B qkv: 5 parts
   EXPECT_EQ(plan_tq2(8, 640, 512, DType::F32, h200), Tq2Route::StreamV4);  // the Python test's shape
   // Long K where neither whole image fits (Llama-70B down at m = 2..6): v5 with a sliced image
-  // (4 parts); at m = 7..8 not even the slice fits: v2; m = 1 keeps v5 with the whole image.
-  for (std::int64_t m : {2, 3, 4, 5, 6}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;
-  for (std::int64_t m : {7, 8}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV2) << m;
+  // (4 parts); at m = 7..8, where that slice does not fit either, 6 parts; m = 1 keeps the whole
+  // image.
+  for (std::int64_t m : {2, 3, 4, 5, 6, 7, 8}) EXPECT_EQ(plan_tq2(m, 8192, 28672, DType::F32, h200), Tq2Route::StreamV5) << m;
   // Up to kTq2V5MaxAutoParts (16) parts: Llama-8B down (7 parts) and BitNet-2B down (14 parts,
   // m = 8: v4's image does not fit) measured 1.93x / 1.10x v2 at m = 8 (session 16).
   for (std::int64_t m : {4, 5, 8}) EXPECT_EQ(plan_tq2(m, 4096, 14336, DType::F32, h200), Tq2Route::StreamV5) << m;

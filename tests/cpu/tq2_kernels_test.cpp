@@ -322,8 +322,10 @@ TEST(Tq2Kernels, StreamV5PartsConfigAndWorkspace) {
   l.m = 2;  // the whole image does not fit: one part's slice at a time (StreamV5SlicedImage)
   EXPECT_TRUE(tq2_stream_v5_supports(l));
   EXPECT_TRUE(tq2_stream_v5_config(l, 132)->sliced);
-  l.m = 7;  // neither the whole image nor a slice of the 4 parts fits
-  EXPECT_FALSE(tq2_stream_v5_supports(l));
+  l.m = 7;  // neither the whole image nor a slice of the 4 parts fits: 6 parts of 40 groups
+  EXPECT_TRUE(tq2_stream_v5_supports(l));
+  EXPECT_EQ(tq2_stream_v5_config(l, 132)->parts, (Tq2StreamV5Parts{6, 40}));
+  EXPECT_TRUE(tq2_stream_v5_config(l, 132)->sliced);
   l.m = 9;  // wide: parts of 16 groups
   EXPECT_TRUE(tq2_stream_v5_supports(l));
   l.m = 17;
@@ -379,7 +381,24 @@ TEST(Tq2Kernels, StreamV5SlicedImage) {
   EXPECT_EQ(tq2_stream_v5_image_plan(1, 8192, 28672), (Tq2StreamV5ImagePlan{false, 224}));
   for (std::int64_t m : {2, 3, 4}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{true, 56})) << m;
   for (std::int64_t m : {5, 6}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{true, 56})) << m;
-  for (std::int64_t m : {7, 8}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{false, 0})) << m;
+  // m = 7..8: not even a 56-group slice fits: the fewest parts whose slice fits at m = 8 (6 of 40
+  // groups, the last 24), the same at m = 7 and 8; m = 1..6 keep narrow's 4 parts.
+  for (std::int64_t m : {7, 8}) {
+    EXPECT_EQ(tq2_stream_v5_image_plan(m, 8192, 28672), (Tq2StreamV5ImagePlan{true, 40})) << m;
+    EXPECT_EQ(tq2_stream_v5_parts_for(m, 8192, 28672), (Tq2StreamV5Parts{6, 40})) << m;
+  }
+  for (std::int64_t m : {1, 2, 6}) EXPECT_EQ(tq2_stream_v5_parts_for(m, 8192, 28672), (Tq2StreamV5Parts{4, 56})) << m;
+  // Llama-70B up (28672 x 8192): K whole (1 part) to m = 5, where the image fits; at m = 6..8
+  // 2 parts of 32 groups, sliced.
+  for (std::int64_t m : {1, 5}) EXPECT_EQ(tq2_stream_v5_image_plan(m, 28672, 8192), (Tq2StreamV5ImagePlan{false, 64})) << m;
+  for (std::int64_t m : {6, 8}) {
+    EXPECT_EQ(tq2_stream_v5_image_plan(m, 28672, 8192), (Tq2StreamV5ImagePlan{true, 32})) << m;
+    EXPECT_EQ(tq2_stream_v5_parts_for(m, 28672, 8192), (Tq2StreamV5Parts{2, 32})) << m;
+  }
+  // The longest K v5 takes, on one super-band: narrow's 228 parts of 36 groups fit at m = 8.
+  EXPECT_EQ(tq2_stream_v5_parts(64, std::int64_t{1} << 20), (Tq2StreamV5Parts{228, 36}));
+  EXPECT_EQ(tq2_stream_v5_image_plan(8, 64, std::int64_t{1} << 20), (Tq2StreamV5ImagePlan{true, 36}));
+  EXPECT_EQ(tq2_stream_v5_parts_for(8, 64, std::int64_t{1} << 20), (Tq2StreamV5Parts{228, 36}));
   EXPECT_EQ(tq2_stream_v5_image_plan(2, 27648, 3072), (Tq2StreamV5ImagePlan{false, 24}));  // fits whole
   EXPECT_EQ(tq2_stream_v5_image_plan(2, 0, 28672), (Tq2StreamV5ImagePlan{false, 0}));
   EXPECT_EQ(tq2_stream_v5_image_plan(17, 64, 256), (Tq2StreamV5ImagePlan{false, 0}));

@@ -183,6 +183,18 @@ TEST(BatchInvarianceGpu, TernaryV5Wide) {
   });
 }
 
+// Where the fallback parts hold (m = 7..8 on 6784 x 28672: 6 parts, narrow's 4 at m <= 6), the
+// fixed row is bitwise the same at m = 7 and 8; across 6 | 7 it is not claimed.
+TEST(BatchInvarianceGpu, TernaryV5FallbackParts) {
+  LLMM_REQUIRE_CUDA();
+  const std::int64_t n = 6784, k = 28672;
+  ASSERT_EQ(cuda_ternary::tq2_stream_v5_parts_for(7, n, k).parts, 6);
+  ASSERT_EQ(cuda_ternary::tq2_stream_v5_parts_for(6, n, k).parts, 4);
+  expect_v5_row_invariant("fallback parts", n, k, 23, {7, 8}, [](std::int64_t, const std::string& kernel) {
+    return kernel.find("_p6_sliced") != std::string::npos;
+  });
+}
+
 TEST(BatchInvarianceGpu, Ternary) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "core/ternary/tq2_moe_stream_plan.hpp"
+#include "cuda/ternary/tq2_moe_stream.hpp"
 #include "llmm/ternary_moe.hpp"
 #include "support/expect_error.hpp"
 #include "support/gpu.hpp"
@@ -291,6 +292,31 @@ TEST(Tq2ExpertsGpu, StreamSm90SweepAgainstFloat64) {
 
 // NaN and +-Inf in the input reach the outputs as IEEE arithmetic makes them (the int8 digits
 // cannot carry them: a marked group makes the output recomputed in f32), in parts and whole.
+// Every experts' decode config holds the blocks per SM it plans for (the occupancy API on the
+// kernel it picks): m = 1..16, top_k 1 and 8, the Qwen3-30B and small shapes, both layouts, the
+// three input types. (Session 16: gate_up m = 1 planned two blocks a SM at 98 registers, of which
+// one fit; at 96 both fit and it ran 19% slower: plans must say what runs.)
+TEST(Tq2ExpertsGpu, StreamSm90ConfigBlocksFit) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!ctx.arch().is_hopper()) GTEST_SKIP() << "tq2_moe_stream_sm90 is built for sm_90a";
+  struct S { std::int64_t n, k, experts; };
+  int checked = 0;
+  for (S s : {S{1536, 2048, 128}, S{2048, 768, 128}, S{200, 384, 6}})
+    for (std::int64_t m = 1; m <= 16; ++m)
+      for (std::int64_t top_k : {1, 8})
+        for (bool slotted : {false, true})
+          for (DType in : {DType::F32, DType::F16, DType::BF16}) {
+            const auto c = cuda_ternary::tq2_moe_stream_config(m, top_k, s.n, s.k, s.experts, slotted, ctx.arch().sm_count);
+            if (!c) continue;
+            const int fit = cuda_ternary::tq2_moe_stream_resident_blocks(*c, in, DType::F32);
+            EXPECT_GE(fit, c->blocks_per_sm) << cuda_ternary::tq2_moe_stream_kernel_name(*c, in, DType::F32) << " m " << m
+                                             << " top_k " << top_k << " n " << s.n << " k " << s.k;
+            ++checked;
+          }
+  EXPECT_GT(checked, 200);
+}
+
 TEST(Tq2ExpertsGpu, StreamSm90NonFiniteInputs) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);

@@ -529,6 +529,18 @@ TEST(Tq2Gpu, StreamV5SlicedImageLongK) {
                         4100);
 }
 
+// Long K at m = 6..8 where neither the whole image nor narrow's slice fits (Llama-70B up and down
+// at m = 6..8 went to v2 before): the fewest parts whose slice fits at m = 8 (K in one part
+// becomes 2; Llama-70B down's 4 become 6). Full-size rows (212 super-bands), so this is not in
+// the sanitizer subsets.
+TEST(Tq2Gpu, StreamV5SlicedFallbackParts) {
+  LLMM_REQUIRE_CUDA();
+  check_v5_sliced_cases({{7, 27136, 6912, DType::F32, DType::F32, 0, 2},
+                         {8, 6784, 28672, DType::BF16, DType::F32, 3, 6},
+                         {6, 27136, 8192, DType::F16, DType::F16, 0, 2}},
+                        4200);
+}
+
 // m = 9..16 on v5's wide kernels (6 or 8 n8 tiles, the image always a part's slice, one block per
 // SM): K in one part (a slice of 2 groups), in 2 parts of 12 groups (the DiT shape), in many
 // parts (2001 x 8192: 256 items on 132 blocks, so blocks reload their slice); non-tile n, every

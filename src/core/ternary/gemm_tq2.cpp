@@ -220,7 +220,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   // 22.7.
   const std::int64_t mm = m < 1 ? 1 : m;
   const bool v5_runs = sm90 && m <= 8 && n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0 &&
-                       cuda_ternary::tq2_stream_v5_parts(n, k).parts <= cuda_ternary::kTq2V5MaxAutoParts;
+                       cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts <= cuda_ternary::kTq2V5MaxAutoParts;
   if (v5_runs && cuda_ternary::tq2_stream_v4_smem(mm, k, cuda_ternary::kTq2V4MinStages).total < 0 &&
       cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).sliced)
     return Tq2Route::StreamV5;
@@ -236,7 +236,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     // measured shape, 1.3-2.3x (H200, session 14, the bench's _vs_v5 rows).
     if (sm90 && fits && !cuda_ternary::tq2_stream_v4_two_blocks(mm, k) && n < (std::int64_t{1} << 31) &&
         cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0 &&
-        cuda_ternary::tq2_stream_v5_parts(n, k).parts <= 4)
+        cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts <= 4)
       return Tq2Route::StreamV5;
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;

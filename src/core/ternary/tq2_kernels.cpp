@@ -252,7 +252,7 @@ std::string tq2_stream_image_refusal(const Tq2Args& a, bool v5) {
   if (a.stream_image != Tq2StreamImage::InBlock) return {};
   if (a.m > kTq2StreamInBlockMaxM)
     return "stream_image in_block is built for m <= " + std::to_string(kTq2StreamInBlockMaxM) + ", got m " + std::to_string(a.m);
-  const int parts = v5 && a.n >= 1 && a.k >= kTq2Group ? tq2_stream_v5_parts(a.n, a.k).parts : 1;
+  const int parts = v5 && a.n >= 1 && a.k >= kTq2Group ? tq2_stream_v5_parts_for(a.m, a.n, a.k).parts : 1;
   if (parts == 1) return {};
   return "stream_image in_block needs K whole in every item, but n " + std::to_string(a.n) + ", k " + std::to_string(a.k) +
          " cut K into " + std::to_string(parts) + " parts (their counters need the staging kernel)";
@@ -291,7 +291,22 @@ Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_
 Tq2StreamV5Parts tq2_stream_v5_parts_for(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
   const Tq2StreamV5Parts narrow = tq2_stream_v5_parts(n, k);
   const std::int64_t groups = k / kTq2Group;
-  if (m <= kTq2V5NarrowMaxM || groups < 1) return narrow;
+  if (groups < 1 || m < 1) return narrow;
+  if (m <= kTq2V5NarrowMaxM) {
+    // Where neither the whole image nor narrow's slice fits at m (long K at m up to 8: Llama-70B
+    // up at m >= 6, down at m >= 7), the fewest parts, at least 2 and at least narrow's, whose
+    // slice at m = 8 fits beside 2 stages: a function of n and k on that range of m (whole and
+    // slice both need more room as m grows, so the range is m0..8).
+    if (tq2_stream_v5_smem(m, k, kTq2V5MinStages).total > 0 ||
+        (narrow.parts > 1 && tq2_stream_v5_smem(m, k, kTq2V5MinStages, narrow.part_groups).total > 0))
+      return narrow;
+    for (std::int64_t p = narrow.parts > 2 ? narrow.parts : 2;; ++p) {
+      const Tq2StreamV5Parts e = even_v5_parts(groups, p);
+      if (e.part_groups <= kTq2V5StageGroups ||
+          tq2_stream_v5_smem(kTq2V5NarrowMaxM, k, kTq2V5MinStages, e.part_groups).total > 0)
+        return e;
+    }
+  }
   for (std::int64_t p = narrow.parts;; ++p) {
     Tq2StreamV5Parts e = even_v5_parts(groups, p);
     if (e.parts == 1) e.part_groups = static_cast<int>(groups);  // one part: the slice is all of K (< 4 groups too)
@@ -339,7 +354,7 @@ Tq2StreamV5ImagePlan tq2_stream_v5_image_plan(std::int64_t m, std::int64_t n, st
     ip.image_groups = static_cast<int>(k / kTq2Group);
     return ip;
   }
-  const Tq2StreamV5Parts parts = tq2_stream_v5_parts(n, k);
+  const Tq2StreamV5Parts parts = tq2_stream_v5_parts_for(m, n, k);  // narrow's, or more where its slice does not fit
   if (m <= kTq2V5SlicedMaxM && parts.parts > 1 && tq2_stream_v5_smem(m, k, kTq2V5MinStages, parts.part_groups).total > 0)
     ip.sliced = true, ip.image_groups = parts.part_groups;
   return ip;

@@ -259,9 +259,13 @@ struct Tq2StreamV5Parts {
 // ceil(n / 128) x parts >= kTq2V5TargetItems, or parts of 4 groups. n >= 1, k >= 128.
 // `target` replaces kTq2V5TargetItems (tq2_moe_stream_sm90 aims lower).
 Tq2StreamV5Parts tq2_stream_v5_parts(std::int64_t n, std::int64_t k, std::int64_t target = kTq2V5TargetItems) noexcept;
-// The parts v5 uses at m: tq2_stream_v5_parts(n, k) at m <= 8; at m = 9..16 the fewest parts, at
-// least as many, whose slice at m = 16 fits beside kTq2V5WideStages stages (a function of n and k
-// alone within 9..16). Parts of 4 groups when nothing fits (the image plan then refuses).
+// The parts v5 uses at m: tq2_stream_v5_parts(n, k) at m <= 8 where its whole image or its slice
+// fits at m, else (long K at m up to 8: session 17's branch) the fewest parts, at least 2 and at
+// least those, whose slice at m = 8 fits beside 2 stages; at m = 9..16 the fewest parts, at
+// least tq2_stream_v5_parts', whose slice at m = 16 fits beside kTq2V5WideStages stages (a
+// function of n and k alone within 9..16). Parts of 4 groups when nothing fits (the image plan
+// then refuses). So a row's result is the same at every m of one of these ranges (the receipt's
+// _p<parts> names them), not across them.
 Tq2StreamV5Parts tq2_stream_v5_parts_for(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
 // n8 tiles of digit columns (4 m of them): ceil(m / 2) at m <= 8, 6 at m = 9..12, 8 at 13..16.
 int tq2_stream_v5_n_tiles(std::int64_t m) noexcept;

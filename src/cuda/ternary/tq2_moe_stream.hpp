@@ -8,8 +8,12 @@
 #include <cstddef>
 
 #include "core/ternary/tq2_moe_args.hpp"
+#include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "llmm/context.hpp"
 
 namespace llmm::cuda_ternary {
 void launch_tq2_moe_stream_sm90(const Tq2MoeArgs& a, void* workspace, std::size_t workspace_bytes, StreamHandle stream);
+// Blocks of the streaming kernel config `c` picks (in / out dtypes) that fit on one SM (the
+// occupancy API with its shared memory): the config's blocks_per_sm must fit (tests).
+int tq2_moe_stream_resident_blocks(const Tq2MoeStreamConfig& c, DType in_dtype, DType out_dtype);
 }  // namespace llmm::cuda_ternary

@@ -174,7 +174,30 @@ void launch_typed(const Tq2MoeArgs& a, const Tq2MoeStreamConfig& c, void* worksp
                           stream, a, p, codes, scales);
 }
 
+template <class TIn, class TOut>
+int resident_blocks_typed(const Tq2MoeStreamConfig& c) {
+  using K = void (*)(Tq2MoeArgs, RoutedParams, CUtensorMap, CUtensorMap);
+  const K kernel = c.stage_in_block ? (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, true>}
+                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, false>})
+                                    : (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, true>}
+                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, false>});
+  cuda_common::set_smem_bytes(kernel, c.smem_bytes);
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kTq2V5Threads, static_cast<std::size_t>(c.smem_bytes)) !=
+      cudaSuccess)
+    return 0;
+  return blocks;
+}
+
 }  // namespace
+
+int tq2_moe_stream_resident_blocks(const Tq2MoeStreamConfig& c, DType in_dtype, DType out_dtype) {
+  Tq2Args types;
+  types.in_dtype = in_dtype, types.out_dtype = out_dtype;
+  int blocks = 0;
+  with_in_out(types, [&](auto in, auto out) { blocks = resident_blocks_typed<decltype(in), decltype(out)>(c); });
+  return blocks;
+}
 
 void launch_tq2_moe_stream_sm90(const Tq2MoeArgs& a, void* workspace, std::size_t workspace_bytes, StreamHandle stream) {
   const cuda_moe::MoeArgs& g = a.g;
