@@ -119,6 +119,17 @@ struct RoutedMap {
   }
 };
 
+// The streaming kernel for the config: images in the block or staged, the decode with or
+// without the overlapped (ILP) variant.
+template <class TIn, class TOut>
+auto moe_kernel(const Tq2MoeStreamConfig& c) {
+  using K = void (*)(Tq2MoeArgs, RoutedParams, CUtensorMap, CUtensorMap);
+  return c.stage_in_block ? (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, true>}
+                                       : K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, false>})
+                          : (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, true>}
+                                       : K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, false>});
+}
+
 template <class TIn, class TOut>
 void launch_typed(const Tq2MoeArgs& a, const Tq2MoeStreamConfig& c, void* workspace, StreamHandle stream) {
   const cuda_moe::MoeArgs& g = a.g;
@@ -154,11 +165,7 @@ void launch_typed(const Tq2MoeArgs& a, const Tq2MoeStreamConfig& c, void* worksp
     cuda_dense::host::check_launch(tq2_moe_stream_stage_kernel_name(g.in_dtype));
   }
 
-  using K = void (*)(Tq2MoeArgs, RoutedParams, CUtensorMap, CUtensorMap);
-  const K kernel = c.stage_in_block ? (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, true>}
-                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, false>})
-                                    : (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, true>}
-                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, false>});
+  const auto kernel = moe_kernel<TIn, TOut>(c);
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   // Codes of the whole stack as bytes [n_experts n][k / 4], boxes of 128 rows x 128 bytes, swizzled.
   const std::uint64_t cdims[2] = {static_cast<std::uint64_t>(g.k / 4), static_cast<std::uint64_t>(g.n_experts * g.n)};
@@ -176,11 +183,7 @@ void launch_typed(const Tq2MoeArgs& a, const Tq2MoeStreamConfig& c, void* worksp
 
 template <class TIn, class TOut>
 int resident_blocks_typed(const Tq2MoeStreamConfig& c) {
-  using K = void (*)(Tq2MoeArgs, RoutedParams, CUtensorMap, CUtensorMap);
-  const K kernel = c.stage_in_block ? (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, true>}
-                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<true>, TIn, TOut, 1, false>})
-                                    : (c.overlap ? K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, true>}
-                                                 : K{&tq2_ring_sm90_kernel<RoutedMap<false>, TIn, TOut, 1, false>});
+  const auto kernel = moe_kernel<TIn, TOut>(c);
   cuda_common::set_smem_bytes(kernel, c.smem_bytes);
   int blocks = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kTq2V5Threads, static_cast<std::size_t>(c.smem_bytes)) !=
