@@ -231,6 +231,10 @@ TEST(Tq2Experts, StreamConfigBoundsEveryBlock) {
     EXPECT_EQ(c->smem_bytes, 1024 + c->image_smem + c->rows_cap * std::int64_t{c->row_bytes});
     EXPECT_LE(c->grid, std::int64_t{s.sms} * c->blocks_per_sm);
     EXPECT_EQ(c->overlap, c->grid <= s.sms);
+    // Items for at most one block an SM: one block an SM (session 16: two that fit let the block
+    // scheduler pair blocks while SMs idled). So two-block plans never take the overlap kernel.
+    if (c->items <= s.sms) EXPECT_EQ(c->blocks_per_sm, 1) << "m " << s.m << " n " << s.n << " k " << s.k;
+    if (c->blocks_per_sm == 2) EXPECT_FALSE(c->overlap);
     std::int64_t widest = 0, covered = 0;
     for (int b = 0; b < c->grid; ++b) {
       const Tq2MoeStreamRows r = tq2_moe_stream_block_rows(*c, s.top_k, s.slotted, b);
