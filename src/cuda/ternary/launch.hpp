@@ -44,7 +44,7 @@ void launch_tq2_stream_v4(const Tq2Args& args, StreamHandle stream);
 void launch_tq2_stream_v5(const Tq2Args& args, StreamHandle stream);
 // Blocks of the kernel tq2_stream_v5_config picks for args that fit on one SM (the occupancy API,
 // with the config's shared memory), or 0 where v5 does not run: the config's blocks_per_sm must
-// fit, else its grid of sm_count x blocks_per_sm runs in two waves (registers past 112 at two
+// fit, else its grid of sm_count x blocks_per_sm runs in two waves (registers past 96 at two
 // 288-thread blocks did that silently; the GPU tests check every config against it).
 int tq2_stream_v5_resident_blocks(const Tq2Args& args);
 
