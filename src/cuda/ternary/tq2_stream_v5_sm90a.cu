@@ -153,6 +153,20 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
                           stream, a, p, codes, scales);
 }
 
+// f(std::integral_constant<int, NT>) for the n8 tiles v5 builds (1..4, 6, 8); false for others.
+template <class F>
+bool with_v5_n_tiles(int n_tiles, F&& f) {
+  switch (n_tiles) {
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 3: f(std::integral_constant<int, 3>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 6: f(std::integral_constant<int, 6>{}); return true;
+    case 8: f(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 int tq2_stream_v5_resident_blocks(const Tq2Args& a) {
@@ -169,15 +183,7 @@ int tq2_stream_v5_resident_blocks(const Tq2Args& a) {
           cudaSuccess)
         blocks = 0;
     };
-    switch (c->n_tiles) {
-      case 1: query(v5_kernel<TIn, TOut, 1>(*c)); break;
-      case 2: query(v5_kernel<TIn, TOut, 2>(*c)); break;
-      case 3: query(v5_kernel<TIn, TOut, 3>(*c)); break;
-      case 4: query(v5_kernel<TIn, TOut, 4>(*c)); break;
-      case 6: query(v5_kernel<TIn, TOut, 6>(*c)); break;
-      case 8: query(v5_kernel<TIn, TOut, 8>(*c)); break;
-      default: break;
-    }
+    with_v5_n_tiles(c->n_tiles, [&](auto nt) { query(v5_kernel<TIn, TOut, nt()>(*c)); });
   });
   return blocks;
 }
@@ -193,15 +199,8 @@ void launch_tq2_stream_v5(const Tq2Args& a, StreamHandle stream) {
   with_in_out(a, [&](auto in, auto out) {
     using TIn = decltype(in);
     using TOut = decltype(out);
-    switch (c->n_tiles) {
-      case 1: launch_nt<TIn, TOut, 1>(a, *c, stream); break;
-      case 2: launch_nt<TIn, TOut, 2>(a, *c, stream); break;
-      case 3: launch_nt<TIn, TOut, 3>(a, *c, stream); break;
-      case 4: launch_nt<TIn, TOut, 4>(a, *c, stream); break;
-      case 6: launch_nt<TIn, TOut, 6>(a, *c, stream); break;
-      case 8: launch_nt<TIn, TOut, 8>(a, *c, stream); break;
-      default: fail(ErrorCode::Internal, "tq2_stream_v5: no kernel for ", c->n_tiles, " n8 tiles");
-    }
+    if (!with_v5_n_tiles(c->n_tiles, [&](auto nt) { launch_nt<TIn, TOut, nt()>(a, *c, stream); }))
+      fail(ErrorCode::Internal, "tq2_stream_v5: no kernel for ", c->n_tiles, " n8 tiles");
   });
   cuda_dense::host::check_launch(name);
 }
