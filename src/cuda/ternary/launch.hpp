@@ -48,6 +48,13 @@ void launch_tq2_stream_v5(const Tq2Args& args, StreamHandle stream);
 // 288-thread blocks did that silently; the GPU tests check every config against it).
 int tq2_stream_v5_resident_blocks(const Tq2Args& args);
 
+#if defined(LLMM_RING_TRACE) && LLMM_RING_TRACE
+// Trace builds only (tools/ring_trace): the device buffer (cuda_common::kTraceWords 64-bit words,
+// zeroed by the caller) that the next tq2_stream_v5 launches write their timeline into; null
+// stops it. Not thread-safe: a tool's knob, not an API.
+void tq2_ring_trace_arm(unsigned long long* buf);
+#endif
+
 // Prefill kernel, any m (tq2_tiled_supports): 128x128 tiles, cp.async ring, mma.sync m16n8k16.
 // f16 -> f16 mma, bf16 -> bf16 mma, f32 Fast -> one bf16 pass, f32 Exact -> bf16 hi + lo passes.
 void launch_tq2_tiled(const Tq2Args& args, StreamHandle stream);

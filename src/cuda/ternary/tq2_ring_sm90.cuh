@@ -34,6 +34,7 @@
 // block's contiguous items share a part and its slice).
 #pragma once
 #include "cuda/common/bulk_copy_sm90.cuh"
+#include "cuda/common/trace_sm90.cuh"
 #include "cuda/ternary/tq2_band_stage_sm90.cuh"
 
 namespace llmm::cuda_ternary {
@@ -45,6 +46,7 @@ struct RingParams {
   bool part_major = false;                    // items (part, s) instead of (s, part)
   std::uint32_t* counters = nullptr;          // [sets][ceil(n / 16)] arrivals of parts (zeroed by the staging kernel)
   float* partials = nullptr;                  // [parts][partial_rows][n] (parts > 1)
+  LLMM_TRACE(unsigned long long* trace = nullptr;)  // timeline probes (trace builds only, trace_sm90.cuh)
 };
 
 struct RingItem {
@@ -157,6 +159,11 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     ptx::mbar_init_fence();
   }
   __syncthreads();
+  LLMM_TRACE(if (threadIdx.x == 0) {
+    cuda_common::trace_ring(rp.trace, cuda_common::kEvEntry);
+    cuda_common::trace_ring_value(rp.trace, cuda_common::kEvSm, cuda_common::sm_id());
+    cuda_common::trace_ring_value(rp.trace, cuda_common::kEvItems, static_cast<unsigned long long>(i_end - i_begin));
+  })
   ptx::grid_launch_dependents();
   // Weights are never written by kernels; a map whose producer reads ids waits for the kernels
   // ahead on the stream first, else streaming starts before they have finished.
@@ -167,6 +174,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     const std::uint64_t policy = map.producer_policy();
     int slot = 0;
     std::uint32_t parity = 0;
+    LLMM_TRACE(bool first = true;)
     for (std::int64_t it = i_begin; it < i_end; ++it) {
       const RingItem item = ring_item<Map::kOneSet, Map::kMayReloadImage>(rp, groups, it);
       int code_row, scale_col;
@@ -178,13 +186,16 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
         ptx::tensor_copy_2d_g2s(st, &codes_map, 32 * gs, code_row, &full[slot], policy);
         ptx::tensor_copy_2d_g2s(st + kTq2V5CodeBytes, &scales_map, scale_col, gs, &full[slot], policy);
         if (++slot == rp.stages) slot = 0, parity ^= 1u;
+        LLMM_TRACE(if (first) cuda_common::trace_ring(rp.trace, cuda_common::kEvProducerFirst), first = false;)
       }
     }
+    LLMM_TRACE(cuda_common::trace_ring(rp.trace, cuda_common::kEvProducerLast);)
     return;  // the consumers wait for every copy issued here before they finish
   }
 
   // Consumers. The activation and the output may belong to the kernels before this one.
   if constexpr (!Map::kWaitBeforeProducer) ptx::grid_dependency_wait();
+  LLMM_TRACE(if (threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvDepWait);)
   const ImageSpan span = map.bind_block(i_begin, i_end);
   bool reloads = false;  // a sliced image: loaded below, a part at a time
   if constexpr (Map::kMayReloadImage) reloads = map.sliced();
@@ -200,6 +211,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     }
     ptx::mbar_wait(x_full, 0);
   }
+  LLMM_TRACE(if (threadIdx.x == 0 && !reloads) cuda_common::trace_ring(rp.trace, cuda_common::kEvImage);)
 
   const int t4 = lane & 3, gq = lane >> 2;
   const BandLane bl(warp, lane);
@@ -222,6 +234,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   std::uint32_t parity = 0;
   [[maybe_unused]] int loaded_part = -1;     // the part whose slice is in shared memory (sliced image)
   [[maybe_unused]] std::uint32_t loads = 0;  // slices loaded: x_full's phase
+  LLMM_TRACE(bool first_full = true;)
   for (std::int64_t it = i_begin; it < i_end; ++it) {
     const RingItem item = ring_item<Map::kOneSet, Map::kMayReloadImage>(rp, groups, it);
     if constexpr (Map::kMayReloadImage) {
@@ -234,6 +247,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
           ptx::bulk_copy_g2s(smem + ps.smem_off, ps.src, ps.bytes, x_full, ptx::l2_evict_last_policy());
         }
         ptx::mbar_wait(x_full, loads & 1u);
+        LLMM_TRACE(if (threadIdx.x == 0 && loads == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvImage);)
         ++loads, loaded_part = item.part;
         bind_lanes(item);  // the slice's group 0 is the part's first group
       }
@@ -259,11 +273,13 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     for (int nt = 0; nt < NT; ++nt) total[nt][0] = total[nt][1] = total[nt][2] = total[nt][3] = 0.0f;
     for (int gs = item.g0; gs < item.g1; gs += kG) {
       ptx::mbar_wait(&full[slot], parity);
+      LLMM_TRACE(if (first_full && threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvFirstFull); first_full = false;)
       band_stage<NT, Overlap>(ring + slot * kTq2V5StageBytes, gs, item.g1, bl, xb, cf, total);
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
       if (++slot == rp.stages) slot = 0, parity ^= 1u;
     }
+    LLMM_TRACE(if (threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastStage);)
     const std::int64_t n = map.n();
     const int band = kConsumers * item.s + warp;
     if (16 * static_cast<std::int64_t>(band) >= n) continue;  // warp-uniform: rows past n
@@ -310,6 +326,8 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
       }
     }
   }
+  LLMM_TRACE(if (lane == 0 && warp == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvEnd);
+             if (lane == 0 && warp == kConsumers - 1) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastWarpEnd);)
 }
 
 }  // namespace llmm::cuda_ternary

@@ -8,6 +8,7 @@
 
 #include "cuda/common/bulk_copy_sm90.cuh"
 #include "cuda/common/launch_pdl.cuh"
+#include "cuda/common/trace_sm90.cuh"
 #include "cuda/ternary/tq2_i8_digits.cuh"
 
 namespace llmm::cuda_ternary {
@@ -30,6 +31,7 @@ struct StageImage {
   // part_groups groups (col_stride and xs_off are the slice's), part p at byte p part_bytes.
   int part_groups = 0;
   std::int64_t part_bytes = 0;
+  LLMM_TRACE(unsigned long long* trace = nullptr;)  // timeline probes (trace builds only, trace_sm90.cuh)
 };
 
 // One warp: group gl of the activation row at `row` converted into the image at `base`, as record
@@ -98,8 +100,10 @@ __device__ __forceinline__ void stage_fill_unused_i8x4(unsigned char* image, int
 template <class TIn>
 __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, const StageImage p) {
   using E = EngineI8Masked;
+  LLMM_TRACE(if (threadIdx.x == 0) cuda_common::trace_stage(p.trace, cuda_common::kEvStageEntry);)
   ptx::grid_launch_dependents();
   ptx::grid_dependency_wait();  // the activation may come from the previous kernel
+  LLMM_TRACE(if (threadIdx.x == 0) cuda_common::trace_stage(p.trace, cuda_common::kEvStageDepWait);)
   const bool own = p.row_bytes != 0, sliced = p.part_groups > 0;
   const int groups = static_cast<int>(a.k / kTq2Group), rows = static_cast<int>(a.m);
   const int image_groups = sliced ? p.part_groups : groups;
@@ -120,11 +124,13 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
                          p.in_vec, lane, own ? 0 : i,
                          image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : static_cast<std::int64_t>(part) * image_stride),
                          p.xs_off, col_stride, tile_cols);
+    LLMM_TRACE(if (lane == 0) cuda_common::trace_stage_last(p.trace, cuda_common::kEvStageEnd);)
     return;
   }
   const int t = (item - items) * 32 + lane, threads = (static_cast<int>(gridDim.x) * 8 - items) * 32;
   stage_fill_unused_i8x4(image, images, image_stride, cols, tile_cols, image_groups, p.xs_off, col_stride, t, threads);
   for (int i = t; i < p.zero_words; i += threads) p.zero[i] = 0u;
+  LLMM_TRACE(if (lane == 0) cuda_common::trace_stage_last(p.trace, cuda_common::kEvStageEnd);)
 }
 
 // Enqueues tq2_stage_i8x4 for a.m x (k / 128) items plus `extra_blocks` blocks of the other work.

@@ -22,6 +22,8 @@
 namespace llmm::cuda_ternary {
 namespace {
 
+LLMM_TRACE(unsigned long long* g_trace = nullptr;)  // tq2_ring_trace_arm
+
 struct V5Params {
   RingParams ring;
   int coef, xs, col_stride;   // shared-memory offsets of the image (from the 1024-aligned base)
@@ -132,6 +134,7 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
   p.coef = l.coef, p.xs = l.xs, p.col_stride = l.col_stride, p.image_bytes = static_cast<std::uint32_t>(image);
   p.tile_cols = 8 * c.n_tiles, p.in_vec = tq2_input_vec16(a);
   if (c.stage_in_block) p.ring.counters = nullptr;  // K whole: no counters, no workspace
+  LLMM_TRACE(p.ring.trace = g_trace;)
   // Codes as bytes [n rows][k/4], boxes of 128 rows x 128 bytes (4 groups), 128-byte swizzle.
   const std::uint64_t cdims[2] = {static_cast<std::uint64_t>(a.k / 4), static_cast<std::uint64_t>(a.n)};
   const std::uint32_t cbox[2] = {128, kTq2V5Rows};
@@ -146,6 +149,7 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV5Config& c, StreamHandle stream
   if (!c.stage_in_block) {
     StageImage im{l.col_stride, l.xs - l.coef, c.n_tiles, tq2_input_vec16(a), p.ring.counters, static_cast<int>(bands)};
     if (c.sliced) im.part_groups = c.parts.part_groups, im.part_bytes = image;
+    LLMM_TRACE(im.trace = g_trace;)
     launch_tq2_stage_i8x4<TIn>(a, im, 1 + static_cast<int>(bands / 8192), stream);
     cuda_dense::host::check_launch(tq2_stream_v5_stage_kernel_name(a));
   }
@@ -168,6 +172,10 @@ bool with_v5_n_tiles(int n_tiles, F&& f) {
 }
 
 }  // namespace
+
+#if defined(LLMM_RING_TRACE) && LLMM_RING_TRACE
+void tq2_ring_trace_arm(unsigned long long* buf) { g_trace = buf; }
+#endif
 
 int tq2_stream_v5_resident_blocks(const Tq2Args& a) {
   const auto c = tq2_stream_v5_config(a, cuda_dense::host::current_sm_count());
