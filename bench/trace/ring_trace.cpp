@@ -180,7 +180,19 @@ int main(int argc, char** argv) {
       if (ring(b, cc::kEvImage) && ring(b, cc::kEvEntry))
         wait_image.push_back(static_cast<double>(static_cast<long long>(ring(b, cc::kEvImage) - ring(b, cc::kEvEntry))) * 1e-3);
     }
+    // After the first stage: waiting on full stages against the rest (decode, epilogue).
+    std::vector<double> waiting, busy, per_stage;
+    for (int b = 0; b < ring_blocks; ++b) {
+      if (!ring(b, cc::kEvLastStage) || !ring(b, cc::kEvFirstFull)) continue;
+      const double span = static_cast<double>(static_cast<long long>(ring(b, cc::kEvLastStage) - ring(b, cc::kEvFirstFull))) * 1e-3;
+      const double w = static_cast<double>(ring(b, cc::kEvFullWaitNs)) * 1e-3;
+      waiting.push_back(w), busy.push_back(span - w);
+      if (ring(b, cc::kEvStages) > 1) per_stage.push_back(1e3 * (span - w) / static_cast<double>(ring(b, cc::kEvStages) - 1));
+    }
     print("dur: first copies -> first full", spread(fill));
+    print("dur: warp 0 waiting on full stages", spread(waiting));
+    print("dur: warp 0 not waiting (decode)", spread(busy));
+    print("ns a stage decoded (warp 0)", spread(per_stage));
     print("dur: first full -> last decoded", spread(decode));
     print("dur: entry -> image", spread(wait_image));
     for (int load : {1, 2, 3}) {

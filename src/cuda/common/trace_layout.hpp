@@ -24,6 +24,8 @@ enum TraceRingEvent : int {
   kEvLastWarpEnd = 8,    // the last consumer warp stored its last output
   kEvSm = 9,             // %smid (not a time)
   kEvItems = 10,         // items of this block (not a time)
+  kEvFullWaitNs = 11,    // ns consumer warp 0 spent waiting on full stages (a duration)
+  kEvStages = 12,        // stages consumer warp 0 decoded (a count)
 };
 // Staging-kernel events of one block.
 enum TraceStageEvent : int { kEvStageEntry = 0, kEvStageDepWait = 1, kEvStageEnd = 2 };

@@ -16,6 +16,12 @@ __device__ __forceinline__ unsigned long long global_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// The low 32 bits (wraps every 4.3 s): durations in fewer registers.
+__device__ __forceinline__ unsigned global_ns_lo() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
+  return t;
+}
 __device__ __forceinline__ unsigned sm_id() {
   unsigned s;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(s));

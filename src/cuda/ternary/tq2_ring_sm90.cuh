@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   std::uint32_t parity = 0;
   [[maybe_unused]] int loaded_part = -1;     // the part whose slice is in shared memory (sliced image)
   [[maybe_unused]] std::uint32_t loads = 0;  // slices loaded: x_full's phase
-  LLMM_TRACE(bool first_full = true;)
+  LLMM_TRACE(bool first_full = true; unsigned full_wait_ns = 0, stages_seen = 0;)
   for (std::int64_t it = i_begin; it < i_end; ++it) {
     const RingItem item = ring_item<Map::kOneSet, Map::kMayReloadImage>(rp, groups, it);
     if constexpr (Map::kMayReloadImage) {
@@ -272,8 +272,11 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) total[nt][0] = total[nt][1] = total[nt][2] = total[nt][3] = 0.0f;
     for (int gs = item.g0; gs < item.g1; gs += kG) {
+      LLMM_TRACE(const unsigned wait0 = cuda_common::global_ns_lo();)
       ptx::mbar_wait(&full[slot], parity);
-      LLMM_TRACE(if (first_full && threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvFirstFull); first_full = false;)
+      LLMM_TRACE(if (first_full && threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvFirstFull);
+                 if (!first_full) full_wait_ns += cuda_common::global_ns_lo() - wait0;  // the first wait is the image's tail
+                 first_full = false, ++stages_seen;)
       band_stage<NT, Overlap>(ring + slot * kTq2V5StageBytes, gs, item.g1, bl, xb, cf, total);
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
@@ -326,7 +329,11 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
       }
     }
   }
-  LLMM_TRACE(if (lane == 0 && warp == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvEnd);
+  LLMM_TRACE(if (lane == 0 && warp == 0) {
+    cuda_common::trace_ring(rp.trace, cuda_common::kEvEnd);
+    cuda_common::trace_ring_value(rp.trace, cuda_common::kEvFullWaitNs, full_wait_ns);
+    cuda_common::trace_ring_value(rp.trace, cuda_common::kEvStages, stages_seen);
+  }
              if (lane == 0 && warp == kConsumers - 1) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastWarpEnd);)
 }
 
