@@ -16,15 +16,26 @@
 
 namespace llmm::cuda_ternary {
 
+// The weight rows of the mma's A rows g and g + 8 in a warp's 16-row band: 16 w + row and
+// 16 w + 8 + row, row = band_row(g) = 2 (g % 4) + g / 4. Why not row = g: the stage's codes are
+// 128-byte swizzled (16-byte unit c of row r at c ^ (r % 8)), and a lane reads 8 bytes of the
+// units 2 j, 2 j + 1 of its row; the 64-bit loads go out a half-warp (rows g = 0..3) at a time, and
+// rows r and r ^ 1 put those two units in the same banks: 2-way conflicts, 4 wavefronts a load
+// instead of 2 (ncu, session 17: 4.0 conflicts per 16-row group, 18% of the shared loads'
+// wavefronts). Rows 0, 2, 4, 6 (and 1, 3, 5, 7) map the units to four different bank sets. The
+// permutation is the mma's A rows only: B and the digit layout do not change, and the output row
+// of C rows g, g + 8 follows it.
+__device__ __forceinline__ constexpr int band_row(int g) { return 2 * (g & 3) + (g >> 2); }
+
 struct BandLane {
-  int row_off;  // this lane's code bytes in a stage: row 16 w + g (+ 1024: row + 8), half t4 % 2 of a unit
-  int sc_off;   // this lane's scale of row 16 w + g in a stage
-  int g, t4;
+  int row_off;  // this lane's code bytes in a stage: row 16 w + row (+ 1024: + 8), half t4 % 2 of a unit
+  int sc_off;   // this lane's scale of row 16 w + row in a stage
+  int row, t4;  // row: band_row(lane / 4), its rows' offset in the band (and their swizzle, row % 8)
   int rec0, rec1;  // its words' record offsets (EngineI8Masked::rec_offset)
   __device__ __forceinline__ BandLane(int warp, int lane)
-      : row_off((16 * warp + (lane >> 2)) * 128 + 8 * (lane & 1)),
-        sc_off(kTq2V5CodeBytes + (16 * warp + (lane >> 2)) * 2),
-        g(lane >> 2),
+      : row_off((16 * warp + band_row(lane >> 2)) * 128 + 8 * (lane & 1)),
+        sc_off(kTq2V5CodeBytes + (16 * warp + band_row(lane >> 2)) * 2),
+        row(band_row(lane >> 2)),
         t4(lane & 3),
         rec0(EngineI8Masked::rec_offset(2 * (lane & 3))),
         rec1(EngineI8Masked::rec_offset(2 * (lane & 3) + 1)) {}
@@ -39,7 +50,7 @@ __device__ __forceinline__ void band_stage(const unsigned char* st, int gs, int 
   const auto one = [&](int j) {
     const int gl = gs + j;
     stream::Group cur;
-    const unsigned char* const q = st + l.row_off + (((2 * j + (l.t4 >> 1)) ^ l.g) << 4);
+    const unsigned char* const q = st + l.row_off + (((2 * j + (l.t4 >> 1)) ^ l.row) << 4);
     cur.c[0] = *reinterpret_cast<const uint2*>(q);
     cur.c[1] = *reinterpret_cast<const uint2*>(q + 1024);
     const auto* const sc = reinterpret_cast<const std::uint16_t*>(st + l.sc_off + j * 2 * kTq2V5Rows);

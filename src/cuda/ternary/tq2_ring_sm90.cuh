@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   }
   LLMM_TRACE(if (threadIdx.x == 0 && !reloads) cuda_common::trace_ring(rp.trace, cuda_common::kEvImage);)
 
-  const int t4 = lane & 3, gq = lane >> 2;
+  const int t4 = lane & 3;
   const BandLane bl(warp, lane);
   const bool writer = (t4 & 1) == 0;  // after the pair sum below, even lanes hold a token's value
   TOut* const out = static_cast<TOut*>(map.out());
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     int code_row, scale_col;
     if (!map.weights(item, code_row, scale_col)) {  // streams nothing: zeros (every part writes the same)
       const int band = kConsumers * item.s + warp;
-      const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + gq;
+      const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + bl.row;  // C rows g, g + 8: band_row
       if (16 * static_cast<std::int64_t>(band) >= map.n()) continue;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -286,7 +286,8 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     const std::int64_t n = map.n();
     const int band = kConsumers * item.s + warp;
     if (16 * static_cast<std::int64_t>(band) >= n) continue;  // warp-uniform: rows past n
-    // C fragment: total[nt][0, 1] at row g, columns 8 nt + 2 t4 (+ 1), [2, 3] at row g + 8. A
+    // C fragment: total[nt][0, 1] at mma row g (weight row 16 band + band_row(g)), columns
+    // 8 nt + 2 t4 (+ 1), [2, 3] at mma row g + 8 (weight row + 8). A
     // column is digit c % 4 of token c / 4: lanes t4 and t4 ^ 1 hold the four digits of token
     // 2 nt + t4 / 2; the even lane sums (d0 + d1) + (d2 + d3).
     float v[NT][2];
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
       v[nt][0] = lo + __shfl_xor_sync(0xffffffffu, lo, 1);
       v[nt][1] = hi + __shfl_xor_sync(0xffffffffu, hi, 1);
     }
-    const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + gq;
+    const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + bl.row;  // C rows g, g + 8: band_row
     if (rp.parts > 1) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
