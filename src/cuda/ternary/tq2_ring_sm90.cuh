@@ -334,8 +334,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     cuda_common::trace_ring(rp.trace, cuda_common::kEvEnd);
     cuda_common::trace_ring_value(rp.trace, cuda_common::kEvFullWaitNs, full_wait_ns);
     cuda_common::trace_ring_value(rp.trace, cuda_common::kEvStages, stages_seen);
-  }
-             if (lane == 0 && warp == kConsumers - 1) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastWarpEnd);)
+  } else if (lane == 0 && warp == kConsumers - 1) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastWarpEnd);)
 }
 
 }  // namespace llmm::cuda_ternary
