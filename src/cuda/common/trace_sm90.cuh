@@ -1,6 +1,6 @@
 // Timeline probes for the sm_90 streaming kernels, built only with the CMake option
 // LLMM_RING_TRACE (off by default: without it no kernel carries probe code). A probe stores
-// %globaltimer (ns, one clock for the whole GPU) into a device buffer that tools/ring_trace arms
+// %globaltimer (ns, one clock for the whole GPU) into a device buffer that llmm-ring-trace (bench/trace) arms
 // before the call it wants to see (tq2_ring_trace_arm, launch.hpp); a null buffer stores nothing.
 // Why: ncu times each kernel alone and hides where a small decode call's ~5 us of fixed cost
 // sits between the staging kernel, the weight copies, the image and the consumers' decode.

@@ -49,7 +49,7 @@ void launch_tq2_stream_v5(const Tq2Args& args, StreamHandle stream);
 int tq2_stream_v5_resident_blocks(const Tq2Args& args);
 
 #if defined(LLMM_RING_TRACE) && LLMM_RING_TRACE
-// Trace builds only (tools/ring_trace): the device buffer (cuda_common::kTraceWords 64-bit words,
+// Trace builds only (llmm-ring-trace, bench/trace/ring_trace.cpp): the device buffer (cuda_common::kTraceWords 64-bit words,
 // zeroed by the caller) that the next tq2_stream_v5 launches write their timeline into; null
 // stops it. Not thread-safe: a tool's knob, not an API.
 void tq2_ring_trace_arm(unsigned long long* buf);
