@@ -151,40 +151,74 @@ struct EngineI8Masked {
     }
   }
 
-  // One group: xg[nt] is this lane's column 8 nt + g at the group's records, cf the group's
-  // coefficients ([8 NT] float2) + 2 t4.
-  template <int NT>
-  static __device__ __forceinline__ void group(const stream::Group& cur, const unsigned char* const (&xg)[NT], int rec0,
-                                               int rec1, const float2* cf, float (&total)[NT][4]) {
-    int acc[NT][4];
+  // One group of T 16-row tiles (the same group of T row bands): cur[t] is tile t's codes and
+  // scales, xg[nt] this lane's column 8 nt + g at the group's records, cf the group's
+  // coefficients ([8 NT] float2) + 2 t4. Each B fragment is loaded once and serves all T tiles
+  // (the ring kernel's warp on 32 rows: half the B loads' shared-memory wavefronts a row).
+  template <int NT, int T>
+  static __device__ __forceinline__ void group_tiles(const stream::Group (&cur)[T], const unsigned char* const (&xg)[NT],
+                                                     int rec0, int rec1, const float2* cf, float (&total)[T][NT][4]) {
+    int acc[T][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[t][nt][0] = acc[t][nt][1] = acc[t][nt][2] = acc[t][nt][3] = 0;
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
-      const std::uint32_t wa = w ? cur.c[0].y : cur.c[0].x, wb = w ? cur.c[1].y : cur.c[1].x;
-      std::uint32_t ra[4], rb[4];
+      std::uint32_t ra[T][4], rb[T][4];
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        ra[s] = wa & (0x03030303u << (2 * s));
-        rb[s] = wb & (0x03030303u << (2 * s));
+      for (int t = 0; t < T; ++t) {
+        const std::uint32_t wa = w ? cur[t].c[0].y : cur[t].c[0].x, wb = w ? cur[t].c[1].y : cur[t].c[1].x;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          ra[t][s] = wa & (0x03030303u << (2 * s));
+          rb[t][s] = wb & (0x03030303u << (2 * s));
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const uint4 b = *reinterpret_cast<const uint4*>(xg[nt] + (w ? rec1 : rec0));
-        ptx::mma_16832_u8s8(acc[nt], ra[0], rb[0], ra[1], rb[1], b.x, b.y);
-        ptx::mma_16832_u8s8(acc[nt], ra[2], rb[2], ra[3], rb[3], b.z, b.w);
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+          ptx::mma_16832_u8s8(acc[t][nt], ra[t][0], rb[t][0], ra[t][1], rb[t][1], b.x, b.y);
+          ptx::mma_16832_u8s8(acc[t][nt], ra[t][2], rb[t][2], ra[t][3], rb[t][3], b.z, b.w);
+        }
       }
     }
-    const float d0 = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur.s & 0xffffu));
-    const float d1 = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur.s >> 16));
+    float d0[T], d1[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      d0[t] = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur[t].s & 0xffffu));
+      d1[t] = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur[t].s >> 16));
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const float4 c = *reinterpret_cast<const float4*>(cf + 8 * nt);  // columns 8 nt + 2 t4, + 1
-      total[nt][0] = fmaf(fmaf(static_cast<float>(acc[nt][0]), c.x, c.y), d0, total[nt][0]);
-      total[nt][1] = fmaf(fmaf(static_cast<float>(acc[nt][1]), c.z, c.w), d0, total[nt][1]);
-      total[nt][2] = fmaf(fmaf(static_cast<float>(acc[nt][2]), c.x, c.y), d1, total[nt][2]);
-      total[nt][3] = fmaf(fmaf(static_cast<float>(acc[nt][3]), c.z, c.w), d1, total[nt][3]);
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        total[t][nt][0] = fmaf(fmaf(static_cast<float>(acc[t][nt][0]), c.x, c.y), d0[t], total[t][nt][0]);
+        total[t][nt][1] = fmaf(fmaf(static_cast<float>(acc[t][nt][1]), c.z, c.w), d0[t], total[t][nt][1]);
+        total[t][nt][2] = fmaf(fmaf(static_cast<float>(acc[t][nt][2]), c.x, c.y), d1[t], total[t][nt][2]);
+        total[t][nt][3] = fmaf(fmaf(static_cast<float>(acc[t][nt][3]), c.z, c.w), d1[t], total[t][nt][3]);
+      }
     }
+  }
+
+  // One tile (tq2_stream_v4).
+  template <int NT>
+  static __device__ __forceinline__ void group(const stream::Group& cur, const unsigned char* const (&xg)[NT], int rec0,
+                                               int rec1, const float2* cf, float (&total)[NT][4]) {
+    const stream::Group one[1] = {cur};
+    float t1[1][NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) t1[0][nt][i] = total[nt][i];
+    group_tiles<NT, 1>(one, xg, rec0, rec1, cf, t1);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) total[nt][i] = t1[0][nt][i];
   }
 };
 

@@ -1,7 +1,8 @@
 // The sm_90 streaming engine's one kernel: a producer lane streams 128-row super-bands of TQ2
 // codes and their transposed scales through a shared-memory ring (full/empty mbarriers, two
-// tensor-map copies a stage); eight consumer warps each decode a 16-row band of every stage
-// (band_stage, tq2_band_stage_sm90.cuh) against an activation image loaded once by a bulk copy,
+// tensor-map copies a stage); eight consumer warps decode every stage (band_stage,
+// tq2_band_stage_sm90.cuh: at n8 tiles <= 2 a warp pair shares 32 rows, each warp half the
+// groups; else a warp a 16-row band) against an activation image loaded once by a bulk copy,
 // and end each item with the output or, when K is cut into parts, an f32 partial that the last
 // part to arrive sums in part order (deterministic, independent of the grid).
 //
@@ -130,12 +131,20 @@ __device__ __forceinline__ void sum_parts(const Map& map, const RingParams& rp, 
   }
 }
 
+// Registers: the planners put two blocks on an SM only at n8 tiles <= 2 (or 3, one tile a warp),
+// where ptxas must stay at <= 96 (two 288-thread blocks; see tq2_stream_v5_config). The warp
+// pairs' kernels at NT 2 came out at 98-99 without a cap (session 18) and 92-95 with it, no
+// spills; wider ones may use what 288 threads can (224).
+template <int NT>
+inline constexpr int kTq2RingMaxRegs = NT <= kTq2RingPairMaxTiles ? 96 : 224;
+
 // Overlap: band_stage's straight-line variant (see tq2_band_stage_sm90.cuh for when it pays).
 template <class Map, class TIn, class TOut, int NT, bool Overlap>
-__global__ void __launch_bounds__(kTq2V5Threads, 1)
+__global__ void __launch_bounds__(kTq2V5Threads, 1) __maxnreg__(kTq2RingMaxRegs<NT>)
     tq2_ring_sm90_kernel(const typename Map::Args a, const typename Map::Params p,
                          const __grid_constant__ CUtensorMap codes_map, const __grid_constant__ CUtensorMap scales_map) {
   constexpr int kConsumers = kTq2V5Consumers, kG = kTq2V5StageGroups;
+  constexpr int kTiles = NT <= kTq2RingPairMaxTiles ? 2 : 1;  // 16-row tiles a consumer warp decodes (BandLane)
   static_assert(kTq2V5Rows == 16 * kConsumers, "a band of 16 rows per consumer warp");
   static_assert(kTq2V5StageBytes % 1024 == 0, "stages stay 1024-byte aligned (swizzled copy targets)");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -146,7 +155,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem);
   std::uint64_t* const empty = full + rp.stages;
   std::uint64_t* const x_full = empty + rp.stages;
-  unsigned char* const ring = smem + 1024;
+  unsigned char* const ring = smem + tq2_ring_header_bytes(NT);
   const int groups = static_cast<int>(map.k() / kTq2Group);
   const std::int64_t i_begin = rp.items * blockIdx.x / gridDim.x, i_end = rp.items * (blockIdx.x + 1) / gridDim.x;
 
@@ -214,7 +223,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
   LLMM_TRACE(if (threadIdx.x == 0 && !reloads) cuda_common::trace_ring(rp.trace, cuda_common::kEvImage);)
 
   const int t4 = lane & 3;
-  const BandLane bl(warp, lane);
+  const BandLane<kTiles> bl(warp, lane);
   const bool writer = (t4 & 1) == 0;  // after the pair sum below, even lanes hold a token's value
   TOut* const out = static_cast<TOut*>(map.out());
   const unsigned char* xb[NT];  // this lane's record columns (group 0) and coefficients
@@ -268,16 +277,18 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
       continue;
     }
     if constexpr (Map::kLanesPerItem) bind_lanes(item);
-    float total[NT][4];
+    float total[kTiles][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) total[nt][0] = total[nt][1] = total[nt][2] = total[nt][3] = 0.0f;
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) total[t][nt][0] = total[t][nt][1] = total[t][nt][2] = total[t][nt][3] = 0.0f;
     for (int gs = item.g0; gs < item.g1; gs += kG) {
       LLMM_TRACE(const unsigned wait0 = cuda_common::global_ns_lo();)
       ptx::mbar_wait(&full[slot], parity);
       LLMM_TRACE(if (first_full && threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvFirstFull);
                  if (!first_full) full_wait_ns += cuda_common::global_ns_lo() - wait0;  // the first wait is the image's tail
                  first_full = false, ++stages_seen;)
-      band_stage<NT, Overlap>(ring + slot * kTq2V5StageBytes, gs, item.g1, bl, xb, cf, total);
+      band_stage<NT, Overlap, kTiles>(ring + slot * kTq2V5StageBytes, gs, item.g1, bl, xb, cf, total);
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
       if (++slot == rp.stages) slot = 0, parity ^= 1u;
@@ -285,18 +296,44 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1)
     LLMM_TRACE(if (threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastStage);)
     const std::int64_t n = map.n();
     const int band = kConsumers * item.s + warp;
-    if (16 * static_cast<std::int64_t>(band) >= n) continue;  // warp-uniform: rows past n
-    // C fragment: total[nt][0, 1] at mma row g (weight row 16 band + band_row(g)), columns
-    // 8 nt + 2 t4 (+ 1), [2, 3] at mma row g + 8 (weight row + 8). A
-    // column is digit c % 4 of token c / 4: lanes t4 and t4 ^ 1 hold the four digits of token
-    // 2 nt + t4 / 2; the even lane sums (d0 + d1) + (d2 + d3).
-    float v[NT][2];
+    // C fragment of tile t: total[t][nt][0, 1] at mma row g (weight row 16 band + band_row(g)
+    // for the warp's own tile), columns 8 nt + 2 t4 (+ 1), [2, 3] at mma row g + 8 (weight row
+    // + 8). A column is digit c % 4 of token c / 4: lanes t4 and t4 ^ 1 hold the four digits of
+    // token 2 nt + t4 / 2; the even lane sums (d0 + d1) + (d2 + d3).
+    float vt[kTiles][NT][2];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float lo = total[nt][0] + total[nt][1], hi = total[nt][2] + total[nt][3];
-      v[nt][0] = lo + __shfl_xor_sync(0xffffffffu, lo, 1);
-      v[nt][1] = hi + __shfl_xor_sync(0xffffffffu, hi, 1);
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float lo = total[t][nt][0] + total[t][nt][1], hi = total[t][nt][2] + total[t][nt][3];
+        vt[t][nt][0] = lo + __shfl_xor_sync(0xffffffffu, lo, 1);
+        vt[t][nt][1] = hi + __shfl_xor_sync(0xffffffffu, hi, 1);
+      }
+    float v[NT][2];
+    if constexpr (kTiles == 2) {
+      // The pair's halves: warp w holds its groups' sums of both tiles; it keeps tile w % 2 (rows
+      // 16 w ..) and hands the other to warp w ^ 1 through the header's exchange ([warp][nt][row
+      // half][16 even lanes] f32). Every row is (groups 0, 1 of each stage) + (groups 2, 3): the
+      // same sum whichever warp adds it, at every m. The second barrier keeps the next item's
+      // writes behind the partner's reads.
+      float* const xch = reinterpret_cast<float*>(smem + 1024);
+      const int h = warp & 1, bar = 2 + (warp >> 1);
+      if (writer)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) xch[((warp * NT + nt) * 2 + c) * 16 + (lane >> 1)] = vt[h ^ 1][nt][c];
+      asm volatile("bar.sync %0, 64;\n" ::"r"(bar) : "memory");
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) v[nt][c] = vt[h][nt][c] + xch[(((warp ^ 1) * NT + nt) * 2 + c) * 16 + (lane >> 1)];
+      asm volatile("bar.sync %0, 64;\n" ::"r"(bar) : "memory");
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) v[nt][0] = vt[0][nt][0], v[nt][1] = vt[0][nt][1];
     }
+    if (16 * static_cast<std::int64_t>(band) >= n) continue;  // warp-uniform: rows past n (after the pair's exchange)
     const std::int64_t row0 = 16 * static_cast<std::int64_t>(band) + bl.row;  // C rows g, g + 8: band_row
     if (rp.parts > 1) {
 #pragma unroll
