@@ -243,14 +243,6 @@ inline constexpr int kTq2V5CodeBytes = kTq2V5Rows * kTq2V5StageGroups * 32;  // 
 inline constexpr int kTq2V5ScaleBytes = kTq2V5Rows * kTq2V5StageGroups * 2;  // 1 KB
 inline constexpr int kTq2V5StageBytes = kTq2V5CodeBytes + kTq2V5ScaleBytes;
 inline constexpr int kTq2V5MinStages = 2, kTq2V5MaxStages = 8;
-// The ring kernel's shared memory starts with a 1024-byte header (mbarriers) and, where its
-// consumer warps decode two 16-row tiles each (n8 tiles <= kTq2RingPairMaxTiles, see
-// tq2_band_stage_sm90.cuh), 1 KB a tile for the warp pairs' exchange of their halves (8 warps x 16
-// lanes x 2 rows x 4 bytes); the ring follows, 1024-aligned.
-inline constexpr int kTq2RingPairMaxTiles = 2;
-constexpr int tq2_ring_header_bytes(int n_tiles) noexcept {
-  return 1024 + (n_tiles <= kTq2RingPairMaxTiles ? 1024 * n_tiles : 0);
-}
 // Items the parts aim for: four fifths of two blocks on each of 132 SMs. Each block asks for its
 // first stages at once, so with that many blocks nearly the whole weight is in flight and whole-K
 // items cost no reduction; below it, too few bytes are in flight and too few warps decode (session

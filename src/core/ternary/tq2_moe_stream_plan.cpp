@@ -40,7 +40,7 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
   c.image_rows = slotted ? c.routed : m;
   c.col_stride = static_cast<int>(groups * 128 + 64);  // v4/v5's record columns
   c.row_bytes = static_cast<int>(groups * 8 * 8 + 5 * static_cast<std::int64_t>(c.col_stride));
-  c.image_smem = tq2_ring_header_bytes(1);  // after the header; the ring goes first, the rows after it
+  c.image_smem = 1024;  // after the mbarriers; the ring goes first, the rows after it
   const std::int64_t sms = sm_count > 0 ? std::min(sm_count, 1 << 16) : 132;
   const std::int64_t per_row = c.bands * c.parts.parts;
   const int half = static_cast<int>(kTq2V4SmemOptin / 2) - 1024;
@@ -57,9 +57,7 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
     const std::int64_t cap = slotted ? span : std::min(m, (span - 1) / top_k + 2);
     c.rows_cap = static_cast<int>(cap);
     const std::int64_t limit = bps == 2 ? half : kTq2V4SmemOptin;
-    auto total = [&](int stages) {
-      return 1024 + tq2_ring_header_bytes(1) + std::int64_t{stages} * kTq2V5StageBytes + cap * c.row_bytes;
-    };
+    auto total = [&](int stages) { return 1024 + 1024 + std::int64_t{stages} * kTq2V5StageBytes + cap * c.row_bytes; };
     if (total(kTq2V5MinStages) > limit) continue;
     c.stages = kTq2V5MinStages;
     for (int s = kTq2V5MaxStages; s > kTq2V5MinStages; --s)
@@ -67,7 +65,7 @@ std::optional<Tq2MoeStreamConfig> tq2_moe_stream_config(std::int64_t m, std::int
         c.stages = s;
         break;
       }
-    c.image_smem = tq2_ring_header_bytes(1) + c.stages * kTq2V5StageBytes;
+    c.image_smem = 1024 + c.stages * kTq2V5StageBytes;
     c.overlap = c.grid <= sms;
     c.smem_bytes = static_cast<int>(total(c.stages));
     // In the block where it measured faster (session 11, A/B in one run on the H200, Qwen3-30B

@@ -131,12 +131,18 @@ __device__ __forceinline__ void sum_parts(const Map& map, const RingParams& rp, 
   }
 }
 
-// Registers: the planners put two blocks on an SM only at n8 tiles <= 2 (or 3, one tile a warp),
-// where ptxas must stay at <= 96 (two 288-thread blocks; see tq2_stream_v5_config). The warp
-// pairs' kernels at NT 2 came out at 98-99 without a cap (session 18) and 92-95 with it, no
-// spills; wider ones may use what 288 threads can (224).
+// Consumer warps in pairs (two 16-row tiles a warp, half the groups; tq2_band_stage_sm90.cuh) up
+// to this many n8 tiles, i.e. on every narrow kernel (m <= 8): a row's sum is then (groups 0, 1 of
+// each stage) + (groups 2, 3) at every m there, so v5 stays batch-invariant across m = 1..8. The
+// wide kernels (m = 9..16, invariant among themselves) keep a warp a 16-row band: their
+// accumulators would double.
+inline constexpr int kTq2RingPairMaxTiles = 4;
+// Registers: the planners put two blocks on an SM only at n8 tiles <= 2 (or 3, whole image),
+// where ptxas must stay at <= 96 (two 288-thread blocks; see tq2_stream_v5_config). The pairs'
+// kernels at NT 2 came out at 98-99 without a cap (session 18) and 92-95 with it, no spills;
+// wider ones may use what 288 threads can (224).
 template <int NT>
-inline constexpr int kTq2RingMaxRegs = NT <= kTq2RingPairMaxTiles ? 96 : 224;
+inline constexpr int kTq2RingMaxRegs = NT <= 3 ? 96 : 224;
 
 // Overlap: band_stage's straight-line variant (see tq2_band_stage_sm90.cuh for when it pays).
 template <class Map, class TIn, class TOut, int NT, bool Overlap>
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1) __maxnreg__(kTq2RingMaxRegs<
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem);
   std::uint64_t* const empty = full + rp.stages;
   std::uint64_t* const x_full = empty + rp.stages;
-  unsigned char* const ring = smem + tq2_ring_header_bytes(NT);
+  unsigned char* const ring = smem + 1024;
   const int groups = static_cast<int>(map.k() / kTq2Group);
   const std::int64_t i_begin = rp.items * blockIdx.x / gridDim.x, i_end = rp.items * (blockIdx.x + 1) / gridDim.x;
 
@@ -282,6 +288,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1) __maxnreg__(kTq2RingMaxRegs<
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) total[t][nt][0] = total[t][nt][1] = total[t][nt][2] = total[t][nt][3] = 0.0f;
+    int last_slot = 0;  // pairs: the item's last stage is released after the pair's exchange, which uses it
     for (int gs = item.g0; gs < item.g1; gs += kG) {
       LLMM_TRACE(const unsigned wait0 = cuda_common::global_ns_lo();)
       ptx::mbar_wait(&full[slot], parity);
@@ -290,7 +297,8 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1) __maxnreg__(kTq2RingMaxRegs<
                  first_full = false, ++stages_seen;)
       band_stage<NT, Overlap, kTiles>(ring + slot * kTq2V5StageBytes, gs, item.g1, bl, xb, cf, total);
       __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(&empty[slot]);
+      if (lane == 0 && (kTiles == 1 || gs + kG < item.g1)) ptx::mbar_arrive(&empty[slot]);
+      last_slot = slot;
       if (++slot == rp.stages) slot = 0, parity ^= 1u;
     }
     LLMM_TRACE(if (threadIdx.x == 0) cuda_common::trace_ring(rp.trace, cuda_common::kEvLastStage);)
@@ -312,23 +320,32 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1) __maxnreg__(kTq2RingMaxRegs<
     float v[NT][2];
     if constexpr (kTiles == 2) {
       // The pair's halves: warp w holds its groups' sums of both tiles; it keeps tile w % 2 (rows
-      // 16 w ..) and hands the other to warp w ^ 1 through the header's exchange ([warp][nt][row
-      // half][16 even lanes] f32). Every row is (groups 0, 1 of each stage) + (groups 2, 3): the
-      // same sum whichever warp adds it, at every m. The second barrier keeps the next item's
-      // writes behind the partner's reads.
-      float* const xch = reinterpret_cast<float*>(smem + 1024);
+      // 16 w ..) and hands the other to warp w ^ 1. Every row is (groups 0, 1 of each stage) +
+      // (groups 2, 3): the same sum whichever warp adds it, at every m. The exchange goes through
+      // the item's last stage, in the codes of the pair's own 32 rows (4 KB that no other warp
+      // reads; [warp % 2][nt][row half][16 even lanes] f32, <= 1 KB), so it costs no shared
+      // memory: the first barrier says both warps have read those codes, and each warp releases
+      // the stage to the producer only after reading its partner's values, behind a proxy fence
+      // (the copies that refill the stage write after these generic stores and loads).
+      static_assert(2 * NT * 2 * 16 * 4 <= 32 * 128, "the pair's exchange fits in its rows' codes");
+      float* const xch = reinterpret_cast<float*>(ring + last_slot * kTq2V5StageBytes + (warp >> 1) * 32 * 128);
       const int h = warp & 1, bar = 2 + (warp >> 1);
+      if (item.g0 >= item.g1) __trap();  // every item has groups (ring_item), so a stage to exchange in
+      ptx::named_barrier_sync(bar, 64);
       if (writer)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) xch[((warp * NT + nt) * 2 + c) * 16 + (lane >> 1)] = vt[h ^ 1][nt][c];
-      asm volatile("bar.sync %0, 64;\n" ::"r"(bar) : "memory");
+          for (int c = 0; c < 2; ++c) xch[((h * NT + nt) * 2 + c) * 16 + (lane >> 1)] = h ? vt[0][nt][c] : vt[1][nt][c];
+      ptx::named_barrier_sync(bar, 64);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) v[nt][c] = vt[h][nt][c] + xch[(((warp ^ 1) * NT + nt) * 2 + c) * 16 + (lane >> 1)];
-      asm volatile("bar.sync %0, 64;\n" ::"r"(bar) : "memory");
+        for (int c = 0; c < 2; ++c)  // selects, not vt[h]: a runtime index would put vt in local memory
+          v[nt][c] = (h ? vt[1][nt][c] : vt[0][nt][c]) + xch[(((h ^ 1) * NT + nt) * 2 + c) * 16 + (lane >> 1)];
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&empty[last_slot]);
     } else {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) v[nt][0] = vt[0][nt][0], v[nt][1] = vt[0][nt][1];
