@@ -384,8 +384,9 @@ std::optional<Tq2StreamV5Config> tq2_stream_v5_config(const Tq2Args& a, int sm_c
   // Registers: two 288-thread blocks fit an SM at <= 96 a thread (18 warps put 5 on one of the
   // four schedulers' 16 K registers: <= 102, allocated in 8s). ptxas (session 18, warp pairs at
   // NT <= 4, NT <= 3 capped at 96 in tq2_ring_sm90.cuh): NT 1 83-92, NT 2 90-95, NT 3 96; NT 4
-  // 141 (whole) / 157 (sliced), NT 6 / 8 141 / 168: those run one block (NT 3 sliced too). (Session 15 said 112 here: NT 4 whole then planned
-  // two blocks of which one fit; Tq2Gpu.StreamV5ConfigBlocksFit asks the occupancy API.)
+  // 141 (whole) / 157 (sliced), NT 6 / 8 141 / 168: those run one block (NT 3 sliced too).
+  // (Session 15 said 112 here: NT 4 whole then planned two blocks of which one fit;
+  // Tq2Gpu.StreamV5ConfigBlocksFit asks the occupancy API.)
   const bool two_fit = c.n_tiles <= 2 || (c.n_tiles == 3 && !ip.sliced);
   c.blocks_per_sm = two_fit && tq2_stream_v5_smem(a.m, a.k, kTq2V5MinStages, ig).total <= half ? 2 : 1;
   const int limit = c.blocks_per_sm == 2 ? half : static_cast<int>(kTq2V4SmemOptin);
