@@ -1,7 +1,7 @@
 // The sm_90 streaming engine's one kernel: a producer lane streams 128-row super-bands of TQ2
 // codes and their transposed scales through a shared-memory ring (full/empty mbarriers, two
 // tensor-map copies a stage); eight consumer warps decode every stage (band_stage,
-// tq2_band_stage_sm90.cuh: at n8 tiles <= 2 a warp pair shares 32 rows, each warp half the
+// tq2_band_stage_sm90.cuh: at n8 tiles <= 4 a warp pair shares 32 rows, each warp half the
 // groups; else a warp a 16-row band) against an activation image loaded once by a bulk copy,
 // and end each item with the output or, when K is cut into parts, an f32 partial that the last
 // part to arrive sums in part order (deterministic, independent of the grid).
