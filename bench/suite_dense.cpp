@@ -168,17 +168,27 @@ void run_dense(BenchEnv& env) {
   std::vector<L> large = {{"dit_proj", 1536, 27648, 3072}, {"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280},
                           {"llama_ffn_prefill", 4096, 14336, 4096}};
   if (env.quick) large = {{"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280}};
+  const bool hopper = env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0;
   for (const L& l : large) {
     for (DType t : {DType::F16, DType::BF16}) {
       cases.push_back({l.name, l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Auto});
       cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Tiled});
-      if (env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0)
+      if (hopper)
         cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::TiledSm90});
     }
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::Auto});
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Auto});
     cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Tiled});
+    if (hopper)  // f32 Exact on the engine (3xTF32) against SGEMM
+      cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::TiledSm90});
   }
+  // Where the engine's f32 Exact starts to beat SGEMM (the router's gate): token counts above
+  // gemv_wide's 16 on a wide and a square weight, forced, SGEMM as the baseline in the same run.
+  if (hopper && !env.quick)
+    for (const W& w : std::vector<W>{{"llama8b_up", 14336, 4096}, {"dit_out", 3072, 3072}})
+      for (std::int64_t m : {17, 32, 64, 128, 256, 512})
+        cases.push_back({std::string("f32x3_") + w.name + "_m" + std::to_string(m) + "_tiled_sm90", m, w.n, w.k, DType::F32,
+                         Precision::Exact, DenseRoute::TiledSm90});
   for (const auto& c : cases) {
     if (env.skip(c.name)) continue;
     try {

@@ -90,8 +90,12 @@ void check_dense(FuzzedDataProvider& in) {
     FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 2 && d.m <= 16 && d.k % 8 == 0 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {
-    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.k >= 1 && d.batches_disjoint && arch.cc_major == 9 &&
-                   arch.cc_minor == 0, desc());
+    // f16/bf16, or f32 with Exact (3xTF32); the kernel's ints: sizes at most 2^31 - 129.
+    const bool engine_dtype = is_16bit_float(d.dtype) || (d.dtype == DType::F32 && d.precision == Precision::Exact);
+    constexpr std::int64_t kMax = 0x7fffffff - 128;
+    FUZZ_CHECK(skinny_layout && engine_dtype && d.k >= 1 && d.batches_disjoint && arch.cc_major == 9 && arch.cc_minor == 0 &&
+                   d.m <= kMax && d.n <= kMax && d.k <= kMax && d.batch <= kMax,
+               desc());
   }
   if (r == DenseRoute::CublasLt) FUZZ_CHECK(d.k > 0, "cuBLASLt with k <= 0: ", desc());
   const bool gw = r == DenseRoute::GemvWide;

@@ -39,7 +39,7 @@ cuda_moe::MoeArgs moe(std::int64_t m, std::int64_t top_k, std::int64_t e, std::i
 
 }  // namespace
 
-TEST(TiledSm90Plan, DenseTakesSixteenBitXWtOnSm90Only) {
+TEST(TiledSm90Plan, DenseTakesSixteenBitAndExactF32XWtOnSm90Only) {
   EXPECT_EQ(tiled_sm90_dense_refusal(xwt(4096, 14336, 4096), h200()), "");
   EXPECT_EQ(tiled_sm90_dense_refusal(xwt(1, 1, 1, DType::F16), h200()), "");
   ArchInfo h100a = h200();
@@ -48,7 +48,12 @@ TEST(TiledSm90Plan, DenseTakesSixteenBitXWtOnSm90Only) {
   ArchInfo a100 = h200();
   a100.cc_major = 8;
   EXPECT_NE(tiled_sm90_dense_refusal(xwt(64, 64, 64), a100).find("sm_90a only"), std::string::npos);
-  EXPECT_NE(tiled_sm90_dense_refusal(xwt(64, 64, 64, DType::F32), h200()).find("f16 or bf16"), std::string::npos);
+  // f32 as 3xTF32 with Precision::Exact (the default); Fast f32 belongs to cuBLASLt's TF32.
+  EXPECT_EQ(tiled_sm90_dense_refusal(xwt(64, 64, 64, DType::F32), h200()), "");
+  MatmulDesc fast = xwt(64, 64, 64, DType::F32);
+  fast.precision = Precision::Fast;
+  EXPECT_NE(tiled_sm90_dense_refusal(fast, h200()).find("3xTF32 (Precision::Exact) only"), std::string::npos);
+  EXPECT_NE(tiled_sm90_dense_refusal(xwt(64, 64, 64, DType::U8), h200()).find("f16, bf16 or f32"), std::string::npos);
   MatmulDesc d = xwt(64, 64, 64);
   d.transpose_b = false;
   EXPECT_NE(tiled_sm90_dense_refusal(d, h200()).find("transpose_b"), std::string::npos);
@@ -61,23 +66,32 @@ TEST(TiledSm90Plan, DenseTakesSixteenBitXWtOnSm90Only) {
   EXPECT_NE(tiled_sm90_dense_refusal(xwt(64, 64, 0), h200()).find("k >= 1"), std::string::npos);
   d = xwt(std::int64_t{1} << 40, std::int64_t{1} << 40, 64);  // tile counts that would overflow a product
   EXPECT_NE(tiled_sm90_dense_refusal(d, h200()).find("2^31"), std::string::npos);
+  // Sizes the kernel holds in 32 bits, even where the tiles would fit: m past 2^31 with one
+  // feature tile, and k past 2^31 (both were taken before and narrowed to negative ints).
+  d = xwt((std::int64_t{1} << 31) + 5, 1, 64);
+  EXPECT_NE(tiled_sm90_dense_refusal(d, h200()).find("m, n, k and batch at most 2^31 - 129"), std::string::npos);
+  d = xwt(64, 64, (std::int64_t{1} << 31) + 8);
+  EXPECT_NE(tiled_sm90_dense_refusal(d, h200()).find("m, n, k and batch at most 2^31 - 129"), std::string::npos);
+  EXPECT_EQ(tiled_sm90_dense_refusal(xwt(64, 64, 0x7fffffff - 128), h200()), "");
+  EXPECT_NE(tiled_sm90_dense_refusal(xwt(64, 64, 0x7fffffff - 127), h200()), "");
   // Through the router: forced, and never chosen by Auto without a measured gate.
   EXPECT_EQ(plan_matmul(xwt(4096, 4096, 4096), h200(), DenseRoute::TiledSm90).route, DenseRoute::TiledSm90);
-  EXPECT_THROW(plan_matmul(xwt(64, 64, 64, DType::F32), h200(), DenseRoute::TiledSm90), Error);
+  EXPECT_EQ(plan_matmul(xwt(64, 64, 64, DType::F32), h200(), DenseRoute::TiledSm90).route, DenseRoute::TiledSm90);
+  EXPECT_THROW(plan_matmul(fast, h200(), DenseRoute::TiledSm90), Error);
 }
 
 TEST(TiledSm90Plan, DenseTileWidthFollowsTheWaves) {
   // 4096 x 14336: 16 x 112 = 1792 tiles of 256 (13.6 waves) beat 3584 of 128 (27.2 waves) per
   // token row covered.
-  TiledSm90Launch l = tiled_sm90_dense_launch(1, 4096, 14336, 132);
+  TiledSm90Launch l = tiled_sm90_dense_launch(DType::BF16, 1, 4096, 14336, 132);
   EXPECT_EQ(l.bn, 256);
   EXPECT_EQ(l.tiles, 16 * 112);
   EXPECT_EQ(l.grid, 132);
   // 1536 x 3072: 6 x 24 = 144 tiles of 256 are 2 waves for 1.09 waves of work; 288 of 128 fill 3.
-  l = tiled_sm90_dense_launch(1, 1536, 3072, 132);
+  l = tiled_sm90_dense_launch(DType::BF16, 1, 1536, 3072, 132);
   EXPECT_EQ(l.bn, 128);
   // One small tile: the narrowest, one CTA.
-  l = tiled_sm90_dense_launch(1, 7, 33, 132);
+  l = tiled_sm90_dense_launch(DType::BF16, 1, 7, 33, 132);
   EXPECT_EQ(l.bn, 64);
   EXPECT_EQ(l.tiles, 1);
   EXPECT_EQ(l.grid, 1);
@@ -87,6 +101,26 @@ TEST(TiledSm90Plan, DenseTileWidthFollowsTheWaves) {
     EXPECT_GE(s.ring_bytes(), 3 * s.stage_bytes()) << bn;
   }
   EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::BF16, 256), "tiled_sm90_dense_bf16_bn256");
+}
+
+// f32 (3xTF32): 128- or 64-wide tiles only (a consumer holds two accumulators), its own ring.
+TEST(TiledSm90Plan, DenseF32TilesAreAtMost128Wide) {
+  TiledSm90Launch l = tiled_sm90_dense_launch(DType::F32, 1, 4096, 14336, 132);
+  EXPECT_EQ(l.bn, 128);
+  EXPECT_EQ(l.tiles, 32 * 112);
+  EXPECT_EQ(l.smem_bytes, tiled_sm90_f32_shape(128).fixed_smem_bytes());
+  l = tiled_sm90_dense_launch(DType::F32, 1, 32, 27648, 132);  // 216 tiles either way: the narrower
+  EXPECT_EQ(l.bn, 64);
+  EXPECT_EQ(l.smem_bytes, tiled_sm90_f32_shape(64).fixed_smem_bytes());
+  for (std::int64_t m : {1, 200, 1536, 5000, 100000}) EXPECT_NE(tiled_sm90_dense_launch(DType::F32, 1, m, 3072, 132).bn, 256) << m;
+  for (int bn : {64, 128}) {
+    const TiledSm90Shape s = tiled_sm90_f32_shape(bn);
+    EXPECT_LE(s.fixed_smem_bytes(), 232448) << bn;
+    EXPECT_GE(s.stages, 4) << bn;
+    EXPECT_EQ(s.b_bytes(), 2 * bn * 128) << bn;  // rounded rows and remainders
+    EXPECT_EQ(s.barrier_bytes(), 3 * s.stages * 8) << bn;
+  }
+  EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::F32, 128), "tiled_sm90_dense_f32_3xtf32_bn128");
 }
 
 TEST(TiledSm90Plan, MoeTakesAlignedSixteenBitGroupedCalls) {
@@ -178,13 +212,13 @@ TEST(TiledSm90Plan, Tq2RouteWorkspaceAndKernels) {
   EXPECT_EQ(bf.rowscale_kernel, "tq2_rowscale_bf16_f16");
   EXPECT_EQ(tq2_tiled_sm90_plan(5, 64, 256, DType::F32, DType::F32, false, 132).part_off, 256u);  // 20 bytes, aligned up
   // The dense launch with the ternary ring, within an H200 block's shared memory.
-  TiledSm90Launch dense = tiled_sm90_dense_launch(1, 1536, 27648, 132);
+  TiledSm90Launch dense = tiled_sm90_dense_launch(DType::BF16, 1, 1536, 27648, 132);
   dense.smem_bytes = tiled_sm90_tq2_shape(dense.bn).fixed_smem_bytes();
   EXPECT_EQ(bf.launch, dense);
   for (std::int64_t m : {1, 100, 200, 5000}) EXPECT_LE(tiled_sm90_tq2_launch(m, 3072, 132).smem_bytes, 232448) << m;
   // The ternary width rule charges a stage's decode as 192 token columns: wider tiles than dense
   // where the waves allow (512 x 28672: 4 waves of 256 rather than 7 of 128).
-  EXPECT_EQ(tiled_sm90_dense_launch(1, 512, 28672, 132).bn, 128);
+  EXPECT_EQ(tiled_sm90_dense_launch(DType::BF16, 1, 512, 28672, 132).bn, 128);
   EXPECT_EQ(tiled_sm90_tq2_launch(512, 28672, 132).bn, 256);
   EXPECT_TRUE(tiled_sm90_tq2_preferred(512, 28672, 132));
   EXPECT_TRUE(tiled_sm90_tq2_preferred(128, 13824, 132));   // 108 tiles, 82% of one wave

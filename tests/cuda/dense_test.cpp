@@ -34,6 +34,8 @@ const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
 bool hopper_engine(const Context& ctx) { return ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0; }
 // Row padding that makes a k-element row a whole number of 16-byte vectors of 16-bit values.
 std::int64_t pad16(std::int64_t k, std::int64_t extra = 0) { return (8 - k % 8) % 8 + extra; }
+// The same for f32 rows.
+std::int64_t pad32(std::int64_t k, std::int64_t extra = 0) { return (4 - k % 4) % 4 + extra; }
 
 }  // namespace
 
@@ -196,24 +198,48 @@ TEST(DenseGpu, TiledSweep) {
           }
 }
 
-// The Hopper tiled engine (x . w^T, f16/bf16): every tile width (64/128/256, chosen by the
-// shape), m, n and k tails (k past the row: zero-filled by TMA, never read), padded rows, outputs
-// whose rows do not allow vector stores (n + pad not a multiple of 4).
+// The Hopper tiled engine (x . w^T, f16/bf16, and f32 Exact as 3xTF32): every tile width
+// (64/128/256 for 16-bit, 64/128 for f32, chosen by the shape), m, n and k tails (k past the row:
+// zero-filled by TMA, never read), padded rows, outputs whose rows do not allow vector stores
+// (n + pad not a multiple of 4).
 TEST(DenseGpu, TiledSm90Sweep) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
   std::uint64_t seed = 3000;
   struct S { std::int64_t m, n, k; };
-  for (DType t : {DType::F16, DType::BF16})
+  for (DType t : {DType::F16, DType::BF16, DType::F32})
     for (S s : {S{1, 1, 8}, S{7, 33, 100}, S{33, 7, 257}, S{64, 128, 64}, S{65, 129, 200}, S{100, 257, 33},
                 S{129, 130, 131}, S{256, 128, 512}, S{257, 300, 65}, S{300, 1000, 1000}, S{520, 384, 4100},
                 S{1024, 1100, 72}, S{2048, 2048, 136}}) {
-      DenseCase c{t, 1, s.m, s.n, s.k, false, true, pad16(s.k, s.m % 2 ? 8 : 0)};
+      const std::int64_t extra = s.m % 2 ? 8 : 0;
+      DenseCase c{t, 1, s.m, s.n, s.k, false, true, t == DType::F32 ? pad32(s.k, extra) : pad16(s.k, extra)};
       c.route = DenseRoute::TiledSm90;
       c.seed = ++seed;
       expect_good(ctx, c, "tiled_sm90");
     }
+}
+
+// f32 on the engine keeps f32's accuracy class, not only the Exact tolerance (whose k 2^-24
+// accumulation term is loose enough to pass the tensor cores' truncating accumulation): on long
+// K, every output within 2^-22 sum_k |x||w| (plus the output's rounding). Summed straight into
+// one accumulator the truncations of ~1500 wgmmas a tile would exceed that (~1e-6 of sum |x||w|
+// at k 4096); the per-stage sums keep it at the f32 adds' ~1e-8.
+TEST(DenseGpu, TiledSm90F32KeepsF32Accuracy) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  std::uint64_t seed = 3500;
+  struct S { std::int64_t m, n, k; };
+  for (S s : {S{200, 300, 4096}, S{129, 260, 8191}, S{64, 512, 1000}}) {
+    DenseCase c{DType::F32, 1, s.m, s.n, s.k, false, true, pad32(s.k)};
+    c.route = DenseRoute::TiledSm90;
+    c.seed = ++seed;
+    c.tolerance = Tolerance{1e-30, 1.0, std::ldexp(1.0, -22), std::ldexp(1.0, -24)};
+    DenseOutcome o = run_dense_case(ctx, c);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    EXPECT_EQ(o.receipt.route, "tiled_sm90") << c.describe();
+  }
 }
 
 TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
@@ -232,7 +258,7 @@ TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
           }
   // The Hopper engine takes x . w^T with 16-byte aligned rows and batch strides (pad 8, k % 8 == 0).
   if (hopper_engine(ctx))
-    for (DType t : {DType::F16, DType::BF16})
+    for (DType t : {DType::F16, DType::BF16, DType::F32})
       for (int bc = 0; bc < 3; ++bc) {
         DenseCase c{t, 3, 45, 70, 96, false, true, 8, bc == 1, bc == 2};
         c.route = DenseRoute::TiledSm90;
@@ -269,6 +295,13 @@ TEST(DenseGpu, DeterministicAcrossRuns) {
     DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
     EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
     EXPECT_EQ(x.out_bytes, y.out_bytes) << route_name(r) << " is not bitwise deterministic";
+  }
+  if (hopper_engine(ctx)) {  // the engine's f32 (3xTF32) instance too
+    DenseCase c{DType::F32, 1, 200, 1000, 4096, false, true};
+    c.route = DenseRoute::TiledSm90;
+    DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
+    EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
+    EXPECT_EQ(x.out_bytes, y.out_bytes) << "tiled_sm90 f32 is not bitwise deterministic";
   }
 }
 
@@ -307,7 +340,7 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
     f.transpose_b = r == DenseRoute::TiledSm90;  // x . w^T: the engine's layout
     EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, f), Error) << route_name(r);
   }
-  // What the engine cannot take is refused by name: f32, a transposed, misaligned rows.
+  // What the engine cannot take is refused by name: f32 Fast, a transposed, misaligned rows.
   rec.before_launch = nullptr;
   {
     HostTensor fa = host_tensor(DType::F32, {64, 64}), fb = host_tensor(DType::F32, {64, 64}), fc = host_tensor(DType::F32, {64, 64});
@@ -315,7 +348,9 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
     MatmulOptions f;
     f.force_route = DenseRoute::TiledSm90;
     f.transpose_b = true;
-    expect_error([&] { matmul(ctx, dfa.view, dfb.view, dfc.view, f); }, ErrorCode::Unsupported, "route tiled_sm90 cannot run");
+    f.precision = Precision::Fast;
+    expect_error([&] { matmul(ctx, dfa.view, dfb.view, dfc.view, f); }, ErrorCode::Unsupported, "3xTF32 (Precision::Exact) only");
+    f.precision = Precision::Exact;
     f.transpose_a = true;
     expect_error([&] { matmul(ctx, da.view, db.view, dc.view, f); }, ErrorCode::Unsupported, "route tiled_sm90 cannot run");
     View odd_a = View::strided(da.buffer.data(), DType::F16, {63, 63}, {63, 1}, DeviceKind::CUDA);
@@ -339,7 +374,8 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
                        DenseRoute::CublasLt, DenseRoute::Auto, DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
-        if ((r == DenseRoute::SkinnyMma || r == DenseRoute::TiledSm90) && t == DType::F32) continue;
+        if (r == DenseRoute::SkinnyMma && t == DType::F32) continue;
+        if (r == DenseRoute::TiledSm90 && t == DType::F32 && p == Precision::Fast) continue;  // refused: cuBLASLt's
         if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
         DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide || r == DenseRoute::SkinnyMma ? 6 : 70),
                     130, 264, false, true};

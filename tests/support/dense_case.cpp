@@ -69,7 +69,7 @@ DenseOutcome run_dense_case(Context& ctx, const DenseCase& c) {
     r.receipt = matmul(ctx, a.view, b.view, out.view, o);
   }
   cpu::MatmulF64 ref = cpu::matmul_f64({a.view, b.view, c.ta, c.tb});
-  Tolerance tol = dense_tolerance(c.dtype, c.precision, c.k);
+  Tolerance tol = c.tolerance ? *c.tolerance : dense_tolerance(c.dtype, c.precision, c.k);
   tol.ieee_nonfinite = c.nonfinite_every > 0;
   r.cmp = compare(out.view, ref, tol);
   r.padding_untouched = padding_untouched(out.bytes, out.view);

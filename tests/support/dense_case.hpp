@@ -3,6 +3,7 @@
 // check that no byte outside the logical output (row and batch padding) was written.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "llmm/matmul.hpp"
@@ -20,6 +21,7 @@ struct DenseCase {
   DenseRoute route = DenseRoute::Auto;
   int nonfinite_every = 0;  // > 0: Inf/NaN in some rows of a and b (inject_nonfinite); IEEE classes checked
   std::uint64_t seed = 1;
+  std::optional<Tolerance> tolerance;  // instead of dense_tolerance (a stricter bound)
   std::string describe() const;
 };
 

@@ -26,11 +26,18 @@ bool tiled_sm90_arch_ok(const ArchInfo& arch) noexcept {
 
 std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch) {
   if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
-  if (!is16(d.dtype)) return "needs f16 or bf16";
+  if (!is16(d.dtype) && d.dtype != DType::F32) return "needs f16, bf16 or f32";
+  if (d.dtype == DType::F32 && d.precision != Precision::Exact)
+    return "f32 runs as 3xTF32 (Precision::Exact) only; Fast f32 takes cuBLASLt's TF32";
   if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
   if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
   if (!d.batches_disjoint) return "needs batched inputs whose batch entries do not overlap";
   if (d.k < 1) return "needs k >= 1";
+  // The kernel's sizes, tile coordinates and TMA coordinates are ints, a tile's last row or
+  // k-block up to 127 past a size.
+  constexpr std::int64_t kMaxSize = kMaxTiles - 128;
+  if (d.m > kMaxSize || d.n > kMaxSize || d.k > kMaxSize || d.batch > kMaxSize)
+    return "needs m, n, k and batch at most 2^31 - 129";
   const std::int64_t tok_tiles = ceil_div(d.m, 64), feat_tiles = ceil_div(d.n, kTiledBM);  // at the narrowest tile
   if (tok_tiles > kMaxTiles || feat_tiles > kMaxTiles || (d.batch > 0 && tok_tiles * feat_tiles > kMaxTiles / d.batch))
     return "more than 2^31 - 1 tiles";
@@ -40,12 +47,15 @@ std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch) 
 namespace {
 
 // The tile width with the fewest waves x per-stage cost, a stage costing `bn + fixed` (fixed:
-// the part of a stage that does not scale with the tokens, in token columns).
-TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed) {
+// the part of a stage that does not scale with the tokens, in token columns); f32 (3xTF32) has
+// no 256-wide tiles (tiled_sm90_f32_shape).
+TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed,
+                           bool f32 = false) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
   TiledSm90Launch best;
   std::int64_t best_cost = -1;
   for (int bn : {256, 128, 64}) {
+    if (f32 && bn == 256) continue;
     const std::int64_t tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
     const std::int64_t cost = ceil_div(tiles, sms) * (bn + fixed);
     if (best_cost < 0 || cost < best_cost) {
@@ -54,19 +64,20 @@ TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, i
       best.tiles = tiles;
     }
   }
-  best.smem_bytes = smem_for(best.bn, 0);
+  best.smem_bytes = f32 ? tiled_sm90_f32_shape(best.bn).fixed_smem_bytes() : smem_for(best.bn, 0);
   best.grid = static_cast<int>(std::max<std::int64_t>(1, std::min(best.tiles, sms)));
   return best;
 }
 
 }  // namespace
 
-TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
-  return pick_width(batch, m, n, sm_count, 32);
+TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
+  return pick_width(batch, m, n, sm_count, 32, dtype == DType::F32);
 }
 
 std::string tiled_sm90_dense_kernel_name(DType dtype, int bn) {
-  return "tiled_sm90_dense_" + std::string(dtype_name(dtype)) + "_bn" + std::to_string(bn);
+  const std::string dt = dtype == DType::F32 ? "f32_3xtf32" : std::string(dtype_name(dtype));
+  return "tiled_sm90_dense_" + dt + "_bn" + std::to_string(bn);
 }
 
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch) {

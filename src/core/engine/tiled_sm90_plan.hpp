@@ -4,8 +4,8 @@
 // says is what a launch does.
 //
 // Instances (one kernel template, tiled_sm90a.cuh; row maps in row_maps_sm90.cuh):
-//   dense   c[b] = a[b] . b[b]^T: a [m, k] rows (x), b [n, k] rows (w), f16/bf16, c in the same
-//           dtype; a batch stride of 0 broadcasts.
+//   dense   c[b] = a[b] . b[b]^T: a [m, k] rows (x), b [n, k] rows (w), f16/bf16, or f32 with
+//           Precision::Exact as 3xTF32; c in the same dtype; a batch stride of 0 broadcasts.
 //   moe     matmul_id's grouped route: w [E][n, k] f16/bf16, input of the weights' dtype
 //           gathered by routed row, output f32 or the input dtype.
 //   tq2 moe matmul_id_tq2's grouped_sm90 route: the moe instance's staged expert rows (f16) with
@@ -41,14 +41,16 @@ struct TiledSm90Launch {
 };
 
 // ---- dense
-// Why the dense instance cannot take `d` ("" when it can): sm_90, f16/bf16, a not transposed and
-// b transposed (x . w^T), both with 16-byte aligned bases and strides (a_vec16, b_vec16), k >= 1,
-// batched inputs whose entries do not overlap (d.batches_disjoint), tiles below 2^31.
+// Why the dense instance cannot take `d` ("" when it can): sm_90, f16/bf16, or f32 with
+// Precision::Exact, a not transposed and b transposed (x . w^T), both with 16-byte aligned bases
+// and strides (a_vec16, b_vec16), k >= 1, m, n, k and batch <= 2^31 - 129, batched inputs whose
+// entries do not overlap (d.batches_disjoint), tiles below 2^31.
 std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch);
 // The tile width that minimises waves x (bn + 32) over the SMs (the 32 stands for the per-tile
-// cost a narrower tile does not shrink: the weight box, the epilogue); sm_count 0 = 132.
-TiledSm90Launch tiled_sm90_dense_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count);
-// tiled_sm90_dense_<dt>_bn<bn>, e.g. tiled_sm90_dense_bf16_bn256
+// cost a narrower tile does not shrink: the weight box, the epilogue); sm_count 0 = 132. f32
+// picks from 128 and 64 (its ring, tiled_sm90_f32_shape), 16-bit from 256, 128 and 64.
+TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count);
+// tiled_sm90_dense_<dt>_bn<bn>, e.g. tiled_sm90_dense_bf16_bn256, tiled_sm90_dense_f32_3xtf32_bn128
 std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
 
 // ---- moe (grouped route)

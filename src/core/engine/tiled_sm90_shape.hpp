@@ -3,8 +3,8 @@
 //
 // One CTA = 3 warpgroups: a producer (TMA / cp.async, few registers) and two consumers. Weights
 // are always the wgmma A operand: each consumer owns 64 weight rows (output features), so a tile
-// is 128 features x BN activation rows (tokens); K moves in 64-element slices, one 128-byte
-// swizzle row of 16-bit values, through a ring of `stages` shared-memory stages.
+// is 128 features x BN activation rows (tokens); K moves in slices of one 128-byte swizzle row
+// (64 16-bit or 32 f32 elements) through a ring of `stages` shared-memory stages.
 #pragma once
 #include <cstdint>
 
@@ -12,6 +12,7 @@ namespace llmm::engine {
 
 inline constexpr int kTiledBM = 128;      // weight rows per tile (2 consumer warpgroups x 64)
 inline constexpr int kTiledBK = 64;       // 16-bit elements of K per stage: 128 bytes
+inline constexpr int kTiledF32BK = 32;    // f32 elements of K per stage (the 3xTF32 instance): 128 bytes
 inline constexpr int kTiledThreads = 384;  // producer + 2 consumer warpgroups
 inline constexpr int kTiledFeatureGroup = 8;  // feature tiles swept together (L2 reuse of tokens and weights)
 // Epilogue: each consumer stages 32 tokens x 64 features of f32 at a time, rows padded to 68
@@ -27,12 +28,17 @@ struct TiledSm90Shape {
   // Bytes of a stage's weight part: a 16-bit box [128 rows][64 k], or (ternary) the box's codes
   // and scales padded to keep the token part 1024-byte aligned.
   int a_region = kTiledBM * kTiledBK * 2;
+  // Token parts of a stage, each [bn rows][128 bytes]: 1, or 2 for the 3xTF32 instance (the rows
+  // as TMA brought them, then rounded to tf32 in place, and their tf32 remainders).
+  int b_parts = 1;
   constexpr int a_bytes() const { return a_region; }
-  constexpr int b_bytes() const { return bn * kTiledBK * 2; }
+  constexpr int b_part_bytes() const { return bn * kTiledBK * 2; }
+  constexpr int b_bytes() const { return b_parts * b_part_bytes(); }
   constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
   constexpr int ring_bytes() const { return stages * stage_bytes(); }
   constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
-  constexpr int barrier_bytes() const { return 2 * stages * 8; }
+  // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split).
+  constexpr int barrier_bytes() const { return (b_parts > 1 ? 3 : 2) * stages * 8; }
   // The ring (1024-byte aligned for the 128-byte swizzle), the epilogue staging, the mbarriers;
   // a row map's own bytes come after, and 1024 bytes of slack let the kernel align its base.
   constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
@@ -57,11 +63,22 @@ constexpr TiledSm90Shape tiled_sm90_tq2_shape(int bn) {
   return TiledSm90Shape{bn, bn >= 256 ? 5 : bn >= 128 ? 10 : 16, kTiledCodeRegion};
 }
 
+// f32 x . w^T as 3xTF32 (Tf32x3Weights): a stage is the weights' f32 box [128 rows][32 k] (16 KB,
+// as a 16-bit box) and two token parts [bn][32 k] (rounded rows, remainders). Only bn 64 and 128:
+// a consumer holds its accumulator and a second one for the stage's sum (per-stage promotion),
+// which at bn 256 would need 256 registers a thread.
+constexpr TiledSm90Shape tiled_sm90_f32_shape(int bn) {
+  return TiledSm90Shape{bn, bn >= 128 ? 4 : 6, kTiledBM * kTiledBK * 2, 2};
+}
+
 // The most dynamic shared memory an sm_90 block may have (227 KB).
 inline constexpr int kTiledMaxSmem = 232448;
 static_assert(tiled_sm90_tq2_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_tq2_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_tq2_shape(256).fixed_smem_bytes() <= kTiledMaxSmem,
               "a ternary ring does not fit");
+static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
+                  tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
+              "an f32 ring does not fit");
 
 }  // namespace llmm::engine

@@ -17,13 +17,13 @@ namespace llmm::cuda_common {
 CUtensorMap make_tensor_map_u8_2d(const void* base, const std::uint64_t (&dims)[2], std::uint64_t row_stride,
                                   const std::uint32_t (&box)[2], bool swizzle128, const char* who);
 
-// A 3D tensor of 16-bit elements (dims innermost first; the two outer strides in bytes, multiples
-// of 16 below 2^40; base 16-byte aligned) cut into boxes of box[0] x box[1] x box[2] elements
-// (box[0] * 2 <= 128 bytes, each <= 256), stored with the 128-byte swizzle; out-of-bounds
-// elements are zero-filled (+0.0 for f16/bf16). The copies move bits, so one map serves f16 and
-// bf16. Throws llmm::Error(ErrorCode::Cuda) naming `who` when the driver refuses.
-CUtensorMap make_tensor_map_u16_3d_sw128(const void* base, const std::uint64_t (&dims)[3],
-                                         const std::uint64_t (&strides)[2], const std::uint32_t (&box)[3],
-                                         const char* who);
+// A 3D tensor of 16-bit or 32-bit elements (elem_bytes 2 or 4; dims innermost first; the two
+// outer strides in bytes, multiples of 16 below 2^40; base 16-byte aligned) cut into boxes of
+// box[0] x box[1] x box[2] elements (box[0] * elem_bytes <= 128 bytes, each <= 256), stored with
+// the 128-byte swizzle; out-of-bounds elements are zero-filled (+0.0 for f16/bf16/f32). The
+// copies move bits, so one map serves f16 and bf16. Throws llmm::Error(ErrorCode::Cuda) naming
+// `who` when the driver refuses.
+CUtensorMap make_tensor_map_3d_sw128(const void* base, int elem_bytes, const std::uint64_t (&dims)[3],
+                                     const std::uint64_t (&strides)[2], const std::uint32_t (&box)[3], const char* who);
 
 }  // namespace llmm::cuda_common

@@ -13,7 +13,8 @@
 
 namespace llmm::engine {
 
-// c[b] = a[b] . b[b]^T (DenseArgs with !a_trans, b_trans, f16/bf16); `l` from tiled_sm90_dense_launch.
+// c[b] = a[b] . b[b]^T (DenseArgs with !a_trans, b_trans, f16/bf16, or f32 with exact: 3xTF32);
+// `l` from tiled_sm90_dense_launch.
 void launch_tiled_sm90_dense(const cuda_dense::DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream);
 
 // The grouped route's GEMM, after launch_moe_map on the same stream (counts and rows written);

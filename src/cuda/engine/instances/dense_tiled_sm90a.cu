@@ -1,5 +1,6 @@
-// Dense instance of the Hopper tiled engine: c[b] = x[b] . w[b]^T, f16/bf16, both operands
-// by TMA (3D maps [batch][rows][k]; a broadcast operand is one entry read for every batch).
+// Dense instance of the Hopper tiled engine: c[b] = x[b] . w[b]^T, both operands by TMA (3D
+// maps [batch][rows][k]; a broadcast operand is one entry read for every batch). f16/bf16 on
+// 16-bit wgmmas; f32 (Precision::Exact) as 3xTF32 through Tf32x3Weights.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,10 +13,8 @@ namespace {
 
 using cuda_dense::DenseArgs;
 
-template <int BN, class T>
-void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
-  const CUtensorMap tm_w = tiled_sm90_operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, kTiledBM, name.c_str());
-  const CUtensorMap tm_x = tiled_sm90_operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, name.c_str());
+template <int BN>
+DenseRowsParams rows_params(const DenseArgs& g, const TiledSm90Launch& l, std::size_t out_bytes) {
   DenseRowsParams p;
   p.m = static_cast<int>(g.m), p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
   p.batch = static_cast<int>(g.batch);
@@ -26,29 +25,52 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
   p.x_batched = g.a_batch != 0 && g.batch > 1;
   p.out = g.c;
   p.out_ld = g.c_ld, p.out_batch = g.c_batch;
-  p.vec_ok = reinterpret_cast<std::uintptr_t>(g.c) % (4 * sizeof(T)) == 0 && g.c_ld % 4 == 0 && g.c_batch % 4 == 0;
-  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
+  p.vec_ok = reinterpret_cast<std::uintptr_t>(g.c) % (4 * out_bytes) == 0 && g.c_ld % 4 == 0 && g.c_batch % 4 == 0;
+  return p;
+}
+
+template <int BN, class T>
+void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+  constexpr int es = static_cast<int>(sizeof(T));
+  const CUtensorMap tm_w = tiled_sm90_operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, kTiledBM, es, name.c_str());
+  const CUtensorMap tm_x = tiled_sm90_operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, es, name.c_str());
+  const DenseRowsParams p = rows_params<BN>(g, l, sizeof(T));
+  if constexpr (std::is_same_v<T, float>) {
+    Tf32x3Params wp;
+    wp.x = static_cast<const float*>(g.a), wp.w = static_cast<const float*>(g.b);
+    wp.x_ld = g.a_ld, wp.x_batch = g.a_batch, wp.w_ld = g.b_ld, wp.w_batch = g.b_batch;
+    wp.k = static_cast<int>(g.k);
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, false, float, DenseRows, Tf32x3Weights>, tm_w, tm_x, tm_x, p, wp, l, stream,
+                      name);
+  } else {
+    constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
+  }
 }
 
 template <class T>
 void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
   switch (l.bn) {
-    case 256: launch_bn<256, T>(g, l, stream, name); break;
-    case 128: launch_bn<128, T>(g, l, stream, name); break;
-    case 64: launch_bn<64, T>(g, l, stream, name); break;
-    default: fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
+    case 256:
+      if constexpr (!std::is_same_v<T, float>) return launch_bn<256, T>(g, l, stream, name);
+      break;
+    case 128: return launch_bn<128, T>(g, l, stream, name);
+    case 64: return launch_bn<64, T>(g, l, stream, name);
+    default: break;
   }
+  fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
 }
 
 }  // namespace
 
 void launch_tiled_sm90_dense(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
   const std::string name = tiled_sm90_dense_kernel_name(g.dtype, l.bn);
-  if (g.a_trans || !g.b_trans || g.k < 1 || l.tiles < 1 || l.tiles > 0x7fffffff)
+  if (g.a_trans || !g.b_trans || g.k < 1 || g.k > 0x7fffffff || l.tiles < 1 || l.tiles > 0x7fffffff ||
+      (g.dtype == DType::F32 && !g.exact))
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   if (g.dtype == DType::BF16) launch_t<__nv_bfloat16>(g, l, stream, name);
   else if (g.dtype == DType::F16) launch_t<__half>(g, l, stream, name);
+  else if (g.dtype == DType::F32) launch_t<float>(g, l, stream, name);
   else fail(ErrorCode::Internal, name, ": unsupported dtype ", dtype_name(g.dtype));
 }
 

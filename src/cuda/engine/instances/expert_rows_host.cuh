@@ -36,8 +36,8 @@ inline std::pair<CUtensorMap, CUtensorMap> staged_rows_maps(const cuda_moe::MoeA
   const std::uint64_t dims[3] = {static_cast<std::uint64_t>(g.k), routed, 1};
   const std::uint64_t strides[2] = {row, row * routed};
   const std::uint32_t wide[3] = {kTiledBK, bn, 1}, narrow[3] = {kTiledBK, kTiledNarrowBN, 1};
-  return {cuda_common::make_tensor_map_u16_3d_sw128(g.staged, dims, strides, wide, who),
-          cuda_common::make_tensor_map_u16_3d_sw128(g.staged, dims, strides, narrow, who)};
+  return {cuda_common::make_tensor_map_3d_sw128(g.staged, 2, dims, strides, wide, who),
+          cuda_common::make_tensor_map_3d_sw128(g.staged, 2, dims, strides, narrow, who)};
 }
 
 }  // namespace llmm::engine

@@ -21,7 +21,7 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
                                  static_cast<std::uint64_t>(g.n_experts)};
   const std::uint64_t strides[2] = {static_cast<std::uint64_t>(g.k) * 2, static_cast<std::uint64_t>(g.expert_stride) * 2};
   const std::uint32_t box[3] = {kTiledBK, kTiledBM, 1};
-  const CUtensorMap tm_w = cuda_common::make_tensor_map_u16_3d_sw128(g.w, dims, strides, box, name.c_str());
+  const CUtensorMap tm_w = cuda_common::make_tensor_map_3d_sw128(g.w, 2, dims, strides, box, name.c_str());
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   if (!l.staged) {

@@ -22,7 +22,7 @@ struct Split {
 template <int BN, class OutT>
 void launch_bn(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, const Split& sk, StreamHandle stream,
                const std::string& name) {
-  const CUtensorMap tm_x = tiled_sm90_operand_map(g.in, g.m, g.k, g.in_ld, 0, 1, BN, name.c_str());
+  const CUtensorMap tm_x = tiled_sm90_operand_map(g.in, g.m, g.k, g.in_ld, 0, 1, BN, 2, name.c_str());
   DenseRowsParams p;
   p.m = static_cast<int>(g.m), p.n = static_cast<int>(g.n), p.k = static_cast<int>(g.k);
   p.batch = 1;

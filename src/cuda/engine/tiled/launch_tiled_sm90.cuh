@@ -27,17 +27,19 @@ void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Par
   cuda_dense::host::check_launch(name);
 }
 
-// A 16-bit [batch][rows][k] operand with row stride ld and batch stride bs (elements; bs 0
-// broadcasts one entry), read in boxes of 64 k x box_rows with the 128-byte swizzle.
+// A [batch][rows][k] operand of elem_bytes-byte elements (2: f16/bf16, 4: f32) with row stride
+// ld and batch stride bs (elements; bs 0 broadcasts one entry), read in boxes of one 128-byte
+// swizzle row of k (64 or 32 elements) x box_rows.
 inline CUtensorMap tiled_sm90_operand_map(const void* base, std::int64_t rows, std::int64_t k, std::int64_t ld,
-                                          std::int64_t bs, std::int64_t batch, std::uint32_t box_rows, const char* who) {
+                                          std::int64_t bs, std::int64_t batch, std::uint32_t box_rows, int elem_bytes,
+                                          const char* who) {
   const bool batched = bs != 0 && batch > 1;
   const std::uint64_t dims[3] = {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(rows),
                                  static_cast<std::uint64_t>(batched ? batch : 1)};
-  const std::uint64_t row_bytes = static_cast<std::uint64_t>(ld) * 2;
-  const std::uint64_t strides[2] = {row_bytes, batched ? static_cast<std::uint64_t>(bs) * 2 : row_bytes * rows};
-  const std::uint32_t box[3] = {kTiledBK, box_rows, 1};
-  return cuda_common::make_tensor_map_u16_3d_sw128(base, dims, strides, box, who);
+  const std::uint64_t es = static_cast<std::uint64_t>(elem_bytes), row_bytes = static_cast<std::uint64_t>(ld) * es;
+  const std::uint64_t strides[2] = {row_bytes, batched ? static_cast<std::uint64_t>(bs) * es : row_bytes * rows};
+  const std::uint32_t box[3] = {static_cast<std::uint32_t>(128 / elem_bytes), box_rows, 1};
+  return cuda_common::make_tensor_map_3d_sw128(base, elem_bytes, dims, strides, box, who);
 }
 
 }  // namespace llmm::engine

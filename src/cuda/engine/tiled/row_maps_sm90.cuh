@@ -74,10 +74,11 @@ struct DenseRows {
     return static_cast<std::int64_t>(c.group) * p.out_batch + static_cast<std::int64_t>(c.tok0 + tok) * p.out_ld;
   }
 
-  // The token rows of the stage: one TMA box [BN rows][64 k] of x (zero past m and k).
-  __device__ void tma_tokens(const void* tm_x, const void* /*tm_x_narrow*/, const TileCoord& c, int kb, void* dst,
+  // The token rows of the stage from K element k0: one TMA box [BN rows][128 bytes of k] of x
+  // (zero past m and k).
+  __device__ void tma_tokens(const void* tm_x, const void* /*tm_x_narrow*/, const TileCoord& c, int k0, void* dst,
                              std::uint64_t* bar) const {
-    ptx::tensor_copy_3d_g2s(dst, tm_x, kb * kTiledBK, c.tok0, p.x_batched ? c.group : 0, bar);
+    ptx::tensor_copy_3d_g2s(dst, tm_x, k0, c.tok0, p.x_batched ? c.group : 0, bar);
   }
 };
 
@@ -246,10 +247,9 @@ struct ExpertRowsStaged : ExpertRows<BN> {
   static constexpr bool kGather = false;
   using ExpertRows<BN>::ExpertRows;
   // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles.
-  __device__ void tma_tokens(const void* tm_x, const void* tm_x_narrow, const TileCoord& c, int kb, void* dst,
+  __device__ void tma_tokens(const void* tm_x, const void* tm_x_narrow, const TileCoord& c, int k0, void* dst,
                              std::uint64_t* bar) const {
-    ptx::tensor_copy_3d_g2s(dst, c.bn == BN ? tm_x : tm_x_narrow, kb * kTiledBK, static_cast<int>(c.row_base) + c.tok0, 0,
-                            bar);
+    ptx::tensor_copy_3d_g2s(dst, c.bn == BN ? tm_x : tm_x_narrow, k0, static_cast<int>(c.row_base) + c.tok0, 0, bar);
   }
 };
 

@@ -11,6 +11,12 @@
 //                 group, three in flight while the next is decoded), f32 accumulators; then the
 //                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
 //                 stores whole output rows (4 columns a thread, vectorized where aligned).
+// f32 as 3xTF32 (Tf32x3Weights): the TMA thread's token rows land on a `raw` barrier instead;
+// producer warps 1-3 split them in place (rounded rows and remainders) and arrive on `full`; the
+// consumers split their weight fragments in registers and issue a stage's twelve m64nBNk8 tf32
+// wgmmas (small terms first) into a zeroed stage sum, which is added to the accumulator once the
+// stage is done (the tensor cores truncate as they accumulate: summed straight into a long
+// accumulator that costs ~100x f32's error; per stage it stays below f32 rounding).
 // Work units are handed out statically (u = blockIdx.x, += gridDim.x) in the row map's order,
 // the producer and the consumers walking the same sequence; the ring carries over unit
 // boundaries, so the next unit's loads overlap this unit's epilogue. A unit is a tile, or with
@@ -76,7 +82,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // per warp, after every lane has fenced its writes (one arrival a thread made 128 atomics on
   // one barrier word a stage), beside the TMA thread's expect_tx arrival.
   constexpr bool kThreadsWrite = RowMap::kGather;
-  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1;
+  constexpr bool kSplit = Weights::kSplit;
+  static_assert(!kSplit || (!RowMap::kGather && !RowMap::kScatter), "the 3xTF32 instance runs dense rows only");
+  // With the split, the splitter warps arrive on full beside the TMA thread (Tf32x3Weights).
+  constexpr int kSplitWarps = kSplit ? 3 : 0;
+  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1 + kSplitWarps;
   // Registers per thread after the split: the producer issues copies and needs few. The block
   // launches with kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the
   // producer's .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever
@@ -86,15 +96,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr int kConsumerRegs = 232;
   static_assert(128 * (kLaunchRegs - kProducerRegs) >= 256 * (kConsumerRegs - kLaunchRegs),
                 "the consumers would wait for registers the producer never releases");
-  constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN) : tiled_sm90_shape(BN);
+  constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN) : kSplit ? tiled_sm90_f32_shape(BN) : tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
+  constexpr int kBK = kSplit ? kTiledF32BK : kTiledBK;  // K elements a stage (one 128-byte row)
   extern __shared__ std::uint8_t smem_raw[];
   std::uint8_t* const smem = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
   std::uint8_t* const ring = smem;
   float* const epi = reinterpret_cast<float*>(smem + S.ring_bytes());
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + S.ring_bytes() + S.epi_bytes());
   std::uint64_t* const empty = full + kStages;
-  std::uint8_t* const extra = reinterpret_cast<std::uint8_t*>(empty + kStages);
+  std::uint64_t* const raw = empty + kStages;  // kSplit: the stage's token rows landed, not yet split
+  std::uint8_t* const extra = smem + S.ring_bytes() + S.epi_bytes() + S.barrier_bytes();
 
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid >> 7;
@@ -102,6 +114,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kFullArrivals);
       ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
+      if constexpr (kSplit) ptx::mbar_init(&raw[s], 1);
     }
     ptx::mbar_init_fence();
     if constexpr (!Weights::kDecode) ptx::prefetch_tensor_map(&tm_w);
@@ -112,7 +125,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   map.prologue(tid);
   __syncthreads();
   const int total = map.total_tiles();
-  const int kblocks = (p.k + kTiledBK - 1) / kTiledBK;
+  const int kblocks = (p.k + kBK - 1) / kBK;
   // K parts: unit u is part u % parts of tile u / parts, k-blocks [kb0, kb1) (none empty: the
   // plan's kb_per_part leaves every part at least one).
   int parts = 1, kb_per_part = kblocks;
@@ -131,6 +144,29 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     ptx::setmaxnreg_dec<kProducerRegs>();
     const int ptid = tid;
     if constexpr (!kThreadsWrite) {
+      if constexpr (kSplit) {
+        if (ptid >= 32) {
+          // Splitter warps: each stage's token rows once they land, then arrive on full (one
+          // arrival a warp, after every lane has fenced its writes into the async proxy).
+          const int t = ptid - 32;
+          const std::uint32_t ring_addr = ptx::smem_addr(ring);
+          int it = 0;
+          for (int u = blockIdx.x; u < units; u += gridDim.x) {
+            int tt, part, kb0, kb1;
+            unit_k(u, tt, part, kb0, kb1);
+            for (int kb = kb0; kb < kb1; ++kb, ++it) {
+              const int s = it % kStages;
+              ptx::mbar_wait(&raw[s], (it / kStages) & 1);
+              const std::uint32_t hi = ring_addr + s * S.stage_bytes() + S.a_bytes();
+              Weights::split_tokens(hi, hi + S.b_part_bytes(), BN * 8, t);
+              ptx::fence_proxy_async_smem();
+              __syncwarp();
+              if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
+            }
+          }
+          return;
+        }
+      }
       if (ptid != 0) return;
       int it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -144,11 +180,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           if constexpr (Weights::kDecode) {
             ptx::mbar_arrive_expect_tx(&full[s], kTiledCodeStageBytes + c.bn * kTiledBK * 2);
             Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
+            map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
+          } else if constexpr (kSplit) {  // the tokens go to the splitters first
+            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
+            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kBK, c.feat0, map.w_group(c), &full[s]);
+            ptx::mbar_arrive_expect_tx(&raw[s], S.b_part_bytes());
+            map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &raw[s]);
           } else {
             ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * kTiledBK * 2);
-            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kTiledBK, c.feat0, map.w_group(c), &full[s]);
+            ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kBK, c.feat0, map.w_group(c), &full[s]);
+            map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
           }
-          map.tma_tokens(&tm_x, &tm_x_narrow, c, kb, st + S.a_bytes(), &full[s]);
         }
       }
     } else {
@@ -261,6 +303,44 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         prev = s;
         if (++s == kStages) s = 0, phase ^= 1;
       }
+    } else if constexpr (kSplit) {
+      // 3xTF32 (DenseRows only: every tile is BN wide). A stage: the weight fragments of its four
+      // k8 slices split in registers, then its twelve wgmmas into `part` (small terms first),
+      // waited for, the stage released and `part` added to acc (per-stage promotion). The other
+      // consumer's wgmmas keep the tensor cores busy while this one waits and adds.
+      using MmaT = ptx::WgmmaTf32Rs<BN>;
+      const typename Weights::Lane lc = Weights::lane_constants(cw, warp, lane);
+      const std::uint32_t ring_addr = ptx::smem_addr(ring);
+      float part[BN / 2];
+      for (int kb = kb0; kb < kb1; ++kb, ++it) {
+        const int s = it % kStages;
+        ptx::mbar_wait(&full[s], (it / kStages) & 1);
+        const std::uint32_t st = ring_addr + s * S.stage_bytes();
+        std::uint32_t hi[4][4], lo[4][4];
+#pragma unroll
+        for (int kk = 0; kk < kTiledF32BK / 8; ++kk) Weights::fragments(st, kk, lc, hi[kk], lo[kk]);
+        const std::uint64_t dh = ptx::wgmma_desc_sw128_addr(st + S.a_bytes());
+        const std::uint64_t dl = ptx::wgmma_desc_sw128_addr(st + S.a_bytes() + S.b_part_bytes());
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kTiledF32BK / 8; ++kk) {
+          MmaT::mma(part, lo[kk], dh + 2 * kk, kk > 0);
+          MmaT::mma(part, hi[kk], dl + 2 * kk, 1);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kTiledF32BK / 8; ++kk) MmaT::mma(part, hi[kk], dh + 2 * kk, 1);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_regs(part);
+        if (lane == 0) ptx::mbar_arrive(&empty[s]);
+        if (kb == kb0) {
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[i] = part[i];
+        } else {
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[i] += part[i];
+        }
+      }
     } else {
       for (int kb = kb0; kb < kb1; ++kb, ++it) {
         const int s = it % kStages;
@@ -286,9 +366,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         if (kb > kb0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
       }
     }
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_fence_regs(acc);
-    if (lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+    if constexpr (!kSplit) {  // the split loop has released every stage already
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_regs(acc);
+      if (lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
+    }
 
     // ---- epilogue: 32 tokens at a time through shared memory, then whole output rows
     const int fr = 16 * warp + (lane >> 2);  // feature row of acc[4j], +8 for acc[4j + 2]
@@ -306,6 +388,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
     for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
       if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
+      [[maybe_unused]] std::uint32_t bad = 0;      // kSplit: this thread's non-finite outputs, 4 i + j
       ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
       if constexpr (RowMap::kScatter)
         if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
@@ -335,7 +418,25 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             const float a = alpha_of(c, tok);
             v.x *= a, v.y *= a, v.z *= a, v.w *= a;
           }
+          if constexpr (kSplit) {  // outputs the split cannot carry: recomputed below
+            const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              if (!isfinite(e[j])) bad |= 1u << (4 * i + j);
+          }
           store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
+        }
+      }
+      if constexpr (kSplit) {
+        // In IEEE f32, one output at a time (rare: non-finite inputs or a part past FLT_MAX), in
+        // a loop kept out of the unrolled stores above so that it exists once a chunk.
+#pragma unroll 1
+        while (bad) {
+          const int b = __ffs(bad) - 1;
+          bad &= bad - 1;
+          const int idx = ctid + 128 * (b >> 2), tok = chunk * kTiledEpiTokens + (idx >> 4);
+          const int f = feat_base + (idx & 15) * 4 + (b & 3);
+          if (f < p.n) out[map.out_row(c, tok, cw) + f] = Weights::ieee_dot(wp, c.group, c.tok0 + tok, f);
         }
       }
     }

@@ -7,6 +7,11 @@
 //               brings a stage's codes (2 KB) and scales (256 B); each consumer thread decodes the
 //               f16 A fragment of its two rows, (code - 1) * scale exactly (an f16 scale times
 //               -1, 0 or +1 is an f16), for register-A wgmmas. The activation must be f16 too.
+//   Tf32x3Weights f32 weights and tokens as 3xTF32 (f32 Exact on tensor cores): both by TMA as
+//               f32; the producer splits each stage's token rows in place into x = hi + lo
+//               (hi = tf32(x), lo = tf32(x - hi)), the consumers split their weight fragments the
+//               same way in registers, and acc += w_lo x_hi + w_hi x_lo + w_hi x_hi (w_lo x_lo is
+//               below f32 rounding) through register-A tf32 wgmmas.
 // A group is a batch entry (dense) or an expert (MoE): weight row f of group g is row
 // g * group_rows + f of the stack.
 #pragma once
@@ -16,6 +21,7 @@
 #include <cstdint>
 
 #include "core/engine/tiled_sm90_shape.hpp"
+#include "cuda/common/mma_sync.cuh"
 #include "cuda/engine/tiled/wgmma_sm90.cuh"
 
 namespace llmm::engine {
@@ -24,6 +30,7 @@ struct TmaWeightsParams {};
 struct TmaWeights {
   using Params = TmaWeightsParams;
   static constexpr bool kDecode = false;
+  static constexpr bool kSplit = false;
 };
 
 struct Tq2WeightsParams {
@@ -59,6 +66,7 @@ __device__ __forceinline__ std::uint32_t and_or(std::uint32_t a, std::uint32_t m
 struct Tq2Weights {
   using Params = Tq2WeightsParams;
   static constexpr bool kDecode = true;
+  static constexpr bool kSplit = false;
 
   // The producer's elected thread: the codes and scales of stage kb of group `group`'s weight
   // rows feat0 .. feat0 + 127 into the stage's weight part by two TMA copies completing on `bar`
@@ -128,6 +136,75 @@ struct Tq2Weights {
     a[1] = pair(wb, l.sel_lo, x.sb, l);
     a[2] = pair(wa, l.sel_hi, x.sa, l);
     a[3] = pair(wb, l.sel_hi, x.sb, l);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+struct Tf32x3Params {
+  // The operands as the caller gave them (x [batch][m][k], w [batch][n][k], element strides, a
+  // batch stride of 0 broadcasting): an output the split makes non-finite is recomputed from them.
+  const float* x = nullptr;
+  const float* w = nullptr;
+  std::int64_t x_ld = 0, x_batch = 0, w_ld = 0, w_batch = 0;
+  int k = 0;
+};
+
+struct Tf32x3Weights {
+  using Params = Tf32x3Params;
+  static constexpr bool kDecode = false;
+  static constexpr bool kSplit = true;
+  static constexpr int kSplitWarps = 3;  // producer warps 1..3 split the token rows
+
+  __device__ static void split(std::uint32_t v, std::uint32_t& hi, std::uint32_t& lo) {
+    hi = ptx::to_tf32(__uint_as_float(v));
+    lo = ptx::to_tf32(__uint_as_float(v) - __uint_as_float(hi));
+  }
+
+  // Producer splitter thread t of kSplitWarps * 32: the stage's token rows (`units` 16-byte units,
+  // 4 floats each, as TMA wrote them at `hi`) become their tf32 roundings in place and their
+  // remainders at the same offsets from `lo`. Elementwise, so the swizzle does not matter.
+  __device__ static void split_tokens(std::uint32_t hi, std::uint32_t lo, int units, int t) {
+#pragma unroll 2
+    for (int u = t; u < units; u += kSplitWarps * 32) {
+      std::uint32_t v[4], h[4], l[4];
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(hi + 16 * u));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) split(v[e], h[e], l[e]);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(hi + 16 * u), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]) : "memory");
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(lo + 16 * u), "r"(l[0]), "r"(l[1]), "r"(l[2]), "r"(l[3]) : "memory");
+    }
+  }
+
+  // Consumer lane `lane` of warp `warp` in half cw: the byte offset, from a stage's weight box, of
+  // the row it hands ldmatrix (matrix lane / 8: rows +8 for odd matrices, the k8 slice's second
+  // 16-byte unit for matrices 2 and 3), and that row's swizzle (row % 8).
+  struct Lane {
+    std::uint32_t row_off;
+    int unit_hi, swz;
+  };
+  __device__ static Lane lane_constants(int cw, int warp, int lane) {
+    const int row = 64 * cw + 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
+    return Lane{static_cast<std::uint32_t>(row * 128), lane >> 4, lane & 7};
+  }
+  // The tf32 A fragments (ptx::WgmmaTf32Rs's register order) of k8 slice kk of the weight box at
+  // shared address `box`, split: one ldmatrix.x4 gives (r, q), (r + 8, q), (r, q + 4), (r + 8, q + 4)
+  // as 32-bit words (the b16 pairs of a word are one f32).
+  __device__ static void fragments(std::uint32_t box, int kk, const Lane& l, std::uint32_t (&hi)[4], std::uint32_t (&lo)[4]) {
+    std::uint32_t v[4];
+    ptx::ldmatrix_x4(v, box + l.row_off + (((2 * kk + l.unit_hi) ^ l.swz) << 4));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split(v[e], hi[e], lo[e]);
+  }
+
+  // out[group][row][col] in plain IEEE f32 (sequential FMA over k), for an output the split made
+  // NaN or infinite: a non-finite operand (Inf - tf32(Inf) is NaN), or a part that rounded past
+  // FLT_MAX. Slow, and only for those outputs.
+  __device__ static float ieee_dot(const Params& w, int group, std::int64_t row, std::int64_t col) {
+    const float* x = w.x + group * w.x_batch + row * w.x_ld;
+    const float* y = w.w + group * w.w_batch + col * w.w_ld;
+    float s = 0.0f;
+    for (int l = 0; l < w.k; ++l) s = fmaf(__ldg(x + l), __ldg(y + l), s);
+    return s;
   }
 };
 
