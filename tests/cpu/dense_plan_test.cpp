@@ -66,16 +66,42 @@ TEST(DensePlan, RoutesByShape) {
     EXPECT_EQ(plan_matmul(desc(m, 14336, 4096, DType::F32), a).route, DenseRoute::GemvWide) << m;
   }
   EXPECT_EQ(plan_matmul(desc(8, 3072, 3072, DType::F32), a).route, DenseRoute::GemvWide);
+  EXPECT_EQ(plan_matmul(desc(17, 14336, 4096), a).route, DenseRoute::CublasLt);
   for (DType t : {DType::BF16, DType::F32}) {
-    EXPECT_EQ(plan_matmul(desc(17, 14336, 4096, t), a).route, DenseRoute::CublasLt);
     EXPECT_EQ(plan_matmul(desc(8, 14336, 4096, t, false), a).route, DenseRoute::CublasLt);  // w not [N, K]
     MatmulDesc mis = desc(8, 14336, 4096, t);
     mis.b_vec16 = false;
     EXPECT_EQ(plan_matmul(mis, a).route, DenseRoute::CublasLt);
-    EXPECT_EQ(plan_matmul(desc(8, 14336, 4094, t), a).route, DenseRoute::CublasLt);  // k not a vector multiple
+    MatmulDesc odd_k = desc(8, 14336, 4094, t);  // k not a vector multiple: rows not 16-byte aligned either
+    odd_k.a_vec16 = odd_k.b_vec16 = false;
+    EXPECT_EQ(plan_matmul(odd_k, a).route, DenseRoute::CublasLt);
   }
   EXPECT_EQ(plan_matmul(desc(64, 64, 0), a).route, DenseRoute::Naive);
   EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096), a).route, DenseRoute::CublasLt);
+  // f32 Exact x . w^T: the Hopper engine's 3xTF32 where its tiles fill at least half the SMs
+  // (17 x 14336: 112 tiles of 64; 256 x 3072: 4 x 24 = 96), else SGEMM (128 x 3072: 48 tiles).
+  EXPECT_EQ(plan_matmul(desc(17, 14336, 4096, DType::F32), a).route, DenseRoute::TiledSm90);
+  EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096, DType::F32), a).route, DenseRoute::TiledSm90);
+  EXPECT_EQ(plan_matmul(desc(256, 3072, 3072, DType::F32), a).route, DenseRoute::TiledSm90);
+  EXPECT_EQ(plan_matmul(desc(25, 32000, 1280, DType::F32), a).route, DenseRoute::TiledSm90);
+  EXPECT_EQ(plan_matmul(desc(128, 3072, 3072, DType::F32), a).route, DenseRoute::CublasLt);
+  MatmulDesc f = desc(4096, 14336, 4096, DType::F32);
+  f.precision = Precision::Fast;  // TF32: cuBLASLt's
+  EXPECT_EQ(plan_matmul(f, a).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096, DType::F32, false), a).route, DenseRoute::CublasLt);  // w [K, N]
+  f = desc(4096, 14336, 4096, DType::F32);
+  f.a_vec16 = false;
+  EXPECT_EQ(plan_matmul(f, a).route, DenseRoute::CublasLt);
+  f = desc(4096, 14336, 4096, DType::F32);
+  f.batch = 3;  // batches count as tiles too
+  EXPECT_EQ(plan_matmul(f, a).route, DenseRoute::TiledSm90);
+  f = desc(64, 3072, 3072, DType::F32);
+  EXPECT_EQ(plan_matmul(f, a).route, DenseRoute::CublasLt);  // 24 tiles
+  f.batch = 3;                                                // 72
+  EXPECT_EQ(plan_matmul(f, a).route, DenseRoute::TiledSm90);
+  ArchInfo h100a = a;
+  h100a.cc_minor = 1;  // not the sm_90a build
+  EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096, DType::F32), h100a).route, DenseRoute::CublasLt);
   ArchInfo old = a;
   old.cc_major = 7;
   EXPECT_EQ(plan_matmul(desc(512, 512, 512), old).route, DenseRoute::Naive);

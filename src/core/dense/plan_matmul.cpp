@@ -111,9 +111,13 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
   if (half && d.m == 2 && d.k <= 4096 && refusal(DenseRoute::GemvWide, d, arch).empty())
     return with_route(DenseRoute::GemvWide, "m == 2, 16-bit x . w^T with K <= 4096: gemv_wide measured faster", d, arch);
   if (arch.cc_major < 8) return with_route(DenseRoute::Naive, "pre-sm_80 device: portable kernel", d, arch);
-  // Tiled-class shapes: cuBLASLt (wgmma on Hopper) measures faster than our mma.sync engine so
-  // far; see docs/performance.md. Forcing Tiled runs ours.
-  return with_route(DenseRoute::CublasLt, "tiled-class shape: cuBLASLt measured faster than the mma.sync engine", d, arch);
+  // f32 Exact x . w^T on the Hopper engine's 3xTF32 where its tiles fill half the SMs: 1.2-2x
+  // cuBLASLt's SGEMM there (engine/tiled_sm90_plan.hpp).
+  if (engine::tiled_sm90_dense_f32_preferred(d, arch))
+    return with_route(DenseRoute::TiledSm90, "f32 Exact x . w^T with tiles for half the SMs: the engine's 3xTF32 measured faster than SGEMM", d, arch);
+  // Other tiled-class shapes: cuBLASLt (wgmma on Hopper) measures faster than our engines so far
+  // (16-bit: the Hopper engine 0.92-0.95x); see docs/performance.md. Forcing a route runs ours.
+  return with_route(DenseRoute::CublasLt, "tiled-class shape: cuBLASLt measured faster than our engines", d, arch);
 }
 
 }  // namespace llmm

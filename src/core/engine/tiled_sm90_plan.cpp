@@ -75,6 +75,12 @@ TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::in
   return pick_width(batch, m, n, sm_count, 32, dtype == DType::F32);
 }
 
+bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch) {
+  if (d.dtype != DType::F32 || d.precision != Precision::Exact || !tiled_sm90_dense_refusal(d, arch).empty()) return false;
+  const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : kDefaultSms;
+  return 2 * tiled_sm90_dense_launch(d.dtype, d.batch, d.m, d.n, arch.sm_count).tiles >= sms;
+}
+
 std::string tiled_sm90_dense_kernel_name(DType dtype, int bn) {
   const std::string dt = dtype == DType::F32 ? "f32_3xtf32" : std::string(dtype_name(dtype));
   return "tiled_sm90_dense_" + dt + "_bn" + std::to_string(bn);

@@ -304,23 +304,27 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         if (++s == kStages) s = 0, phase ^= 1;
       }
     } else if constexpr (kSplit) {
-      // 3xTF32 (DenseRows only: every tile is BN wide). A stage: the weight fragments of its four
-      // k8 slices split in registers, then its twelve wgmmas into `part` (small terms first),
-      // waited for, the stage released and `part` added to acc (per-stage promotion). The other
-      // consumer's wgmmas keep the tensor cores busy while this one waits and adds.
+      // 3xTF32 (DenseRows only: every tile is BN wide). A stage: its twelve wgmmas into `part`
+      // (small terms first), then, while they run, the next stage's weight fragments loaded and
+      // split into the other fragment buffer; then the wait, the stage's release and acc += part
+      // (per-stage promotion): between two stages' wgmmas only the adds. The loop is unrolled
+      // by two so that the buffers stay registers.
       using MmaT = ptx::WgmmaTf32Rs<BN>;
       const typename Weights::Lane lc = Weights::lane_constants(cw, warp, lane);
       const std::uint32_t ring_addr = ptx::smem_addr(ring);
       float part[BN / 2];
-      for (int kb = kb0; kb < kb1; ++kb, ++it) {
-        const int s = it % kStages;
-        ptx::mbar_wait(&full[s], (it / kStages) & 1);
-        const std::uint32_t st = ring_addr + s * S.stage_bytes();
-        std::uint32_t hi[4][4], lo[4][4];
 #pragma unroll
-        for (int kk = 0; kk < kTiledF32BK / 8; ++kk) Weights::fragments(st, kk, lc, hi[kk], lo[kk]);
-        const std::uint64_t dh = ptx::wgmma_desc_sw128_addr(st + S.a_bytes());
-        const std::uint64_t dl = ptx::wgmma_desc_sw128_addr(st + S.a_bytes() + S.b_part_bytes());
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      std::uint32_t h0[4][4], l0[4][4], h1[4][4], l1[4][4];
+      auto stage_addr = [&](int i) { return ring_addr + (i % kStages) * S.stage_bytes(); };
+      auto load = [&](int i, std::uint32_t(&hi)[4][4], std::uint32_t(&lo)[4][4]) {
+        ptx::mbar_wait(&full[i % kStages], (i / kStages) & 1);
+#pragma unroll
+        for (int kk = 0; kk < kTiledF32BK / 8; ++kk) Weights::fragments(stage_addr(i), kk, lc, hi[kk], lo[kk]);
+      };
+      auto issue = [&](int i, const std::uint32_t(&hi)[4][4], const std::uint32_t(&lo)[4][4]) {
+        const std::uint64_t dh = ptx::wgmma_desc_sw128_addr(stage_addr(i) + S.a_bytes());
+        const std::uint64_t dl = ptx::wgmma_desc_sw128_addr(stage_addr(i) + S.a_bytes() + S.b_part_bytes());
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kTiledF32BK / 8; ++kk) {
@@ -330,17 +334,26 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kTiledF32BK / 8; ++kk) MmaT::mma(part, hi[kk], dh + 2 * kk, 1);
         ptx::wgmma_commit();
+      };
+      auto finish = [&](int i) {
         ptx::wgmma_wait<0>();
         ptx::wgmma_fence_regs(part);
-        if (lane == 0) ptx::mbar_arrive(&empty[s]);
-        if (kb == kb0) {
+        if (lane == 0) ptx::mbar_arrive(&empty[i % kStages]);
 #pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[i] = part[i];
-        } else {
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[i] += part[i];
-        }
+        for (int j = 0; j < BN / 2; ++j) acc[j] += part[j];
+      };
+      const int n = kb1 - kb0;
+      load(it, h0, l0);
+      for (int j = 0; j < n; j += 2) {
+        issue(it + j, h0, l0);
+        if (j + 1 < n) load(it + j + 1, h1, l1);
+        finish(it + j);
+        if (j + 1 == n) break;
+        issue(it + j + 1, h1, l1);
+        if (j + 2 < n) load(it + j + 2, h0, l0);
+        finish(it + j + 1);
       }
+      it += n;
     } else {
       for (int kb = kb0; kb < kb1; ++kb, ++it) {
         const int s = it % kStages;
