@@ -53,6 +53,7 @@ struct RoutedMap {
   static constexpr bool kLanesPerItem = true;
   static constexpr bool kWaitBeforeProducer = true;  // the producer reads the ids
   static constexpr bool kConvertsImage = InBlock;
+  static constexpr bool kWarpPairs = false;  // a warp a 16-row band at every m (tq2_ring_sm90.cuh)
   static constexpr bool kMayReloadImage = false;
   const Tq2MoeArgs& a;
   const Params& p;

@@ -132,10 +132,12 @@ __device__ __forceinline__ void sum_parts(const Map& map, const RingParams& rp, 
 }
 
 // Consumer warps in pairs (two 16-row tiles a warp, half the groups; tq2_band_stage_sm90.cuh) up
-// to this many n8 tiles, i.e. on every narrow kernel (m <= 8): a row's sum is then (groups 0, 1 of
-// each stage) + (groups 2, 3) at every m there, so v5 stays batch-invariant across m = 1..8. The
-// wide kernels (m = 9..16, invariant among themselves) keep a warp a 16-row band: their
-// accumulators would double.
+// to this many n8 tiles, i.e. on every narrow kernel (m <= 8), for row maps that ask for them
+// (Map::kWarpPairs): a row's sum is then (groups 0, 1 of each stage) + (groups 2, 3) at every m
+// there, so v5 stays batch-invariant across m = 1..8. The wide kernels (m = 9..16, invariant
+// among themselves) keep a warp a 16-row band: their accumulators would double. The ternary
+// experts' map keeps a warp a band everywhere: its items are short (down's 6 groups split 4 / 2
+// in a pair) and each pays the pair's exchange; with pairs they ran 2-4% slower (session 18).
 inline constexpr int kTq2RingPairMaxTiles = 4;
 // Registers: the planners put two blocks on an SM only at n8 tiles <= 2 (or 3, whole image),
 // where ptxas must stay at <= 96 (two 288-thread blocks; see tq2_stream_v5_config). The pairs'
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(kTq2V5Threads, 1) __maxnreg__(kTq2RingMaxRegs<
     tq2_ring_sm90_kernel(const typename Map::Args a, const typename Map::Params p,
                          const __grid_constant__ CUtensorMap codes_map, const __grid_constant__ CUtensorMap scales_map) {
   constexpr int kConsumers = kTq2V5Consumers, kG = kTq2V5StageGroups;
-  constexpr int kTiles = NT <= kTq2RingPairMaxTiles ? 2 : 1;  // 16-row tiles a consumer warp decodes (BandLane)
+  constexpr int kTiles = Map::kWarpPairs && NT <= kTq2RingPairMaxTiles ? 2 : 1;  // 16-row tiles a consumer warp decodes (BandLane)
   static_assert(kTq2V5Rows == 16 * kConsumers, "a band of 16 rows per consumer warp");
   static_assert(kTq2V5StageBytes % 1024 == 0, "stages stay 1024-byte aligned (swizzled copy targets)");
   extern __shared__ __align__(1024) unsigned char smem_raw[];

@@ -44,6 +44,7 @@ struct V5Map {
   static constexpr bool kLanesPerItem = false;
   static constexpr bool kWaitBeforeProducer = false;
   static constexpr bool kConvertsImage = InBlock;
+  static constexpr bool kWarpPairs = true;  // consumer warps in pairs at n8 tiles <= 4 (tq2_ring_sm90.cuh)
   static constexpr bool kMayReloadImage = Sliced;  // its own instantiation: the others' code stays as it was
   const Tq2Args& a;
   const Params& p;
