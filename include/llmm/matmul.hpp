@@ -20,7 +20,8 @@ enum class DenseRoute {
   GemvWide,  // x[M, K] . w[N, K]^T for M = 2..16 on CUDA cores (f32, and 16-bit when forced)
   SkinnyMma, // x[M, K] . w[N, K]^T for M = 2..16, f16/bf16 on tensor cores (mma.sync)
   Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
-  TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16 x . w^T on sm_90
+  TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
+             // 3xTF32, x . w^T on sm_90
   CublasLt,  // vendor GEMM, for the shapes where it measures faster
 };
 const char* route_name(DenseRoute r) noexcept;

@@ -111,7 +111,7 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
   if (half && d.m == 2 && d.k <= 4096 && refusal(DenseRoute::GemvWide, d, arch).empty())
     return with_route(DenseRoute::GemvWide, "m == 2, 16-bit x . w^T with K <= 4096: gemv_wide measured faster", d, arch);
   if (arch.cc_major < 8) return with_route(DenseRoute::Naive, "pre-sm_80 device: portable kernel", d, arch);
-  // f32 Exact x . w^T on the Hopper engine's 3xTF32 where its tiles fill half the SMs: 1.2-2x
+  // f32 Exact x . w^T on the Hopper engine's 3xTF32 where its tiles fill half the SMs: 1.3-2.1x
   // cuBLASLt's SGEMM there (engine/tiled_sm90_plan.hpp).
   if (engine::tiled_sm90_dense_f32_preferred(d, arch))
     return with_route(DenseRoute::TiledSm90, "f32 Exact x . w^T with tiles for half the SMs: the engine's 3xTF32 measured faster than SGEMM", d, arch);

@@ -55,8 +55,8 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
 // Whether plan_matmul should send f32 Exact to the engine (3xTF32) rather than cuBLASLt's SGEMM:
 // where the instance takes it and its launch has at least half as many tiles as the device has
 // SMs (sm_count 0 = 132). Measured on the H200 (docs/performance.md, "f32 Exact on the engine"):
-// 1.2-2x SGEMM from 96 tiles up (m 17 on a 14336-row weight, m 256 on 3072 rows, m 25 on the
-// 32000-row lm head); 0.4-0.7x at 24-48 tiles, where one wave of long-K tiles is latency-bound
+// 1.3-2.1x SGEMM from 96 tiles up (m 17 on a 14336-row weight, m 256 on 3072 rows, m 25 on the
+// 32000-row lm head); 0.40-0.79x at 24-48 tiles, where one wave of long-K tiles is latency-bound
 // and SGEMM streams the weight on every SM.
 bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch);
 
