@@ -84,8 +84,13 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr bool kThreadsWrite = RowMap::kGather;
   constexpr bool kSplit = Weights::kSplit;
   static_assert(!kSplit || (!RowMap::kGather && !RowMap::kScatter), "the 3xTF32 instance runs dense rows only");
-  // With the split, the splitter warps arrive on full beside the TMA thread (Tf32x3Weights).
-  constexpr int kSplitWarps = kSplit ? 3 : 0;
+  // With the split, the splitter warps (producer warps 1..kSplitWarps) arrive on full beside the
+  // TMA thread.
+  constexpr int kSplitWarps = [] {
+    if constexpr (kSplit) return Weights::kSplitWarps;
+    else return 0;
+  }();
+  static_assert(kSplitWarps <= 3, "the splitters are producer warps beside the TMA thread's warp 0");
   constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1 + kSplitWarps;
   // Registers per thread after the split: the producer issues copies and needs few. The block
   // launches with kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the
