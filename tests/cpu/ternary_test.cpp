@@ -250,8 +250,11 @@ TEST(Tq2Plan, Routes) {
   // v5 where K stays whole: at least 212 super-bands of 128 rows (27648 rows: 216), m <= 8, where
   // the activation fits (m = 8 at k = 8192 does not: v2).
   for (std::int64_t m : {0, 1, 2, 4, 5, 8}) EXPECT_EQ(plan_tq2(m, 27648, 3072, DType::F32, h200), Tq2Route::StreamV5) << m;
-  EXPECT_EQ(plan_tq2(1, 211 * 128, 3072, DType::F32, h200), Tq2Route::StreamV4);
+  // Below 212 super-bands K goes in parts; at m <= 2 where v4 would hold two blocks, v5 still
+  // takes it with K in at most 2 parts (session 18's A/B rows).
   EXPECT_EQ(plan_tq2(1, 211 * 128 + 1, 3072, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_EQ(llmm::cuda_ternary::tq2_stream_v5_parts_for(1, 211 * 128, 3072).parts, 2);
+  EXPECT_EQ(plan_tq2(1, 211 * 128, 3072, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(9, 27648, 3072, DType::F32, h200), Tq2Route::StreamV2);  // wide v5 lost at k 3072
   EXPECT_EQ(plan_tq2(8, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);  // sliced, 2 parts (m = 6..8)
   EXPECT_EQ(plan_tq2(4, 28672, 8192, DType::F32, h200), Tq2Route::StreamV5);
@@ -261,7 +264,11 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(llmm::cuda_ternary::tq2_stream_v5_parts(8192, 28672).parts, 4);
   EXPECT_EQ(plan_tq2(4, 14336, 4096, DType::F32, h200), Tq2Route::StreamV5);  // Llama-8B up m4: 2 parts
   EXPECT_EQ(plan_tq2(4, 13824, 2560, DType::F32, h200), Tq2Route::StreamV5);  // BitNet-2B gate_up m4
-  EXPECT_EQ(plan_tq2(1, 14336, 4096, DType::F32, h200), Tq2Route::StreamV4);  // two v4 blocks an SM
+  // Two v4 blocks an SM: v4 from 3 parts (3072x3072) or past m = 2; v5 at m <= 2 with <= 2 parts
+  // (Llama-8B up m = 1: 9.41 vs 9.86 us, BitNet-2B gate_up m = 1 7.73 vs 8.74, session 18).
+  EXPECT_EQ(plan_tq2(1, 14336, 4096, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_EQ(plan_tq2(1, 13824, 2560, DType::F32, h200), Tq2Route::StreamV5);
+  EXPECT_GT(llmm::cuda_ternary::tq2_stream_v5_parts_for(1, 3072, 3072).parts, 2);
   EXPECT_EQ(plan_tq2(1, 4096, 14336, DType::F32, h200), Tq2Route::StreamV4);  // Llama-8B down: 7 parts
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B down: 14 parts
   EXPECT_EQ(plan_tq2(4, 3840, 2560, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B qkv: 5 parts

@@ -172,6 +172,35 @@ TEST(TiledSm90Plan, MoeWideTilesWithNarrowOnesChosenOnTheDevice) {
   EXPECT_FALSE(tiled_sm90_moe_launch(g, 132).staged);
 }
 
+// An expert's rows in tile classes (the kernel's ExpertRows calls this function): every row in
+// exactly one tile and the last tile not empty, wide tiles only while a 5/8-full wide tile's worth
+// is left, one mid (128) tile for a rest of 65..160, never more tiles than the host's bound.
+TEST(TiledSm90Plan, MoeExpertTileClassesCoverEveryRowOnce) {
+  EXPECT_EQ(tiled_sm90_mid_bn(256), 128);
+  EXPECT_EQ(tiled_sm90_mid_bn(128), 0);
+  EXPECT_EQ(tiled_sm90_mid_bn(64), 0);
+  struct Want { int count, wide, mid, narrow; };
+  for (Want w : {Want{0, 0, 0, 0}, Want{1, 0, 0, 1}, Want{64, 0, 0, 1}, Want{65, 0, 1, 0}, Want{128, 0, 1, 0},
+                 Want{129, 0, 1, 1}, Want{160, 0, 1, 1}, Want{161, 1, 0, 0}, Want{256, 1, 0, 0}, Want{257, 1, 0, 1},
+                 Want{384, 1, 1, 0}, Want{385, 1, 1, 1}, Want{417, 2, 0, 0}}) {
+    const ExpertTileSplit s = tiled_sm90_expert_split(w.count, 256);
+    EXPECT_EQ(s.wide, w.wide) << w.count;
+    EXPECT_EQ(s.mid, w.mid) << w.count;
+    EXPECT_EQ(s.narrow, w.narrow) << w.count;
+  }
+  for (int bn : {64, 128, 256})
+    for (int count = 0; count <= 3000; ++count) {
+      const ExpertTileSplit s = tiled_sm90_expert_split(count, bn);
+      const int mid_bn = tiled_sm90_mid_bn(bn), narrow_bn = bn > 64 ? 64 : bn;
+      EXPECT_TRUE(s.mid == 0 || mid_bn != 0) << bn << " " << count;
+      const int covered = s.wide * bn + s.mid * mid_bn + s.narrow * narrow_bn;
+      const int last = s.narrow ? narrow_bn : s.mid ? mid_bn : bn;  // tiles run wide, mid, narrow
+      EXPECT_GE(covered, count) << bn << " " << count;
+      EXPECT_LT(covered - last, count + (count == 0 ? 1 : 0)) << bn << " " << count;  // the last tile has rows
+      EXPECT_LE(s.wide + s.mid + s.narrow, (count + 63) / 64) << bn << " " << count;
+    }
+}
+
 // gemm_tq2's tq2_tiled_sm90 route: the instance's refusals, its workspace (an f16 copy of bf16
 // and f32 activations after one power-of-two scale a row; none for f16) and kernel names.
 TEST(TiledSm90Plan, Tq2TakesF16Bf16AndF32FastOnSm90Only) {

@@ -343,6 +343,38 @@ TEST(MoeGpu, TiledSm90Sweep) {
         }
 }
 
+// Every boundary of the engine's tile classes, one expert each (ExpertRows::split): a rest of
+// 1..64 rows in one narrow tile, 65..128 in one mid (128) tile, 129..160 in a mid and a narrow
+// tile, more in a wide one, after any number of wide (256) tiles; an expert without rows. The
+// mid tiles' rows come by the gather or as two narrow TMA boxes (staged); n and k off the tiles.
+TEST(MoeGpu, TiledSm90TileClassBoundaries) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  const std::vector<std::uint32_t> counts = {1,   63,  64,  65,  127, 128, 129, 160, 161, 0,
+                                             255, 256, 257, 320, 321, 384, 385, 416, 417, 513};
+  std::uint32_t m = 0;
+  for (std::uint32_t v : counts) m += v;
+  const auto e = static_cast<std::uint32_t>(counts.size());
+  MatmulIdScratch plain(ctx, e, m, 1), staging(ctx, e, m, 1, 136 * 2);
+  std::uint64_t seed = 4100;
+  for (DType w : {DType::BF16, DType::F16})
+    for (DType out : {DType::F32, w})
+      for (int variant = 0; variant < 2; ++variant) {  // gathered, staged
+        MoeCase c;
+        c.p = params(m, 200, 136, 1, e, MatmulIdRoute::GroupedPrefill);
+        c.p.input_dtype = w, c.p.output_dtype = out;
+        c.w_dtype = w, c.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
+        c.routing = Routing::Counts, c.expert_counts = counts;
+        c.expert_pad = 8 * variant, c.input_pad = 8;
+        c.seed = ++seed;
+        MoeOutcome o = run_moe_case(ctx, c, variant == 1 ? &staging : &plain);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_NE(o.receipt.kernel.find("tiled_sm90_moe_"), std::string::npos) << c.describe() << ": " << o.receipt.kernel;
+        EXPECT_EQ(o.receipt.kernel.find("_staged") != std::string::npos, variant == 1) << c.describe() << ": " << o.receipt.kernel;
+      }
+}
+
 // Auto takes the engine where it can on sm_90; a forced engine that cannot take the call is
 // refused before anything is launched or written.
 TEST(MoeGpu, TiledSm90RoutingAndRefusals) {

@@ -95,6 +95,30 @@ TEST(Tq2ExpertsGpu, GroupedSm90SweepAgainstFloat64) {
       }
 }
 
+// Every boundary of the engine's tile classes (one expert each: narrow 64, mid 128, a mid and a
+// narrow, wide 256 after wide tiles, an expert without rows) on the TQ2 decoder's RS wgmmas.
+TEST(Tq2ExpertsGpu, GroupedSm90TileClassBoundaries) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper(ctx)) GTEST_SKIP() << "tq2_moe_grouped_sm90 is built for sm_90a; this GPU is sm_" << ctx.arch().cc();
+  TernaryWeightCache cache(ctx);
+  const std::vector<std::uint32_t> counts = {1, 64, 65, 128, 129, 160, 161, 0, 256, 257, 385, 417};
+  std::uint32_t m = 0;
+  for (std::uint32_t v : counts) m += v;
+  const auto e = static_cast<std::uint32_t>(counts.size());
+  std::uint64_t seed = 7100;
+  for (DType in : {DType::F16, DType::BF16})
+    for (DType out : {DType::F32, in}) {
+      Tq2MoeCase c = make_case(m, 1, 200, 256, e, in, out, ++seed);
+      c.route = Tq2MoeRoute::GroupedSm90;
+      c.base.routing = Routing::Counts, c.base.expert_counts = counts;
+      MatmulIdScratch scratch(ctx, e, m, 1, 2 * 256);
+      const Tq2MoeOutcome o = run_tq2_moe_case(ctx, cache, c, &scratch);
+      EXPECT_EQ(o.receipt.route, "tq2_moe_grouped_sm90") << c.describe();
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    }
+}
+
 // Each routed row of a bf16 input is staged with its own power of two: token rows of 2^20, 1 and
 // 2^-20 in turn each keep their precision on the grouped route, every layout and output dtype.
 // With one scale for the whole input (sessions 8-12) the 2^-20 rows fell below f16's range

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 #include "llmm/reference.hpp"
 #include "support/random.hpp"
@@ -11,7 +12,7 @@
 namespace llmm::test {
 
 std::string MoeCase::describe() const {
-  static const char* routings[] = {"uniform", "skewed", "zipf", "repeats"};
+  static const char* routings[] = {"uniform", "skewed", "zipf", "repeats", "counts"};
   std::ostringstream os;
   os << "m" << p.m << " n" << p.n << " k" << p.k << " top_k" << p.top_k << " E" << p.n_experts << " w "
      << dtype_name(w_dtype) << " in " << dtype_name(p.input_dtype) << " out " << dtype_name(p.output_dtype) << " ids "
@@ -66,7 +67,16 @@ std::vector<std::int64_t> make_ids(const MoeCase& c) {
       case Routing::Repeats:  // a token's slots drawn from <= 3 experts: repeats within a token
         for (std::uint32_t s = 0; s < K; ++s) row[s] = rng.uniform_int(0, std::min<std::uint32_t>(E, 3) - 1);
         break;
+      case Routing::Counts: break;  // below
     }
+  }
+  if (c.routing == Routing::Counts) {
+    std::vector<std::int64_t> slots;
+    for (std::uint32_t e = 0; e < c.expert_counts.size(); ++e) slots.insert(slots.end(), c.expert_counts[e], e);
+    if (slots.size() != ids.size()) throw std::invalid_argument("MoeCase: expert_counts must sum to m * top_k");
+    for (std::size_t i = slots.size(); i > 1; --i)
+      std::swap(slots[i - 1], slots[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
+    ids = slots;
   }
   if (c.out_of_range_every > 0) {
     // Values every id dtype must read as out of range: E + r, the largest code (-1 as i32/i64),

@@ -14,7 +14,9 @@
 
 namespace llmm::test {
 
-enum class Routing { Uniform, Skewed, Zipf, Repeats };
+// Counts: expert e gets expert_counts[e] routed rows (their sum is m * top_k), spread over the
+// rows in a random order (repeats within a token allowed: set MayRepeat).
+enum class Routing { Uniform, Skewed, Zipf, Repeats, Counts };
 
 struct MoeCase {
   MatmulIdParams p;             // sizes, layout, route, input/output dtypes (strides: from the pads)
@@ -24,6 +26,7 @@ struct MoeCase {
   bool input_rank3 = false;     // Slotted input as [m, top_k, k] (then 3 more elements after each token)
   DType ids_dtype = DType::U32;
   Routing routing = Routing::Uniform;
+  std::vector<std::uint32_t> expert_counts;  // Routing::Counts
   int out_of_range_every = 0;   // every Nth routed row gets an id outside [0, n_experts) (0: none)
   Precision precision = Precision::Exact;
   bool shape_form = false;      // call matmul_id with the params read off the views

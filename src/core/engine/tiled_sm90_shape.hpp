@@ -19,6 +19,12 @@ inline constexpr int kTiledFeatureGroup = 8;  // feature tiles swept together (L
 // floats so that the fragment's scattered writes hit 32 different banks.
 inline constexpr int kTiledEpiTokens = 32;
 inline constexpr int kTiledEpiStride = 68;
+// 16-bit outputs (not K parts) instead: 64 tokens x 64 features converted in registers, written
+// by stmatrix (transposed: a token row's 8 features a 16-byte unit) in 128-byte rows, unit u of
+// row r at u ^ (r % 8), 8 KB a consumer in the same area.
+inline constexpr int kTiledEpi16Tokens = 64;
+inline constexpr int kTiledEpi16Bytes = kTiledEpi16Tokens * 128;
+static_assert(2 * kTiledEpi16Bytes <= 2 * kTiledEpiTokens * kTiledEpiStride * 4, "the 16-bit epilogue's rows must fit the staging area");
 // Width of the narrow tiles a row map may mix with its wide ones (MoE: experts with few rows).
 inline constexpr int kTiledNarrowBN = 64;
 
@@ -43,6 +49,31 @@ struct TiledSm90Shape {
   // a row map's own bytes come after, and 1024 bytes of slack let the kernel align its base.
   constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
 };
+
+// The MoE row maps' tile classes for one expert's `count` routed rows at kernel width bn: wide
+// tiles of bn while at least a wide tile's worth is left (or more than 5/8 of one remains); a
+// rest of 65..160 rows starts with one mid tile of 128 (bn 256 only); what is left goes in narrow
+// tiles of kTiledNarrowBN. Each tile streams the expert's whole weight box: a rest of 128 rows in
+// two narrow tiles streamed it twice, at n64 wgmmas that read as many weight bytes from shared
+// memory as token bytes. Tiles run wide, then mid, then narrow. Never more tiles than
+// ceil(count / 64) + 1 (the host's bound on the tile table).
+struct ExpertTileSplit {
+  int wide = 0, mid = 0, narrow = 0;
+};
+constexpr int tiled_sm90_mid_bn(int bn) { return bn > 2 * kTiledNarrowBN ? 2 * kTiledNarrowBN : 0; }
+constexpr ExpertTileSplit tiled_sm90_expert_split(int count, int bn) {
+  const int narrow_bn = bn > kTiledNarrowBN ? kTiledNarrowBN : bn, mid_bn = tiled_sm90_mid_bn(bn);
+  ExpertTileSplit s;
+  s.wide = count / bn;
+  int rest = count - s.wide * bn;
+  if (bn == narrow_bn || rest > bn * 5 / 8) {
+    s.wide += rest > 0;
+    return s;
+  }
+  if (mid_bn != 0 && rest > narrow_bn) s.mid = 1, rest -= mid_bn;
+  s.narrow = rest > 0 ? (rest + narrow_bn - 1) / narrow_bn : 0;
+  return s;
+}
 
 // The MoE row maps' own shared memory (after the fixed part): a tile's row sources (8 bytes a
 // row), each consumer's copy of its output rows (4 bytes a row), tile and row starts per expert.

@@ -20,7 +20,7 @@ struct TileCoord {
   int feat0 = 0;        // first weight row (output column)
   int tok0 = 0;         // first token row: within the batch entry, or position in the expert's list
   int rows = 0;         // valid token rows of the tile (<= bn)
-  int bn = 0;           // the tile's width: the kernel's BN, or kTiledNarrowBN for a narrow tile
+  int bn = 0;           // the tile's width: the kernel's BN, or (ExpertRows) a mid or narrow tile's
   std::int64_t row_base = 0;  // ExpertRows: where expert `group`'s rows start in the routed-row list
 };
 
@@ -32,6 +32,7 @@ struct DenseRowsParams {
   void* out = nullptr;                     // c
   std::int64_t out_ld = 0, out_batch = 0;  // elements
   bool vec_ok = false;                 // 4-element vector stores of output rows are aligned
+  bool vec8_ok = false;                // 16-byte stores (8 elements of a 16-bit output) are aligned
   // K in parts (tiled_sm90a.cuh): parts > 1 splits each tile's k-blocks into parts of
   // kb_per_part; partials: [tiles][parts][2][64 x BN] f32 slots, counters: [tiles][2], zero.
   int parts = 1, kb_per_part = 0;
@@ -44,6 +45,7 @@ struct DenseRows {
   using Params = DenseRowsParams;
   static constexpr bool kGather = false;
   static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
+  static constexpr int kMid = 0;           // every tile is BN wide
   static constexpr bool kSplitK = true;    // Params::parts may split K
 
   const Params& p;
@@ -91,7 +93,8 @@ struct ExpertRowsParams {
   const std::uint32_t* counts = nullptr;                 // [n_experts] routed rows per expert
   const std::uint32_t* rows = nullptr;                   // routed rows listed by expert
   void* out = nullptr;                                   // [m * top_k, n]
-  bool vec_ok = false;
+  bool vec_ok = false;                                   // 4-element vector stores of output rows are aligned
+  bool vec8_ok = false;                                  // 16-byte stores (16-bit outputs) are aligned
 };
 
 template <int BN>
@@ -122,17 +125,14 @@ struct ExpertRows {
     row_start = tile_start + p.n_experts + 1;
   }
 
-  // Tile classes: an expert's rows go in wide tiles of BN while at least a wide tile's worth is
-  // left (or more than kWideRest rows remain), the rest in narrow tiles of kTiledNarrowBN (a
-  // hot expert gets wide tiles, a cold one narrow ones, in one launch: the host cannot see the
-  // routing). A narrow tile streams the same weight box for a quarter of the work.
+  // Tile classes (tiled_sm90_expert_split): wide tiles of BN, then at most one mid tile of
+  // kMid, then narrow tiles of kNarrow, decided on the device from the counts (a hot expert gets
+  // wide tiles, a cold one narrow ones, in one launch: the host cannot see the routing).
   static constexpr int kNarrow = BN > kTiledNarrowBN ? kTiledNarrowBN : BN;
-  static constexpr int kWideRest = BN * 5 / 8;  // 160 of 256: fewer rows go in narrow tiles
-  __device__ static void split(int count, int& wide, int& narrow) {
-    wide = count / BN;
-    const int rest = count - wide * BN;
-    if (BN == kNarrow || rest > kWideRest) wide += rest > 0, narrow = 0;
-    else narrow = (rest + kNarrow - 1) / kNarrow;
+  static constexpr int kMid = tiled_sm90_mid_bn(BN);  // 128 at BN 256; 0: no mid class
+  __device__ static void split(int count, int& wide, int& mid, int& narrow) {
+    const ExpertTileSplit s = tiled_sm90_expert_split(count, BN);
+    wide = s.wide, mid = s.mid, narrow = s.narrow;
   }
 
   // Every thread of the block: exclusive scans of counts[e] and of each expert's tiles, in chunks
@@ -146,9 +146,9 @@ struct ExpertRows {
     for (int base = 0; base < p.n_experts; base += kTiledThreads) {
       const int e = base + tid;
       const int cnt = e < p.n_experts ? static_cast<int>(p.counts[e]) : 0;
-      int wide, narrow;
-      split(cnt, wide, narrow);
-      const int tl = wide + narrow;
+      int wide, mid, narrow;
+      split(cnt, wide, mid, narrow);
+      const int tl = wide + mid + narrow;
       int ic = cnt, it = tl;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -182,10 +182,10 @@ struct ExpertRows {
     c.group = lo;
     c.feat0 = (t - et * p.tiles_feat) * kTiledBM;
     const int count = row_start[lo + 1] - row_start[lo], j = et - tile_start[lo];
-    int wide, narrow;
-    split(count, wide, narrow);
-    c.bn = j < wide ? BN : kNarrow;
-    c.tok0 = j < wide ? j * BN : wide * BN + (j - wide) * kNarrow;
+    int wide, mid, narrow;
+    split(count, wide, mid, narrow);
+    c.bn = j < wide ? BN : j < wide + mid ? kMid : kNarrow;  // wide tiles first, then mid, then narrow
+    c.tok0 = j < wide ? j * BN : j < wide + mid ? wide * BN : wide * BN + mid * kMid + (j - wide - mid) * kNarrow;
     c.row_base = row_start[lo];
     c.rows = min(c.bn, count - c.tok0);
     return c;
@@ -246,10 +246,19 @@ template <int BN>
 struct ExpertRowsStaged : ExpertRows<BN> {
   static constexpr bool kGather = false;
   using ExpertRows<BN>::ExpertRows;
-  // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles.
+  // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles, and two
+  // of them for a mid tile (rows of 128 bytes, so the second box's 8 KB continue the first's
+  // swizzle pattern: the 128-byte swizzle follows the shared-memory address bits).
   __device__ void tma_tokens(const void* tm_x, const void* tm_x_narrow, const TileCoord& c, int k0, void* dst,
                              std::uint64_t* bar) const {
-    ptx::tensor_copy_3d_g2s(dst, c.bn == BN ? tm_x : tm_x_narrow, k0, static_cast<int>(c.row_base) + c.tok0, 0, bar);
+    const int row0 = static_cast<int>(c.row_base) + c.tok0;
+    if (c.bn == BN) {
+      ptx::tensor_copy_3d_g2s(dst, tm_x, k0, row0, 0, bar);
+      return;
+    }
+    ptx::tensor_copy_3d_g2s(dst, tm_x_narrow, k0, row0, 0, bar);
+    if (c.bn > kTiledNarrowBN)
+      ptx::tensor_copy_3d_g2s(static_cast<std::uint8_t*>(dst) + kTiledNarrowBN * 128, tm_x_narrow, k0, row0 + kTiledNarrowBN, 0, bar);
   }
 };
 
