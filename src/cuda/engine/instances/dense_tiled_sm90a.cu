@@ -26,6 +26,7 @@ DenseRowsParams rows_params(const DenseArgs& g, const TiledSm90Launch& l, std::s
   p.out = g.c;
   p.out_ld = g.c_ld, p.out_batch = g.c_batch;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.c) % (4 * out_bytes) == 0 && g.c_ld % 4 == 0 && g.c_batch % 4 == 0;
+  p.vec8_ok = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.c_ld * out_bytes % 16 == 0 && g.c_batch * out_bytes % 16 == 0;
   return p;
 }
 

@@ -26,6 +26,7 @@ ExpertRowsParams expert_rows_params(const cuda_moe::MoeArgs& g) {
   p.counts = g.counts, p.rows = g.rows;
   p.out = g.out;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
+  p.vec8_ok = reinterpret_cast<std::uintptr_t>(g.out) % 16 == 0 && g.n * sizeof(OutT) % 16 == 0;
   return p;
 }
 

@@ -32,6 +32,7 @@ void launch_bn(const Tq2Args& g, const float* alpha, const TiledSm90Launch& l, c
   p.out = g.out;
   p.out_ld = g.out_ld, p.out_batch = 0;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.out_ld % 4 == 0;
+  p.vec8_ok = reinterpret_cast<std::uintptr_t>(g.out) % 16 == 0 && g.out_ld * sizeof(OutT) % 16 == 0;
   if (l.parts > 1) {
     p.parts = l.parts, p.kb_per_part = l.kb_per_part;
     p.partials = sk.slots, p.counters = sk.counters;

@@ -9,8 +9,12 @@
 //   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight (ternary: one k16 slice a
 //                 group, three in flight while the next is decoded), f32 accumulators; then the
-//                 epilogue stages 32 tokens x 64 features of f32 at a time in shared memory and
-//                 stores whole output rows (4 columns a thread, vectorized where aligned).
+//                 epilogue: 16-bit outputs converted in registers and written by stmatrix, 64
+//                 tokens x 64 features at a time, then 16-byte stores of whole output rows; f32
+//                 outputs (and K parts' slots) staged 32 tokens x 64 features of f32 at a time
+//                 and stored 4 columns a thread (vectorized where aligned).
+// Row maps may mix tile widths (ExpertRows: BN, a mid 128 and a narrow 64): a narrower tile runs
+// its own wgmma width on the first columns of the accumulator.
 // f32 as 3xTF32 (Tf32x3Weights): the TMA thread's token rows land on a `raw` barrier instead;
 // producer warps 1-3 split them in place (rounded rows and remainders) and arrive on `full`; the
 // consumers split their weight fragments in registers and issue a stage's twelve m64nBNk8 tf32
@@ -70,6 +74,26 @@ __device__ __forceinline__ void store4(OutT* dst, float4 v, int valid, bool vec)
       else dst[e] = __float2half_rn(f[e]);
     }
   }
+}
+
+// Eight 16-bit outputs (packed in v, element 0 lowest) to dst: one 16-byte store where aligned,
+// two 8-byte ones where only those are, else one element at a time (valid < 8: a row's end).
+template <class OutT>
+__device__ __forceinline__ void store8(OutT* dst, uint4 v, int valid, bool vec8, bool vec4) {
+  static_assert(sizeof(OutT) == 2, "16-bit outputs only");
+  if (valid >= 8 && vec8) {
+    *reinterpret_cast<uint4*>(dst) = v;
+    return;
+  }
+  if (valid >= 8 && vec4) {
+    reinterpret_cast<uint2*>(dst)[0] = make_uint2(v.x, v.y);
+    reinterpret_cast<uint2*>(dst)[1] = make_uint2(v.z, v.w);
+    return;
+  }
+  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (e < valid) reinterpret_cast<std::uint16_t*>(dst)[e] = static_cast<std::uint16_t>(w[e >> 1] >> (16 * (e & 1)));
 }
 
 template <int BN, bool BF16, class OutT, template <int> class RowMapT, class Weights = TmaWeights>
@@ -243,6 +267,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   using Mma = ptx::Wgmma<BN, BF16>;
   constexpr int kNarrow = BN > kTiledNarrowBN ? kTiledNarrowBN : BN;
   using MmaNarrow = ptx::Wgmma<kNarrow, BF16>;
+  // A row map's mid tiles (ExpertRows at BN 256: 128 columns; 0: none), the first kMid columns of acc.
+  constexpr int kMid = RowMap::kMid;
   const int cw = wg - 1;           // 64-row half of the weight tile
   const int ctid = tid - 128 * wg;  // 0..127 within the warpgroup
   const int warp = ctid >> 5, lane = ctid & 31;
@@ -298,6 +324,14 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             ptx::wgmma_fence();
             MmaRs::mma(acc, a[kk], db + 2 * kk, kb > kb0 || kk > 0);
             ptx::wgmma_commit();
+          } else if (kMid != 0 && c.bn == kMid) {
+            if constexpr (kMid != 0) {
+              using MmaRsMid = ptx::WgmmaRs<kMid>;
+              float(&mid)[kMid / 2] = *reinterpret_cast<float(*)[kMid / 2]>(acc);
+              ptx::wgmma_fence();
+              MmaRsMid::mma(mid, a[kk], db + 2 * kk, kb > kb0 || kk > 0);
+              ptx::wgmma_commit();
+            }
           } else if constexpr (kNarrow != BN) {
             float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
             ptx::wgmma_fence();
@@ -373,6 +407,15 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
           for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
           ptx::wgmma_commit();
+        } else if (kMid != 0 && c.bn == kMid) {  // a mid tile: the first kMid columns of acc
+          if constexpr (kMid != 0) {
+            using MmaMid = ptx::Wgmma<kMid, BF16>;
+            float(&mid)[kMid / 2] = *reinterpret_cast<float(*)[kMid / 2]>(acc);
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaMid::mma(mid, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
+            ptx::wgmma_commit();
+          }
         } else if constexpr (kNarrow != BN) {  // a narrow tile: the first kNarrow columns of acc
           float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
           ptx::wgmma_fence();
@@ -403,58 +446,124 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       to_slot = parts > 1;
       if (to_slot) slots = p.partials + (static_cast<std::int64_t>(t) * parts * 2 + cw) * kSlot;
     }
+    // 16-bit outputs (not to a slot): converted in registers, written to shared memory by
+    // stmatrix (4 instructions a warp for 64 tokens x 16 features, against 64 scalar f32 stores
+    // the f32 staging below takes), then 16-byte stores of whole output rows. The conversion is
+    // the one the f32 staging does after it: the outputs are bitwise the same.
+    constexpr bool kEpi16 = sizeof(OutT) == 2;
+    bool epi16 = false;
+    if constexpr (kEpi16) epi16 = !to_slot;
+    if (epi16) {
+      if constexpr (kEpi16) {
+        const std::uint32_t st16 = ptx::smem_addr(epi) + cw * kTiledEpi16Bytes;
+        // This lane's stmatrix row: matrix mi = lane / 8 holds features 8 (mi % 2) of the warp's 16
+        // for tokens 8 (mi / 2) of an n8 pair, stored row mr = lane % 8 its token.
+        const int mi = lane >> 3, mr = lane & 7;
+        const int unit = 2 * warp + (mi & 1);
 #pragma unroll
-    for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
-      if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
-      [[maybe_unused]] std::uint32_t bad = 0;      // kSplit: this thread's non-finite outputs, 4 i + j
-      ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
-      if constexpr (RowMap::kScatter)
-        if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
+        for (int chunk = 0; chunk < BN / kTiledEpi16Tokens; ++chunk) {
+          if (chunk * kTiledEpi16Tokens >= c.bn) break;  // a mid or narrow tile's columns end here (uniform)
+          ptx::named_barrier_sync(2 + cw, 128);          // the previous chunk (and tile) has been read
+          if constexpr (RowMap::kScatter)
+            if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
 #pragma unroll
-      for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
-        const int j = chunk * (kTiledEpiTokens / 8) + jj;
-        float* const r0 = stage_out + (8 * jj + q2) * kTiledEpiStride + fr;
-        r0[0] = acc[4 * j + 0];
-        r0[kTiledEpiStride] = acc[4 * j + 1];
-        r0[8] = acc[4 * j + 2];
-        r0[kTiledEpiStride + 8] = acc[4 * j + 3];
-      }
-      ptx::named_barrier_sync(2 + cw, 128);
+          for (int jj = 0; jj < kTiledEpi16Tokens / 8; jj += 2) {
+            const int j = chunk * (kTiledEpi16Tokens / 8) + jj;
+            float v[8];
 #pragma unroll
-      for (int i = 0; i < kTiledEpiTokens * 16 / 128; ++i) {
-        const int idx = ctid + 128 * i;
-        const int row = idx >> 4, col = (idx & 15) * 4;
-        const int tok = chunk * kTiledEpiTokens + row;
-        const int f = feat_base + col;
-        if (tok < c.rows && f < p.n) {
-          float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
-          if (to_slot) {
-            __stcg(reinterpret_cast<float4*>(slots + part * 2 * kSlot + tok * 64 + col), v);
-            continue;
+            for (int e = 0; e < 8; ++e) v[e] = acc[4 * j + e];
+            if constexpr (Weights::kDecode) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {  // token column 8 (j + h) + q2 + q: acc[4 (j + h) + q], [+ 2]
+                  const int tok = 8 * (j + h) + q2 + q;
+                  const float a = tok < c.rows ? alpha_of(c, tok) : 1.0f;
+                  v[4 * h + q] *= a, v[4 * h + q + 2] *= a;
+                }
+            }
+            std::uint32_t r[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
+                const __nv_bfloat162 h2 = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+                r[e] = *reinterpret_cast<const std::uint32_t*>(&h2);
+              } else {
+                const __half2 h2 = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+                r[e] = *reinterpret_cast<const std::uint32_t*>(&h2);
+              }
+            }
+            const int tl = 8 * (jj + (mi >> 1)) + mr;  // token row within the chunk
+            ptx::stmatrix_x4_trans(st16 + tl * 128 + ((unit ^ mr) << 4), r[0], r[1], r[2], r[3]);
           }
-          if constexpr (Weights::kDecode) {
-            const float a = alpha_of(c, tok);
-            v.x *= a, v.y *= a, v.z *= a, v.w *= a;
-          }
-          if constexpr (kSplit) {  // outputs the split cannot carry: recomputed below
-            const float e[4] = {v.x, v.y, v.z, v.w};
+          ptx::named_barrier_sync(2 + cw, 128);
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-              if (!isfinite(e[j])) bad |= 1u << (4 * i + j);
+          for (int i = 0; i < kTiledEpi16Tokens * 8 / 128; ++i) {
+            const int idx = ctid + 128 * i;
+            const int row = idx >> 3, u = idx & 7;
+            const int tok = chunk * kTiledEpi16Tokens + row;
+            const int f = feat_base + 8 * u;
+            if (tok < c.rows && f < p.n) {
+              const uint4 v = ptx::ld_shared_v4(st16 + row * 128 + ((u ^ (row & 7)) << 4));
+              store8(out + map.out_row(c, tok, cw) + f, v, min(8, p.n - f), p.vec8_ok, p.vec_ok);
+            }
           }
-          store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
         }
       }
-      if constexpr (kSplit) {
-        // In IEEE f32, one output at a time (rare: non-finite inputs or a part past FLT_MAX), in
-        // a loop kept out of the unrolled stores above so that it exists once a chunk.
+    } else {
+#pragma unroll
+      for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
+        if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
+        [[maybe_unused]] std::uint32_t bad = 0;      // kSplit: this thread's non-finite outputs, 4 i + j
+        ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
+        if constexpr (RowMap::kScatter)
+          if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
+#pragma unroll
+        for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
+          const int j = chunk * (kTiledEpiTokens / 8) + jj;
+          float* const r0 = stage_out + (8 * jj + q2) * kTiledEpiStride + fr;
+          r0[0] = acc[4 * j + 0];
+          r0[kTiledEpiStride] = acc[4 * j + 1];
+          r0[8] = acc[4 * j + 2];
+          r0[kTiledEpiStride + 8] = acc[4 * j + 3];
+        }
+        ptx::named_barrier_sync(2 + cw, 128);
+#pragma unroll
+        for (int i = 0; i < kTiledEpiTokens * 16 / 128; ++i) {
+          const int idx = ctid + 128 * i;
+          const int row = idx >> 4, col = (idx & 15) * 4;
+          const int tok = chunk * kTiledEpiTokens + row;
+          const int f = feat_base + col;
+          if (tok < c.rows && f < p.n) {
+            float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
+            if (to_slot) {
+              __stcg(reinterpret_cast<float4*>(slots + part * 2 * kSlot + tok * 64 + col), v);
+              continue;
+            }
+            if constexpr (Weights::kDecode) {
+              const float a = alpha_of(c, tok);
+              v.x *= a, v.y *= a, v.z *= a, v.w *= a;
+            }
+            if constexpr (kSplit) {  // outputs the split cannot carry: recomputed below
+              const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int j = 0; j < 4; ++j)
+                if (!isfinite(e[j])) bad |= 1u << (4 * i + j);
+            }
+            store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
+          }
+        }
+        if constexpr (kSplit) {
+          // In IEEE f32, one output at a time (rare: non-finite inputs or a part past FLT_MAX), in
+          // a loop kept out of the unrolled stores above so that it exists once a chunk.
 #pragma unroll 1
-        while (bad) {
-          const int b = __ffs(bad) - 1;
-          bad &= bad - 1;
-          const int idx = ctid + 128 * (b >> 2), tok = chunk * kTiledEpiTokens + (idx >> 4);
-          const int f = feat_base + (idx & 15) * 4 + (b & 3);
-          if (f < p.n) out[map.out_row(c, tok, cw) + f] = Weights::ieee_dot(wp, c.group, c.tok0 + tok, f);
+          while (bad) {
+            const int b = __ffs(bad) - 1;
+            bad &= bad - 1;
+            const int idx = ctid + 128 * (b >> 2), tok = chunk * kTiledEpiTokens + (idx >> 4);
+            const int f = feat_base + (idx & 15) * 4 + (b & 3);
+            if (f < p.n) out[map.out_row(c, tok, cw) + f] = Weights::ieee_dot(wp, c.group, c.tok0 + tok, f);
+          }
         }
       }
     }

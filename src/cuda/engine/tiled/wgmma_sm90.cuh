@@ -72,6 +72,22 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }
 
+// Four 8x8 b16 matrices to shared memory, transposed: register i of each lane holds its two
+// elements (row lane / 4, columns 2 (lane % 4) + 0, 1) of matrix i, as an mma fragment does;
+// lanes 8 i .. 8 i + 7 give the addresses of matrix i's 8 stored rows (16 bytes each), stored row
+// r holding the fragment's column r.
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t addr, std::uint32_t r0, std::uint32_t r1, std::uint32_t r2,
+                                                  std::uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
 // Makes this thread's generic-proxy shared-memory writes (st.shared, landed cp.async) visible to
 // the async proxy (wgmma operand reads, TMA).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
