@@ -148,7 +148,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   const bool v5_fits = valid && m <= 8 && n < (std::int64_t{1} << 31) && k <= (std::int64_t{1} << 20) &&
                        (4 * m1 + 1) * (k + 64) + tiles * k / 2 + 2048 + 2 * 17408 <= 232448;
   // v4 holds two blocks per SM when its image beside a 6-stage ring fits in half of 232448 less
-  // 1 KB; else one (then Auto prefers v5 where K is in at most 4 parts).
+  // 1 KB; else one (then Auto prefers v5 where K is in at most 4 parts; with two, at m <= 2 where
+  // K is in at most 2).
   const bool v4_two_blocks = v4_fits && (4 * m1 + 1) * (k + 64) + tiles * k / 2 + k + 2048 + 6 * 8192 + tiles * 8192 <= 115200;
   // v5's K parts (n and k only): the fewest parts of a multiple of 4 groups, as even as possible,
   // with ceil(n / 128) x parts >= 212, else parts of 4 groups.
@@ -249,7 +250,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
                           : sm90 && !v4_fits && v5_sliced && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
-                              ? (!v4_two_blocks && (v5_fits || v5_sliced) && v5_parts_m <= 4 ? Tq2Route::StreamV5 : Tq2Route::StreamV4)
+                              ? ((v5_fits || v5_sliced) && (v4_two_blocks ? m <= 2 && v5_parts_m <= 2 : v5_parts_m <= 4) ? Tq2Route::StreamV5
+                                                                                                    : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
                           : sm90 && (v5_fits || v5_sliced) && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : sm90 && v5_wide && v5_wide_parts <= 16 &&

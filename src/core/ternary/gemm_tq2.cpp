@@ -234,10 +234,14 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     // v4 on the three such shapes measured (Llama-70B down m = 1, 4 parts: 23.7 vs 26.5 us; Llama-8B
     // up and BitNet-2B gate_up at m = 4, 2 parts), while with 5 or more parts it lost on every
     // measured shape, 1.3-2.3x (H200, session 14, the bench's _vs_v5 rows).
-    if (sm90 && fits && !cuda_ternary::tq2_stream_v4_two_blocks(mm, k) && n < (std::int64_t{1} << 31) &&
-        cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0 &&
-        cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts <= 4)
-      return Tq2Route::StreamV5;
+    // Where v4 holds two blocks, at m <= 2 v5 with K in at most 2 parts: session 18 run 4's A/B
+    // rows (after v5's conflict-free loads and warp pairs), Llama-8B up m = 1 9.41 vs 9.86 us,
+    // BitNet-2B gate_up m = 1 7.73 vs 8.74.
+    const bool v4_two = cuda_ternary::tq2_stream_v4_two_blocks(mm, k);
+    if (sm90 && fits && n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0) {
+      const int v5_parts = cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts;
+      if (v4_two ? m <= 2 && v5_parts <= 2 : v5_parts <= 4) return Tq2Route::StreamV5;
+    }
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;
   }
