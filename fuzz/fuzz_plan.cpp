@@ -250,7 +250,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
                           : sm90 && !v4_fits && v5_sliced && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
-                              ? ((v5_fits || v5_sliced) && (v4_two_blocks ? m <= 2 && v5_parts_m <= 2 : v5_parts_m <= 4) ? Tq2Route::StreamV5
+                              ? ((v5_fits || v5_sliced) && (v4_two_blocks ? m <= 2 && v5_parts_m <= 2 && n * k >= (std::int64_t{1} << 25) : v5_parts_m <= 4) ? Tq2Route::StreamV5
                                                                                                     : Tq2Route::StreamV4)
                           : m <= 2 ? Tq2Route::StreamV3
                           : sm90 && (v5_fits || v5_sliced) && v5_parts_m <= 16 ? Tq2Route::StreamV5

@@ -269,6 +269,7 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1, 14336, 4096, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_EQ(plan_tq2(1, 13824, 2560, DType::F32, h200), Tq2Route::StreamV5);
   EXPECT_GT(llmm::cuda_ternary::tq2_stream_v5_parts_for(1, 3072, 3072).parts, 2);
+  EXPECT_EQ(plan_tq2(1, 640, 512, DType::F32, h200), Tq2Route::StreamV4);  // below 2^25 weights: v4
   EXPECT_EQ(plan_tq2(1, 4096, 14336, DType::F32, h200), Tq2Route::StreamV4);  // Llama-8B down: 7 parts
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B down: 14 parts
   EXPECT_EQ(plan_tq2(4, 3840, 2560, DType::F32, h200), Tq2Route::StreamV4);   // BitNet-2B qkv: 5 parts

@@ -236,11 +236,13 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     // measured shape, 1.3-2.3x (H200, session 14, the bench's _vs_v5 rows).
     // Where v4 holds two blocks, at m <= 2 v5 with K in at most 2 parts: session 18 run 4's A/B
     // rows (after v5's conflict-free loads and warp pairs), Llama-8B up m = 1 9.41 vs 9.86 us,
-    // BitNet-2B gate_up m = 1 7.73 vs 8.74.
+    // BitNet-2B gate_up m = 1 7.73 vs 8.74 (session 19 again: 9.38 vs 9.82, 7.70 vs 8.67); only
+    // from 2^25 weights (kTq2V5TwoBlockMinWeights): nothing smaller was measured.
     const bool v4_two = cuda_ternary::tq2_stream_v4_two_blocks(mm, k);
     if (sm90 && fits && n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0) {
       const int v5_parts = cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts;
-      if (v4_two ? m <= 2 && v5_parts <= 2 : v5_parts <= 4) return Tq2Route::StreamV5;
+      if (v4_two ? m <= 2 && v5_parts <= 2 && n * k >= cuda_ternary::kTq2V5TwoBlockMinWeights : v5_parts <= 4)
+        return Tq2Route::StreamV5;
     }
     if (sm90 && fits) return Tq2Route::StreamV4;
     if (m <= 2) return Tq2Route::StreamV3;

@@ -232,6 +232,9 @@ inline constexpr std::int64_t kTq2V5WideMinK = 12288;
 // 2560x6912 (17.7 M weights), lost 5-9% on 3840x2560 (9.8 M), 3072x3072 and 27648x3072, even on
 // 28672x8192).
 inline constexpr std::int64_t kTq2V5WideMinWeights = std::int64_t{1} << 24;
+// Auto's v5 at m <= 2 where v4 holds two blocks (K in <= 2 parts) only from this many weights:
+// measured on Llama-8B up (58.7 M) and BitNet-2B gate_up (35.4 M) only; small shapes stay on v4.
+inline constexpr std::int64_t kTq2V5TwoBlockMinWeights = std::int64_t{1} << 25;
 // Auto takes v5 with K in at most this many parts (forced v5 takes any): 14 parts measured 1.10x
 // v2 at m = 8 (BitNet-2B down); far past that the last part's serial sum would dominate.
 inline constexpr int kTq2V5MaxAutoParts = 16;
