@@ -56,7 +56,7 @@ struct TiledSm90Shape {
 // tiles of kTiledNarrowBN. Each tile streams the expert's whole weight box: a rest of 128 rows in
 // two narrow tiles streamed it twice, at n64 wgmmas that read as many weight bytes from shared
 // memory as token bytes. Tiles run wide, then mid, then narrow. Never more tiles than
-// ceil(count / 64) + 1 (the host's bound on the tile table).
+// ceil(count / 64) (the host's tile-table bound adds one per active expert on top).
 struct ExpertTileSplit {
   int wide = 0, mid = 0, narrow = 0;
 };
