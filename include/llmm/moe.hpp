@@ -120,6 +120,10 @@ class MatmulIdScratch {
   std::uint32_t* rows() const { return rows_; }
   std::size_t counts_bytes() const { return static_cast<std::size_t>(max_experts_) * 4; }
   std::size_t rows_bytes() const { return static_cast<std::size_t>(row_capacity()) * 4; }
+  // CUDA only (null on CPU): the map's per-chunk expert histograms when the routed rows span
+  // several sorting blocks, a fixed 128 KiB after the lists.
+  std::uint32_t* map_block_counts() const { return block_counts_; }
+  std::size_t map_block_count_words() const { return block_counts_ ? kMapBlockCountWords : 0; }
   void* staged() const { return staged_; }  // null when staged_row_bytes was 0
   std::size_t staged_bytes() const { return staged_bytes_; }
   std::uint64_t staged_row_bytes() const { return staged_row_bytes_; }
@@ -132,6 +136,8 @@ class MatmulIdScratch {
   std::vector<std::uint32_t> host_mem_;
   std::uint32_t* counts_ = nullptr;
   std::uint32_t* rows_ = nullptr;
+  std::uint32_t* block_counts_ = nullptr;
+  static constexpr std::size_t kMapBlockCountWords = 32768;
   std::uint64_t staged_row_bytes_ = 0;
   void* staged_ = nullptr;
   std::size_t staged_bytes_ = 0;

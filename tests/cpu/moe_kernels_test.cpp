@@ -54,7 +54,50 @@ TEST(MoeKernels, MapLimit) {
   EXPECT_EQ(moe_map_max_experts(), 1024);
   EXPECT_EQ(moe_map_max_experts(), kMoeMapMaxExperts);
   EXPECT_LE(kMoeMapMaxExperts, kMoeMapThreads);
-  EXPECT_EQ(moe_map_kernel_name(moe(DType::BF16, DType::F32, DType::F32, 4, 64, 64)), "moe_map_sort");
+}
+
+// The sorting grid: one block up to 1024 routed rows or without block_counts room; else chunks of
+// ~1024 rows, capped at 256 blocks and at block_count_words / n_experts; never an empty chunk.
+TEST(MoeKernels, MapGrid) {
+  std::uint32_t room[1];  // never dereferenced: only the pointer's presence matters
+  auto grid = [&](std::int64_t m, std::int64_t top_k, std::int64_t experts, std::int64_t words = kMoeMapBlockCountWords) {
+    MoeArgs a = moe(DType::BF16, DType::BF16, DType::BF16, m, 64, 64, top_k, experts);
+    a.block_counts = words > 0 ? room : nullptr, a.block_count_words = words;
+    return moe_map_grid(a);
+  };
+  auto names = [&](std::int64_t m, std::int64_t top_k, std::int64_t experts, std::int64_t words = kMoeMapBlockCountWords) {
+    MoeArgs a = moe(DType::BF16, DType::BF16, DType::BF16, m, 64, 64, top_k, experts);
+    a.block_counts = words > 0 ? room : nullptr, a.block_count_words = words;
+    return moe_map_kernel_names(a);
+  };
+  EXPECT_EQ(grid(0, 8, 64).blocks, 0);
+  EXPECT_EQ(grid(1, 1, 64).blocks, 1);
+  EXPECT_EQ(grid(1, 1, 64).chunk, 1);
+  EXPECT_EQ(grid(128, 8, 64).blocks, 1);  // 1024 rows: one block
+  EXPECT_EQ(grid(128, 8, 64).chunk, 1024);
+  EXPECT_EQ(grid(129, 8, 64).blocks, 2);  // 1032 rows: two chunks of 516
+  EXPECT_EQ(grid(129, 8, 64).chunk, 516);
+  EXPECT_EQ(grid(129, 8, 64, 0).blocks, 1);  // no room: one block sorts everything
+  EXPECT_EQ(grid(129, 8, 64, 0).chunk, 1032);
+  EXPECT_EQ(grid(4096, 8, 128).blocks, 32);  // Qwen3 m = 4096: 32768 rows
+  EXPECT_EQ(grid(4096, 8, 128).chunk, 1024);
+  EXPECT_EQ(grid(4097, 8, 1024).blocks, 32);  // 32768 / 1024 experts: 32 chunks at most
+  EXPECT_EQ(grid(4097, 8, 1024).chunk, 1025);
+  EXPECT_EQ(grid(40000, 8, 16).blocks, 256);  // capped: chunks of 1250
+  EXPECT_EQ(grid(40000, 8, 16).chunk, 1250);
+  EXPECT_EQ(grid(1000, 8, 64, 64).blocks, 1);  // room for one histogram only
+  EXPECT_EQ(grid(1000, 8, 64, 192).blocks, 3);
+  for (std::int64_t m : {129, 1000, 4097, 9000, 40000, 123457})
+    for (std::int64_t e : {1, 16, 128, 1000, 1024}) {
+      const MoeMapGrid g = grid(m, 8, e);
+      EXPECT_GE(g.blocks * g.chunk, m * 8) << m << " " << e;
+      EXPECT_LT((g.blocks - 1) * g.chunk, m * 8) << m << " " << e;  // the last chunk is not empty
+      EXPECT_LE(g.blocks * e, kMoeMapBlockCountWords) << m << " " << e;
+      EXPECT_LE(g.blocks, kMoeMapMaxSortBlocks);
+    }
+  EXPECT_EQ(names(128, 8, 64), (std::vector<std::string>{"moe_map_sort"}));
+  EXPECT_EQ(names(129, 8, 64), (std::vector<std::string>{"moe_map_count", "moe_map_sort"}));
+  EXPECT_EQ(names(129, 8, 64, 0), (std::vector<std::string>{"moe_map_sort"}));
 }
 
 TEST(MoeKernels, MapZeroBlocks) {

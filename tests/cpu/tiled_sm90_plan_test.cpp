@@ -154,6 +154,10 @@ TEST(TiledSm90Plan, MoeTakesAlignedSixteenBitGroupedCalls) {
 
 TEST(TiledSm90Plan, MoeWideTilesWithNarrowOnesChosenOnTheDevice) {
   for (std::int64_t m : {1, 64, 4096, 16384}) EXPECT_EQ(tiled_sm90_moe_launch(moe(m, 8, 128), 132).bn, 256) << m;
+  // PDL after the route's previous kernel up to 4096 routed rows (measured faster there, slower at 32768)
+  EXPECT_TRUE(tiled_sm90_moe_launch(moe(512, 8, 128), 132).pdl);
+  EXPECT_FALSE(tiled_sm90_moe_launch(moe(513, 8, 128), 132).pdl);
+  EXPECT_TRUE(tiled_sm90_moe_launch(moe(16, 8, 128), 132).pdl);
   const TiledSm90Launch l = tiled_sm90_moe_launch(moe(4096, 8, 1024), 132);
   EXPECT_EQ(l.grid, 132);
   EXPECT_LE(l.smem_bytes, 232448);  // 1024 experts' tile and row starts still fit

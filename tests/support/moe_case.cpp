@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/moe/moe_kernels.hpp"
 #include "llmm/reference.hpp"
 #include "support/random.hpp"
 
@@ -153,6 +154,8 @@ MoeBuffers make_moe_buffers(const MoeCase& c) {
   store_ids(c, make_ids(c), b.ids);
   return b;
 }
+
+int map_kernels(std::uint64_t routed_rows) { return routed_rows > cuda_moe::kMoeMapIdsPerBlock ? 2 : 1; }
 
 MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch) {
   MoeBuffers b = make_moe_buffers(c);

@@ -59,4 +59,9 @@ std::int64_t as_stored(DType t, std::int64_t v);
 void store_ids(const MoeCase& c, const std::vector<std::int64_t>& ids, HostTensor& t);
 MoeOutcome run_moe_case(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch);
 
+// Kernels of the grouped route's map on CUDA (a scratch always has the map's block histograms
+// there, and n_experts <= 1024 leaves room for 32 chunks): 2 (moe_map_count, moe_map_sort) past
+// one sorting block's 1024 routed rows, else 1.
+int map_kernels(std::uint64_t routed_rows);
+
 }  // namespace llmm::test

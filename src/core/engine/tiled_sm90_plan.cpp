@@ -114,6 +114,7 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
   l.smem_bytes = smem_for(l.bn, tiled_sm90_moe_extra_bytes(l.bn, static_cast<int>(g.n_experts)));
   l.grid = sm_count > 0 ? sm_count : kDefaultSms;
   l.staged = g.staged != nullptr && g.staged_bytes / (g.k * 2) >= routed;
+  l.pdl = routed <= kTiledMoePdlMaxRows;
   return l;
 }
 

@@ -29,6 +29,8 @@ namespace llmm::engine {
 // The engine's kernels are built for sm_90a only.
 bool tiled_sm90_arch_ok(const ArchInfo& arch) noexcept;
 
+inline constexpr std::int64_t kTiledMoePdlMaxRows = 4096;
+
 struct TiledSm90Launch {
   int bn = 0;          // tokens per tile: 64, 128 or 256
   int smem_bytes = 0;  // dynamic shared memory
@@ -37,6 +39,11 @@ struct TiledSm90Launch {
   bool staged = false;     // moe: tokens from rows staged in expert order (moe_stage_rows), else gathered
   int parts = 1;           // tq2 split: each tile's K in `parts` parts of kb_per_part 64-wide k-blocks
   int kb_per_part = 0;
+  // moe: launched by programmatic dependent launch after the route's previous kernel (moe_map or
+  // the staging copy) on sm_90, while m * top_k <= kTiledMoePdlMaxRows. Measured in one run (H200,
+  // 2026-12-03, PDL on vs off): 1-8% faster at m = 16..256 (a launch gap of ~1 us), 0.6-1.8%
+  // slower at m = 4096 on every model (not understood); docs/performance.md.
+  bool pdl = false;
   friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
 };
 

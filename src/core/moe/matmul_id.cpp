@@ -66,7 +66,8 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
     if (scratch->device() != ctx.kind() || (ctx.is_cuda() && scratch->device_index() != ctx.arch().device_index))
       fail(ErrorCode::InvalidArgument, kOp, ": scratch lives on another device than the context");
     View s = View::contiguous(scratch->counts(), DType::U32,
-                              {static_cast<std::int64_t>((scratch->counts_bytes() + scratch->rows_bytes()) / 4)},
+                              {static_cast<std::int64_t>((scratch->counts_bytes() + scratch->rows_bytes()) / 4 +
+                                                         scratch->map_block_count_words())},  // one allocation
                               scratch->device(), scratch->device_index());
     for (const auto& [v, name] : {std::pair{&out, "output"}, std::pair{&weights, "weights"}, std::pair{&input, "input"},
                                   std::pair{&ids, "expert ids"}}) {
@@ -101,8 +102,10 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
                        r, zeros ? "k or n_experts is 0: zero rows" : "the caller's route");
     return r;
   };
-  if (route == MatmulIdRoute::GroupedPrefill)
+  if (route == MatmulIdRoute::GroupedPrefill) {
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
+    g.block_counts = scratch->map_block_counts(), g.block_count_words = static_cast<std::int64_t>(scratch->map_block_count_words());
+  }
   if (route == MatmulIdRoute::GroupedPrefill && scratch->staged())
     g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
   if (ctx.is_cuda()) return logged(detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel));

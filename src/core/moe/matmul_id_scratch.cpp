@@ -1,4 +1,5 @@
-// MatmulIdScratch: one allocation, counts then the routed-row lists (u32 words).
+// MatmulIdScratch: one allocation, counts then the routed-row lists (u32 words), then on CUDA the
+// map's block histograms (kMapBlockCountWords) and the staged rows.
 
 #include "core/host_alloc.hpp"
 #include "llmm/checked.hpp"
@@ -17,8 +18,11 @@ MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, 
   if (max_experts == 0 || max_tokens == 0)
     fail(ErrorCode::InvalidArgument, "MatmulIdScratch: capacities must be nonzero (experts ", max_experts, ", tokens ",
          max_tokens, ")");
-  const std::uint64_t words = checked_add(max_experts, checked_mul(max_tokens, max_top_k_, "MatmulIdScratch routed rows"),
-                                          "MatmulIdScratch size");
+  const std::uint64_t list_words = checked_add(
+      max_experts, checked_mul(max_tokens, max_top_k_, "MatmulIdScratch routed rows"), "MatmulIdScratch size");
+  // The CPU backend sorts on the host: no block histograms there.
+  const std::uint64_t words =
+      device_ == DeviceKind::CUDA ? checked_add(list_words, kMapBlockCountWords, "MatmulIdScratch size") : list_words;
   const std::size_t bytes = to_usize(checked_mul(words, 4, "MatmulIdScratch bytes"), "MatmulIdScratch bytes");
   // The staged rows start 256-byte aligned after the lists (TMA wants 16; 256 keeps rows of
   // multiple-of-16 sizes aligned whatever the lists' length). The CPU backend never stages.
@@ -42,6 +46,7 @@ MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, 
     counts_ = host_mem_.data();
   }
   rows_ = counts_ + max_experts;  // one allocation: counts then lists (4-byte words)
+  if (device_ == DeviceKind::CUDA) block_counts_ = counts_ + list_words;
 }
 
 }  // namespace llmm

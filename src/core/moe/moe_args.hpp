@@ -39,6 +39,10 @@ struct MoeArgs {
   std::uint32_t* counts = nullptr;  // grouped: [n_experts]
   std::uint32_t* rows = nullptr;    // grouped: [row_capacity]
   std::int64_t row_capacity = 0;    // words at rows, >= m * top_k
+  // Grouped route, optional: the map's per-chunk expert histograms (moe_map_grid), or null (one
+  // sorting block then).
+  std::uint32_t* block_counts = nullptr;
+  std::int64_t block_count_words = 0;
   // Grouped route, optional: room for every routed input row in expert order (staged row i = the
   // input row of rows[i], k elements of in_dtype each), or null. The Hopper engine stages there.
   void* staged = nullptr;

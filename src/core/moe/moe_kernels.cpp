@@ -63,7 +63,22 @@ std::int64_t moe_map_zero_blocks(const MoeArgs& a) noexcept {
   return std::min<std::int64_t>(ceil_div(a.m * a.top_k, kMoeMapThreads / 32), kMoeMapMaxZeroBlocks);
 }
 
-std::string moe_map_kernel_name(const MoeArgs&) { return "moe_map_sort"; }
+MoeMapGrid moe_map_grid(const MoeArgs& a) noexcept {
+  const std::int64_t routed = a.m * a.top_k;
+  if (a.m <= 0 || a.top_k <= 0) return {};
+  std::int64_t blocks = 1;
+  if (a.block_counts != nullptr && a.n_experts >= 1 && routed > kMoeMapIdsPerBlock)
+    blocks = std::min({ceil_div(routed, kMoeMapIdsPerBlock), static_cast<std::int64_t>(kMoeMapMaxSortBlocks),
+                       a.block_count_words / a.n_experts});
+  if (blocks < 2) return {1, routed};
+  const std::int64_t chunk = ceil_div(routed, blocks);
+  return {ceil_div(routed, chunk), chunk};  // no empty last chunk
+}
+
+std::vector<std::string> moe_map_kernel_names(const MoeArgs& a) {
+  if (moe_map_grid(a).blocks > 1) return {"moe_map_count", "moe_map_sort"};
+  return {"moe_map_sort"};
+}
 std::string moe_stage_rows_kernel_name(const MoeArgs& a) { return "moe_stage_rows_" + std::string(dtype_name(a.in_dtype)); }
 
 const char* moe_grouped_math_name(MoeGroupedMath m) noexcept {

@@ -6,11 +6,13 @@
 //
 // Kernels (see src/cuda/moe/launch.hpp):
 //   moe_direct   one streaming kernel over every routed row (decode, MayRepeat routing)
-//   moe_map      counts[e] / rows[e][i] of the grouped route (one block), zero rows of bad ids
+//   moe_map      counts[e] / rows[e][i] of the grouped route, zero rows of bad ids: moe_map_sort,
+//                after moe_map_count (per-block expert histograms) when the rows span blocks
 //   moe_grouped  tiled tensor-core GEMM over (expert, tile of its routed rows, tile of n)
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/moe/moe_args.hpp"
 #include "llmm/dtype.hpp"
@@ -42,14 +44,20 @@ std::int64_t moe_direct_tiles(const MoeArgs& args) noexcept;
 std::string moe_direct_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------
-// map: one block of kMoeMapThreads threads sorts the routed rows by expert (a stable counting
-// sort: per-warp counters over contiguous segments, a scan, a scatter ranked with
-// __match_any_sync), so each expert's rows come out in increasing routed-row order without
-// order-dependent atomics, for any ids; extra blocks write the zero rows of out-of-range ids.
+// map: a stable counting sort of the routed rows by expert, so each expert's rows come out in
+// increasing routed-row order without order-dependent atomics, for any ids. The routed rows are
+// cut into chunks (moe_map_grid), one sorting block (kMoeMapThreads threads) a chunk. Inside a block: per-warp counters over contiguous segments, a column prefix and a block
+// scan, then a scatter ranked with __match_any_sync. With more than one chunk, moe_map_count first
+// writes each chunk's expert histogram (block_counts[chunk][e]); each sorting block then adds the
+// rows of the experts before e and of expert e in the chunks before its own. Extra blocks of
+// moe_map_sort write the zero rows of out-of-range ids.
 
 inline constexpr int kMoeMapThreads = 1024;
 inline constexpr int kMoeMapMaxExperts = 1024;  // 32 warps x 1024 counters: 128 KiB of shared memory
 inline constexpr int kMoeMapMaxZeroBlocks = 256;
+inline constexpr int kMoeMapIdsPerBlock = 1024;       // 32 warps x 32 ids: one ranking step a warp
+inline constexpr int kMoeMapMaxSortBlocks = 256;      // chunks grow past 1024 rows from 256 x 1024 routed rows
+inline constexpr int kMoeMapBlockCountWords = 32768;  // block_counts room the scratch holds (128 KiB)
 
 // The most experts the map (and grouped) kernels support: 1024.
 int moe_map_max_experts() noexcept;
@@ -58,8 +66,20 @@ int moe_map_max_experts() noexcept;
 // min(ceil(m * top_k / 32), kMoeMapMaxZeroBlocks); 0 when m * top_k == 0 or n == 0.
 std::int64_t moe_map_zero_blocks(const MoeArgs& args) noexcept;
 
-// moe_map_sort
-std::string moe_map_kernel_name(const MoeArgs& args);
+// The sorting grid: `blocks` chunks of `chunk` routed rows (the last may be shorter, none empty).
+// One block while m * top_k <= kMoeMapIdsPerBlock or there is no block_counts room (null, or less
+// than 2 x n_experts words); else b = min(ceil(routed / kMoeMapIdsPerBlock), kMoeMapMaxSortBlocks,
+// block_count_words / n_experts) and chunk = ceil(routed / b) (<= 1024 rows unless b was capped).
+// {0, 0} when m * top_k == 0.
+struct MoeMapGrid {
+  std::int64_t blocks = 0, chunk = 0;
+};
+MoeMapGrid moe_map_grid(const MoeArgs& args) noexcept;
+
+// The map's kernels in launch order: {"moe_map_count", "moe_map_sort"} when moe_map_grid gives
+// more than one block, else {"moe_map_sort"}.
+std::vector<std::string> moe_map_kernel_names(const MoeArgs& args);
+
 // moe_stage_rows_<in>, e.g. moe_stage_rows_bf16 (the optional copy of the routed rows into expert order)
 std::string moe_stage_rows_kernel_name(const MoeArgs& args);
 

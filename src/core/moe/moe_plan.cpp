@@ -25,7 +25,7 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
     fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 cannot run (m ", g.m, ", n ", g.n, ", k ", g.k, ", ",
          dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
   p.engine = kernel != MatmulIdGroupedKernel::MmaSync && engine_why.empty();
-  p.kernels.push_back(moe_map_kernel_name(g));
+  p.kernels = moe_map_kernel_names(g);
   if (p.engine) {
     p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);
     p.staged = p.launch.staged;

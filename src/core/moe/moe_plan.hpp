@@ -3,7 +3,7 @@
 // alignment) and the device's arch, no CUDA headers: src/cuda/moe/dispatch.cpp launches exactly
 // what it says and CPU tests check it.
 //   Direct          moe_direct
-//   GroupedPrefill  moe_map, then on sm_90 with 16-bit weights and input of one dtype (and the
+//   GroupedPrefill  moe_map (moe_map_count + moe_map_sort when the rows span sorting blocks), then on sm_90 with 16-bit weights and input of one dtype (and the
 //                   rest of tiled_sm90_moe_refusal) the Hopper engine, after moe_stage_rows when
 //                   the scratch can stage every routed row; else moe_grouped (mma.sync, any dtypes)
 #pragma once

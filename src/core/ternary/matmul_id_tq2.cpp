@@ -100,7 +100,8 @@ Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& inp
     if (!on_context(ctx, scratch->device(), scratch->device_index()))
       fail(ErrorCode::InvalidArgument, kOp, ": scratch lives on another device than the context");
     const View s = View::contiguous(scratch->counts(), DType::U32,
-                                    {static_cast<std::int64_t>((scratch->counts_bytes() + scratch->rows_bytes()) / 4)},
+                                    {static_cast<std::int64_t>((scratch->counts_bytes() + scratch->rows_bytes()) / 4 +
+                                                               scratch->map_block_count_words())},
                                     scratch->device(), scratch->device_index());
     for (const auto& [v, name] : {std::pair{&out, "output"}, std::pair{&held, "the experts"}, std::pair{&input, "input"},
                                   std::pair{&ids, "expert ids"}}) {
@@ -134,6 +135,7 @@ Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& inp
   g.out_dtype = p.output_dtype, g.out = out.data;
   if (route == Tq2MoeRoute::GroupedSm90) {
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
+    g.block_counts = scratch->map_block_counts(), g.block_count_words = static_cast<std::int64_t>(scratch->map_block_count_words());
     g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
   }
   a.codes = w.codes(), a.scales = w.scales(), a.scales_t = w.scales_t(), a.scales_t_ld = w.scales_t_ld();

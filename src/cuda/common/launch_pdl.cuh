@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <utility>
 
 namespace llmm::cuda_common {
@@ -19,6 +20,19 @@ template <class... Params>
 void set_smem_bytes(void (*kernel)(Params...), int smem_bytes) {
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
+
+// Whether the chained launches that may fall back to plain ones (the MoE grouped route: moe_map
+// -> moe_stage_rows -> the engine) use PDL: on a device of compute capability 9.0 or above, unless
+// LLMM_DISABLE_PDL=1 is set (read once; for A/B measurements of what PDL saves).
+inline bool pdl_enabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("LLMM_DISABLE_PDL");
+    return v != nullptr && v[0] == '1';
+  }();
+  int dev = 0, major = 0;
+  return !disabled && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }
 
 template <class... Params, class... Args>

@@ -13,7 +13,7 @@ namespace {
 
 // Byte hulls of the operands of g (capture mode).
 struct MoeRanges {
-  ByteRange w, in, ids, out, counts, rows, staged;
+  ByteRange w, in, ids, out, counts, rows, block_counts, staged;
   explicit MoeRanges(const cuda_moe::MoeArgs& g) {
     const std::int64_t routed = g.m * g.top_k;
     w = g.n_experts > 0 && g.k > 0 ? elems_range(g.w, g.w_dtype, (g.n_experts - 1) * g.expert_stride + g.n * g.k)
@@ -24,6 +24,7 @@ struct MoeRanges {
     out = elems_range(g.out, g.out_dtype, routed * g.n);
     counts = elems_range(g.counts, DType::U32, g.counts ? g.n_experts : 0);
     rows = elems_range(g.rows, DType::U32, g.rows ? routed : 0);
+    block_counts = elems_range(g.block_counts, DType::U32, cuda_moe::moe_map_grid(g).blocks > 1 ? g.block_count_words : 0);
     staged = elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);  // the rows a call stages
   }
 };
@@ -49,10 +50,12 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     return Receipt{matmul_id_route_name(route), names, 1};
   }
   std::size_t next = 0;  // plan.kernels[next]: the kernel launched next
-  cuda_moe::launch_moe_map(g, s);
+  cuda_moe::launch_moe_map(g, s);  // moe_map_count (when the rows span sorting blocks), moe_map_sort
+  if (cuda_moe::moe_map_grid(g).blocks > 1)
+    ctx.note_launch(plan.kernels[next++], [&] { return LaunchRanges{{ranges().ids}, {ranges().block_counts}}; });
   ctx.note_launch(plan.kernels[next++], [&] {
     const MoeRanges r = ranges();
-    return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
+    return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
   });
   if (plan.staged) {
     cuda_moe::launch_moe_stage_rows(g, s);

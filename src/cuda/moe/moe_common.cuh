@@ -63,6 +63,20 @@ __device__ __forceinline__ void load_f32(const T* p, float (&f)[N]) {
   }
 }
 
+// Programmatic dependent launch controls (sm_90+; the launchers use PDL there: pdl_enabled):
+// let the next kernel of the route start, and wait for the one before (its writes visible).
+// No-ops when compiled for sm_80 and in a kernel not launched with PDL.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace llmm::cuda_moe::dev
 
 namespace llmm::cuda_moe::host {

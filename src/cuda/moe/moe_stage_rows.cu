@@ -7,6 +7,7 @@
 // deterministic. Blocks first sum counts[] (the rows to copy), so the grid needs no host sync.
 #include <algorithm>
 
+#include "cuda/common/launch_pdl.cuh"
 #include "cuda/moe/launch.hpp"
 #include "cuda/moe/moe_common.cuh"
 
@@ -18,6 +19,11 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) moe_stage_rows_kernel(MoeArgs a) {
   __shared__ std::uint32_t s_sum[kThreads / 32];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  // Programmatic dependent launch (sm_90: launch_moe_stage_rows uses it there): the GEMM after
+  // may start now (it waits for this grid before reading the staged rows); this grid waits for
+  // moe_map before reading its lists.
+  dev::pdl_launch_dependents();
+  dev::pdl_wait();
   std::uint32_t part = 0;
   for (std::int64_t e = tid; e < a.n_experts; e += kThreads) part += a.counts[e];
   part = __reduce_add_sync(0xffffffffu, part);
@@ -53,7 +59,11 @@ void launch_moe_stage_rows(const MoeArgs& a, StreamHandle stream) {
   const std::int64_t row_bytes = a.k * static_cast<std::int64_t>(dtype_size(a.in_dtype));
   if (!a.staged || !a.counts || !a.rows || row_bytes % 16 != 0 || a.staged_bytes < routed * row_bytes)
     fail(ErrorCode::Internal, name, ": arguments outside the kernel's contract");
-  moe_stage_rows_kernel<<<static_cast<unsigned>(moe_stage_rows_blocks(a)), kThreads, 0, stream>>>(a);
+  const dim3 grid(static_cast<unsigned>(moe_stage_rows_blocks(a)));
+  if (cuda_common::pdl_enabled())  // after moe_map of the same route on the stream
+    cuda_common::launch_pdl(moe_stage_rows_kernel, grid, dim3(kThreads), 0, stream, a);
+  else
+    moe_stage_rows_kernel<<<grid, kThreads, 0, stream>>>(a);
   cuda_dense::host::check_launch(name);
 }
 

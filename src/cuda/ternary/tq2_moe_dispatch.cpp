@@ -19,7 +19,7 @@ namespace {
 
 // Byte hulls of the operands (capture mode).
 struct Tq2MoeRanges {
-  ByteRange codes, scales, scales_t, in, ids, out, counts, rows, staged;
+  ByteRange codes, scales, scales_t, in, ids, out, counts, rows, block_counts, staged;
   explicit Tq2MoeRanges(const cuda_ternary::Tq2MoeArgs& a) {
     const cuda_moe::MoeArgs& g = a.g;
     const std::int64_t routed = g.m * g.top_k, stack = g.n_experts * g.n;
@@ -31,6 +31,7 @@ struct Tq2MoeRanges {
     out = elems_range(g.out, g.out_dtype, routed * g.n);
     counts = elems_range(g.counts, DType::U32, g.counts ? g.n_experts : 0);
     rows = elems_range(g.rows, DType::U32, g.rows ? routed : 0);
+    block_counts = elems_range(g.block_counts, DType::U32, cuda_moe::moe_map_grid(g).blocks > 1 ? g.block_count_words : 0);
     staged = elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);
   }
 };
@@ -103,22 +104,27 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
   cuda_moe::MoeArgs mg = e.g;
   if (g.out_dtype == DType::BF16) mg.w_dtype = mg.in_dtype = DType::BF16;
   const engine::TiledSm90Launch l = engine::tiled_sm90_tq2_moe_launch(e.g, ctx.arch().sm_count);
-  const std::string map = cuda_moe::moe_map_kernel_name(mg),
-                    stage = scaled ? "tq2_rowscale_stage_" + std::string(dtype_name(g.in_dtype)) + "_f16"
+  const std::vector<std::string> maps = cuda_moe::moe_map_kernel_names(mg);
+  const std::string stage = scaled ? "tq2_rowscale_stage_" + std::string(dtype_name(g.in_dtype)) + "_f16"
                                    : cuda_moe::moe_stage_rows_kernel_name(e.g),
                     gemm = engine::tiled_sm90_tq2_moe_kernel_name(g.out_dtype);
   // The staging kernels write up to m * top_k rows of k f16: checked here, before any launch
   // (the engine's own check comes after them).
   if (!g.staged || !g.counts || !g.rows || g.k < 1 || g.staged_bytes / (g.k * 2) < g.m * g.top_k)
     fail(ErrorCode::Internal, "matmul_id_tq2: the grouped route's scratch cannot stage every routed row");
-  ctx.check_launchable(map);
+  std::string names;
+  for (const std::string& k : maps) {
+    ctx.check_launchable(k);
+    names += k + "+";
+  }
   ctx.check_launchable(stage);
   ctx.check_launchable(gemm);
   const ByteRange alpha_range{alpha, alpha_bytes};
-  cuda_moe::launch_moe_map(mg, s);
-  ctx.note_launch(map, [&] {
+  cuda_moe::launch_moe_map(mg, s);  // moe_map_count (when the rows span sorting blocks), moe_map_sort
+  if (maps.size() > 1) ctx.note_launch(maps.front(), [&] { return LaunchRanges{{Tq2MoeRanges(a).ids}, {Tq2MoeRanges(a).block_counts}}; });
+  ctx.note_launch(maps.back(), [&] {
     const Tq2MoeRanges r(a);
-    return LaunchRanges{{r.ids}, {r.counts, r.rows, r.out}};
+    return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.out}};
   });
   if (scaled) {
     cuda_ternary::Tq2RowGather rg;
@@ -141,7 +147,7 @@ Receipt run_matmul_id_tq2_cuda(Context& ctx, Tq2MoeRoute route, const cuda_terna
     if (scaled) lr.reads.push_back(alpha_range);
     return lr;
   });
-  return Receipt{tq2_moe_route_name(route), map + "+" + stage + "+" + gemm, 3};
+  return Receipt{tq2_moe_route_name(route), names + stage + "+" + gemm, static_cast<int>(maps.size()) + 2};
 }
 
 }  // namespace llmm::detail

@@ -25,11 +25,14 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   if (!l.staged) {
-    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream, name);
+    // l.pdl: after moe_map (or moe_stage_rows) of the same route on the stream
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream, name,
+                      l.pdl && cuda_common::pdl_enabled());
     return;
   }
   const auto [tm_x, tm_n] = staged_rows_maps(g, BN, name.c_str());
-  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, tm_n, p, TmaWeightsParams{}, l, stream, name);
+  launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsStaged>, tm_w, tm_x, tm_n, p, TmaWeightsParams{}, l, stream, name,
+                    l.pdl && cuda_common::pdl_enabled());
 }
 
 template <class T, class OutT>

@@ -39,8 +39,9 @@ void launch_t(const cuda_ternary::Tq2MoeArgs& a, const float* alpha, const Tiled
 
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   const auto [tm_x, tm_n] = staged_rows_maps(g, kBN, name.c_str());
+  // l.pdl: after the staging kernel of the same route on the stream
   launch_tiled_sm90(&tiled_sm90_kernel<kBN, false, OutT, ExpertRowsStaged, Tq2Weights>, tm_x, tm_x, tm_n, p, w, l, stream,
-                    name);
+                    name, l.pdl && cuda_common::pdl_enabled());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/engine/tiled_sm90_plan.hpp"
+#include "cuda/common/launch_pdl.cuh"
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/dense/dense_common.cuh"
 #include "llmm/error.hpp"
@@ -16,14 +17,20 @@ namespace llmm::engine {
 template <class Params, class WParams>
 void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, WParams), const CUtensorMap& tm_w,
                        const CUtensorMap& tm_x, const CUtensorMap& tm_x_narrow, const Params& p, const WParams& wp,
-                       const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+                       const TiledSm90Launch& l, StreamHandle stream, const std::string& name, bool pdl = false) {
   // Per device and cheap (not a stream operation, fine under graph capture): set every launch.
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem_bytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     fail(ErrorCode::Cuda, name, ": cannot reserve ", l.smem_bytes, " bytes of shared memory: ", cudaGetErrorString(e));
   }
-  kernel<<<l.grid, kTiledThreads, l.smem_bytes, stream>>>(tm_w, tm_x, tm_x_narrow, p, wp);
+  // pdl: the kernel may start while the one before it on the stream finishes (it waits for it
+  // before reading anything that kernel wrote: griddepcontrol.wait in tiled_sm90_kernel).
+  if (pdl)
+    cuda_common::launch_pdl(kernel, dim3(l.grid), dim3(kTiledThreads), static_cast<std::size_t>(l.smem_bytes), stream, tm_w,
+                            tm_x, tm_x_narrow, p, wp);
+  else
+    kernel<<<l.grid, kTiledThreads, l.smem_bytes, stream>>>(tm_w, tm_x, tm_x_narrow, p, wp);
   cuda_dense::host::check_launch(name);
 }
 

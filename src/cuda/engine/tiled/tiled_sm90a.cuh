@@ -150,6 +150,10 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     if constexpr (Weights::kDecode) ptx::prefetch_tensor_map(&wp.codes), ptx::prefetch_tensor_map(&wp.scales);
     if constexpr (!RowMap::kGather) ptx::prefetch_tensor_map(&tm_x);
   }
+  // Launched with programmatic dependent launch after another kernel of the route (the MoE
+  // instances, after moe_map / moe_stage_rows): everything above overlaps that kernel's tail; the
+  // counts, row lists and staged rows are read only past this wait. A no-op otherwise.
+  ptx::grid_dependency_wait();
   RowMap map(p, extra);
   map.prologue(tid);
   __syncthreads();
@@ -228,6 +232,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       // writes into the async proxy that wgmma reads, and each warp arrives. kLag = stages - 2 keeps as many copies in
       // flight as the ring allows without a deadlock: the consumers, waiting on iteration i, have
       // released i - 2, which is what the producer needs to issue i + kLag.
+      // (Tried 2026-12-03: warp 0 on the weight copies alone, warps 1..3 gathering: 10-25% slower
+      // on every case, m 16 to 4096: the gather is bound by its threads' cp.async issue, not by
+      // the weight copies waiting behind them; docs/performance.md.)
       constexpr int kLag = kStages - 2;
       static_assert(!Weights::kDecode, "no instance decodes weights beside a gather yet");
       static_assert(!RowMap::kSplitK, "no gathering row map splits K");
