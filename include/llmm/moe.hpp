@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "llmm/buffer.hpp"
@@ -17,7 +18,7 @@
 namespace llmm {
 
 inline constexpr std::uint32_t kMatmulIdSchemaVersion = 2;  // 2: ids dtypes, input strides, compact scratch
-// The map kernel runs one block with a thread per expert: the grouped route's expert limit.
+// The map's sorting blocks have a thread per expert: the grouped route's expert limit.
 inline constexpr std::uint32_t kMatmulIdGroupedMaxExperts = 1024;
 
 enum class MatmulIdInputLayout {
@@ -155,6 +156,26 @@ struct MatmulIdOptions {
   Precision precision = Precision::Exact;  // f32 input on tensor cores: Exact keeps f32 accuracy
   MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;  // a forced kernel that cannot take the call is refused
 };
+
+// What a matmul_id call launches, and why: the route that runs (Direct when k or n_experts is 0:
+// zero rows), its kernels in launch order as check_launchable and note_launch name them (the
+// receipt's kernel string joins them with "+" on CUDA; empty when no output element exists),
+// and for GroupedPrefill whether the Hopper engine runs it and whether the routed rows are
+// staged in expert order first.
+struct MatmulIdPlan {
+  MatmulIdRoute route = MatmulIdRoute::Direct;
+  std::vector<std::string> kernels;
+  bool engine = false;  // GroupedPrefill on the Hopper tiled engine (else mma.sync or the CPU reference)
+  bool staged = false;  // the engine reads routed rows staged in expert order (the scratch has room)
+  std::string reason;   // GroupedPrefill on CUDA: why this GEMM
+};
+
+// The plan of matmul_id(ctx, weights, input, ids, out, scratch, params, opts) without running it:
+// the same checks (the same errors, thrown here instead), the same pure planning functions the
+// call uses; no allocation on the device, nothing enqueued. E.g. to see that a scratch without
+// staged_row_bytes makes the engine gather its rows, or that a forced kernel is refused.
+MatmulIdPlan plan_matmul_id(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                            const MatmulIdScratch* scratch, const MatmulIdParams& params, const MatmulIdOptions& opts = {});
 
 // weights, input, ids and out must be exactly the views matmul_id_params describes, and
 // describe `params` (every size, stride and dtype equal; a mismatch names the field): shapes,

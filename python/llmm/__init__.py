@@ -29,7 +29,7 @@ __version__: str = _llmm.__version__  # from project(llmm VERSION ...) in CMakeL
 
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
-    "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id",
+    "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id", "plan_matmul_id",
     "upload_tq2_experts", "matmul_id_tq2",
     "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
@@ -613,19 +613,27 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     float32 (default) or x's dtype; out=None allocates like x. m, top_k or n = 0 give an empty
     result; k = 0 or E = 0 give zeros.
     """
-    op = "matmul_id"
+    weights, x, ids, out, route = _matmul_id_args("matmul_id", weights, x, ids, out, route, scratch, may_repeat, out_dtype)
+    _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
+            scratch=scratch, precision=precision)
+    return out
+
+
+def _matmul_id_args(op: str, weights, x, ids, out, route: str, scratch, may_repeat: bool, out_dtype):
+    """matmul_id's and plan_matmul_id's arrays, checked ranks, out (allocated like x when None)
+    and the route ("auto" resolved)."""
     weights, x, ids = _array(op, "weights", weights), _array(op, "x", x), _array(op, "ids", ids)
     ws, xs, ids_shape = tuple(weights.shape), tuple(x.shape), tuple(ids.shape)
     if len(ws) != 3:
-        raise Error(f"llmm.matmul_id: weights must be [n_experts, n, k], got shape {ws}")
+        raise Error(f"llmm.{op}: weights must be [n_experts, n, k], got shape {ws}")
     if len(ids_shape) != 2:
-        raise Error(f"llmm.matmul_id: ids must be [m, top_k], got shape {ids_shape}")
+        raise Error(f"llmm.{op}: ids must be [m, top_k], got shape {ids_shape}")
     if len(xs) not in (2, 3):
-        raise Error(f"llmm.matmul_id: x must be [m, k], [m * top_k, k] or [m, top_k, k], got shape {xs}")
+        raise Error(f"llmm.{op}: x must be [m, k], [m * top_k, k] or [m, top_k, k], got shape {xs}")
     if out is None:
         for name, v in (("m (tokens)", ids_shape[0]), ("top_k", ids_shape[1]), ("n", ws[1])):
             if v > _U32_MAX:  # refused before a huge output is allocated
-                raise Error(f"llmm.matmul_id: {name} {v} is outside 0..{_U32_MAX}")
+                raise Error(f"llmm.{op}: {name} {v} is outside 0..{_U32_MAX}")
         out = _empty(op, x, (ids_shape[0], ids_shape[1], ws[1]), out_dtype if out_dtype is not None else "float32")
     else:
         out = _out(op, out)
@@ -633,9 +641,22 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
         route = "direct"
         if scratch is not None:
             route = suggest_matmul_id_route(ids_shape[0], ws[1], ws[2], ids_shape[1], ws[0], x, may_repeat=may_repeat)
-    _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
-            scratch=scratch, precision=precision)
-    return out
+    return weights, x, ids, out, route
+
+
+def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
+                   may_repeat: bool = False, precision: str = "exact", out_dtype=None) -> dict:
+    """What matmul_id with the same arguments would launch, without running it: a dict with
+    "route" ("direct" or "grouped"; "direct" when k or E is 0), "kernels" (in launch order, the
+    names its receipt joins with "+"; empty when the output has no element), "engine" (the grouped
+    route on the Hopper tiled engine), "staged" (its routed rows copied into expert order first: a
+    scratch made with staged_row_bytes) and "reason". The call's checks run here and raise the
+    same errors. out=None plans for the output matmul_id would allocate (one is allocated here too).
+    """
+    weights, x, ids, out, route = _matmul_id_args("plan_matmul_id", weights, x, ids, out, route, scratch, may_repeat,
+                                                  out_dtype)
+    return _launch(_llmm.plan_matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
+                   scratch=scratch, precision=precision)
 
 
 def matmul_id_tq2(experts: TernaryWeight, x, ids, out=None, *, layout: str = "shared", route: str = "auto",

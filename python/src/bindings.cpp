@@ -439,6 +439,29 @@ MatmulIdScratch* scratch_arg(nb::handle h, const char* op) {
   return nb::inst_ptr<MatmulIdScratch>(h);
 }
 
+// The arguments of matmul_id and plan_matmul_id, parsed in argument order (each error names op).
+struct MatmulIdCall {
+  Arr w, x, ids, out;
+  MatmulIdInputLayout layout;
+  MatmulIdMultiplicity mult;
+  MatmulIdRoute route;
+  MatmulIdScratch* scratch;
+  MatmulIdOptions opts;
+  MatmulIdCall(const char* op, nb::handle weights, nb::handle x_, nb::handle ids_, nb::handle out_, nb::handle layout_,
+               nb::handle may_repeat, nb::handle route_, nb::handle scratch_, nb::handle precision)
+      : w(input_arg(weights, op, "weights")),
+        x(input_arg(x_, op, "x")),
+        ids(input_arg(ids_, op, "ids")),
+        out(output_arg(out_, op, "out")),
+        layout(layout_of(layout_, op)),
+        mult(bool_arg(may_repeat, op, "may_repeat") ? MatmulIdMultiplicity::MayRepeat
+                                                    : MatmulIdMultiplicity::DistinctPerToken),
+        route(matmul_id_route_of(route_, op)),
+        scratch(scratch_arg(scratch_, op)) {
+    opts.precision = precision_of(precision, op);
+  }
+};
+
 TernaryWeightCache& cache_for(const Context& ctx) {
   static std::mutex mu;
   static std::map<int, std::unique_ptr<TernaryWeightCache>> caches;  // -1: CPU
@@ -832,17 +855,9 @@ NB_MODULE(_llmm, m) {
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
          nb::handle route, nb::handle scratch, nb::handle precision, nb::handle stream) {
         constexpr const char* op = "llmm.matmul_id";
-        Arr w = input_arg(weights, op, "weights"), vx = input_arg(x, op, "x"), vid = input_arg(ids, op, "ids");
-        Arr vo = output_arg(out, op, "out");
-        const MatmulIdInputLayout l = layout_of(layout, op);
-        const MatmulIdMultiplicity mult =
-            bool_arg(may_repeat, op, "may_repeat") ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
-        const MatmulIdRoute r = matmul_id_route_of(route, op);
-        MatmulIdScratch* s = scratch_arg(scratch, op);
-        MatmulIdOptions o;
-        o.precision = precision_of(precision, op);
-        Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
-        return receipt_dict(llmm::matmul_id(ctx, w.v, vx.v, vid.v, vo.v, s, l, mult, r, o));
+        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision);
+        Context& ctx = context_for(c.out.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(llmm::matmul_id(ctx, c.w.v, c.x.v, c.ids.v, c.out.v, c.scratch, c.layout, c.mult, c.route, c.opts));
       },
       nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
@@ -850,4 +865,28 @@ NB_MODULE(_llmm, m) {
       "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream, every size read off the "
       "views (weights [E, n, k], x [m, k] / [m * top_k, k] / [m, top_k, k], ids [m, top_k] u32/i32/i64, out "
       "[m, top_k, n]); returns the receipt. Low level: use llmm.matmul_id.");
+  m.def(
+      "plan_matmul_id",
+      [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
+         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle stream) {
+        constexpr const char* op = "llmm.plan_matmul_id";
+        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision);
+        const MatmulIdParams p = llmm::matmul_id_params(c.w.v, c.x.v, c.ids.v, c.out.v, c.layout, c.mult, c.route);
+        const Context& ctx = context_for(c.out.v, stream_arg(stream, op), op, "out");  // the call's context: nothing enqueued
+        const MatmulIdPlan plan = llmm::plan_matmul_id(ctx, c.w.v, c.x.v, c.ids.v, c.out.v, c.scratch, p, c.opts);
+        nb::dict d;
+        d["route"] = plan.route == MatmulIdRoute::Direct ? "direct" : "grouped";
+        nb::list kernels;
+        for (const std::string& k : plan.kernels) kernels.append(k);
+        d["kernels"] = kernels;
+        d["engine"] = plan.engine;
+        d["staged"] = plan.staged;
+        d["reason"] = plan.reason;
+        return d;
+      },
+      nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
+      nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
+      nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
+      "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
+      "engine, staged, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

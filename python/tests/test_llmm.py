@@ -222,6 +222,27 @@ def test_matmul_id_tq2_numpy(layout):
     assert llmm.release_tq2(experts)
 
 
+def test_plan_matmul_id_names_what_matmul_id_launches():
+    m, n, k, top_k, e = 9, 7, 35, 2, 4
+    w, x = rand(e, n, k), rand(m, k)
+    ids = np.array([[(t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.uint32)
+    scratch = llmm.matmul_id_scratch(e, m)
+    out = np.full((m, top_k, n), np.nan, np.float32)
+    direct = llmm.plan_matmul_id(w, x, ids, out)
+    assert direct["route"] == "direct" and direct["kernels"] == ["cpu_matmul_id_reference"]
+    grouped = llmm.plan_matmul_id(w, x, ids, out, route="grouped", scratch=scratch)
+    assert grouped["route"] == "grouped"
+    assert grouped["kernels"] == ["cpu_matmul_id_map", "cpu_matmul_id_reference"]
+    assert not grouped["engine"] and not grouped["staged"]
+    assert np.isnan(out).all()  # a plan writes nothing
+    assert llmm.plan_matmul_id(w, x, ids, route="auto")["route"] == "direct"  # auto without a scratch
+    assert llmm.plan_matmul_id(w, x[:0], ids[:0], np.zeros((0, top_k, n), np.float32))["kernels"] == []
+    with pytest.raises(llmm.Error, match="grouped prefill requires caller-owned scratch"):
+        llmm.plan_matmul_id(w, x, ids, route="grouped")
+    with pytest.raises(llmm.Error, match="scratch capacity experts/tokens=4/8 is smaller than 4/9"):
+        llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=llmm.matmul_id_scratch(e, 8))
+
+
 def test_matmul_id_capability_and_refusals():
     c = llmm.matmul_id_capability("f32", 9, 7, 35, 2, 4, 7 * 35 * 4, route="grouped")
     assert (c["weight_bytes"], c["input_bytes"], c["ids_bytes"], c["output_bytes"]) == (3920, 1260, 72, 504)

@@ -200,6 +200,60 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
   expect_error([] { MatmulIdScratch(Context::cpu(), 0, 4); }, ErrorCode::InvalidArgument, "capacities must be nonzero");
 }
 
+// plan_matmul_id: the kernels the call then launches (as the launch recorder sees them), nothing
+// launched or written by the plan itself, and the call's refusals thrown by the plan.
+TEST(MatmulIdPlan, CpuPlanIsWhatTheCallLaunches) {
+  Context ctx = Context::cpu();
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  SeedBufs b;
+  MatmulIdScratch scratch(ctx, 4, 9);
+  std::fill(scratch.counts(), scratch.counts() + 4, 0xABCDu);
+  for (MatmulIdRoute route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+    const MatmulIdParams p = seed_params(route);
+    const MatmulIdPlan plan = plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), &scratch, p);
+    EXPECT_TRUE(rec.launched.empty());
+    for (float x : b.out) ASSERT_TRUE(std::isnan(x)) << "output written by a plan";
+    for (int e = 0; e < 4; ++e) EXPECT_EQ(scratch.counts()[e], 0xABCDu) << "scratch written by a plan";
+    EXPECT_EQ(plan.route, route);
+    EXPECT_FALSE(plan.engine);
+    EXPECT_FALSE(plan.staged);
+    const Receipt r = matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), &scratch, p);
+    EXPECT_EQ(rec.launched, plan.kernels) << matmul_id_route_name(route);
+    EXPECT_EQ(r.kernels_launched, static_cast<int>(plan.kernels.size()));
+    EXPECT_EQ(r.route, matmul_id_route_name(plan.route));
+    rec.launched.clear();
+    std::fill(b.out.begin(), b.out.end(), NAN);
+  }
+  expect_error([&] { plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, seed_params(MatmulIdRoute::GroupedPrefill)); },
+               ErrorCode::InvalidArgument, "matmul_id: grouped prefill requires caller-owned scratch");
+  MatmulIdScratch small(ctx, 4, 8);
+  expect_error([&] { plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), &small, seed_params(MatmulIdRoute::GroupedPrefill)); },
+               ErrorCode::InvalidArgument, "matmul_id: scratch capacity experts/tokens=4/8 is smaller than 4/9");
+  MatmulIdParams wrong = seed_params();
+  wrong.top_k = 1;
+  expect_error([&] { plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, wrong); }, ErrorCode::InvalidArgument,
+               "matmul_id: params.top_k is 1 but the views give 2");
+  View gpu_input = b.iv();
+  gpu_input.device = DeviceKind::CUDA;
+  expect_error([&] { plan_matmul_id(ctx, b.wv(), gpu_input, b.idv(), b.ov(), nullptr, seed_params()); },
+               ErrorCode::InvalidArgument, "matmul_id: input is on");
+  // No output element: no kernel. k == 0: the zero rows, on the direct route whatever was asked.
+  MatmulIdParams none = seed_params();
+  none.m = 0;
+  const MatmulIdPlan empty = plan_matmul_id(ctx, b.wv(), View::contiguous(b.in.data(), DType::F32, {0, 35}),
+                                            View::contiguous(b.ids.data(), DType::U32, {0, 2}),
+                                            View::contiguous(b.out.data(), DType::F32, {0, 2, 7}), nullptr, none);
+  EXPECT_TRUE(empty.kernels.empty());
+  MatmulIdParams zero_k = seed_params(MatmulIdRoute::GroupedPrefill);
+  zero_k.k = 0, zero_k.expert_stride_bytes = 0;
+  const MatmulIdPlan zeros = plan_matmul_id(ctx, View::contiguous(b.w.data(), DType::F32, {4, 7, 0}),
+                                            View::contiguous(b.in.data(), DType::F32, {9, 0}), b.idv(), b.ov(), &scratch,
+                                            zero_k);
+  EXPECT_EQ(zeros.route, MatmulIdRoute::Direct);
+  EXPECT_EQ(zeros.kernels, std::vector<std::string>{"cpu_matmul_id_reference"});
+}
+
 // Staging room is a CUDA-only extra: a CPU scratch ignores it (the reference never stages).
 TEST(MatmulIdScratchHost, StagingRoomIsIgnoredOnTheCpu) {
   MatmulIdScratch s(Context::cpu(), 4, 9, 2, 4096 * 2);

@@ -323,6 +323,48 @@ TEST(MoeGpu, MapSpansSortingBlocks) {
     for (Routing routing : {Routing::Uniform, Routing::Repeats}) expect_stable_map(ctx, s, routing, ++seed);
 }
 
+// plan_matmul_id names exactly the kernels the call launches (the launch recorder's list, the
+// receipt's kernel string), on both routes, one and several sorting blocks, the engine gathering
+// and staged, and mma.sync forced.
+TEST(MoeGpu, PlanIsWhatTheCallLaunches) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  LaunchRecorder rec;
+  struct S { std::uint32_t m, k; MatmulIdRoute route; MatmulIdGroupedKernel kernel; bool stage; };
+  const S cases[] = {{16, 256, MatmulIdRoute::Direct, MatmulIdGroupedKernel::Auto, false},
+                     {64, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, true},
+                     {300, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, true},
+                     {300, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, false},
+                     {300, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync, true}};
+  for (const S& s : cases) {
+    MoeCase c;
+    c.p = params(s.m, 96, s.k, 8, 32, s.route);
+    c.p.input_dtype = DType::BF16, c.p.output_dtype = DType::BF16;
+    c.w_dtype = DType::BF16, c.grouped_kernel = s.kernel, c.seed = s.m + s.k;
+    MoeBuffers b = make_moe_buffers(c);
+    DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+    MatmulIdScratch scratch(ctx, 32, s.m, 8, s.stage ? 2 * std::uint64_t{s.k} : 0);
+    MatmulIdOptions opts;
+    opts.grouped_kernel = s.kernel;
+    ctx.set_launch_recorder(&rec);
+    rec.launched.clear();
+    const MatmulIdPlan plan = plan_matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p, opts);
+    EXPECT_TRUE(rec.launched.empty());
+    const Receipt r = matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p, opts);
+    ctx.synchronize();
+    ctx.set_launch_recorder(nullptr);
+    std::string joined;
+    for (const std::string& k : plan.kernels) joined += (joined.empty() ? "" : "+") + k;
+    EXPECT_EQ(rec.launched, plan.kernels) << c.describe();
+    EXPECT_EQ(r.kernel, joined) << c.describe();
+    EXPECT_EQ(r.kernels_launched, static_cast<int>(plan.kernels.size())) << c.describe();
+    EXPECT_EQ(r.route, matmul_id_route_name(plan.route)) << c.describe();
+    const bool grouped = s.route == MatmulIdRoute::GroupedPrefill;
+    EXPECT_EQ(plan.engine, grouped && s.kernel == MatmulIdGroupedKernel::Auto && hopper_engine(ctx)) << c.describe();
+    EXPECT_EQ(plan.staged, plan.engine && s.stage) << c.describe();
+  }
+}
+
 // The Hopper tiled engine under the grouped route, forced: wide (256) and narrow (64) tiles, alone
 // and mixed in one expert (counts from 1 to ~1000 per expert), n and k tails (n % 128, n % 4 != 0: scalar stores), padded
 // experts and input rows, both layouts, every routing with out-of-range ids,

@@ -7,6 +7,7 @@
 #include "core/log.hpp"
 #include "core/moe/matmul_id_checks.hpp"
 #include "core/moe/moe_dispatch.hpp"
+#include "core/moe/moe_plan.hpp"
 #include "core/ranges.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
@@ -36,14 +37,29 @@ std::string describe_all(const View& w, const View& in, const View& ids, const V
          out.describe();
 }
 
-Receipt run(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
-            MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+// A validated call: the route that runs and the kernels' arguments (scratch pointers included).
+struct Prepared {
+  bool empty = false;  // no output element: nothing runs
+  bool zeros = false;  // k or n_experts is 0: every output row is zero (the direct kernel writes them)
+  MatmulIdRoute route = MatmulIdRoute::Direct;
+  std::uint64_t routed = 0;
+  cuda_moe::MoeArgs g;
+};
+
+// Every check of a call (before anything is enqueued), then its kernels' arguments.
+Prepared prepare(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                 const MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
   detail::check_matmul_id_dtypes(weights.dtype, p.input_dtype, p.output_dtype, p.ids_dtype);
-  if (p.m == 0 || p.top_k == 0 || p.n == 0) return Receipt{"none", "", 0};  // no output element
+  Prepared pr;
+  if (p.m == 0 || p.top_k == 0 || p.n == 0) {  // no output element
+    pr.empty = true;
+    return pr;
+  }
   // k == 0 or no experts: every output is an empty sum or an out-of-range row, i.e. zero. The
   // direct kernel (and the reference) write exactly that without reading weights or input.
   const bool zeros = p.k == 0 || p.n_experts == 0;
   const MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
+  pr.zeros = zeros, pr.route = route;
   if (!zeros) (void)matmul_id_capability(weights.dtype, p);  // strides, alignment, extents, route limits
   const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
   if (routed > UINT32_MAX)  // the capability checks it too, but is not asked when the output is zeros
@@ -80,7 +96,8 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
     }
   }
 
-  cuda_moe::MoeArgs g;
+  pr.routed = routed;
+  cuda_moe::MoeArgs& g = pr.g;
   g.m = p.m, g.n = p.n, g.k = p.k, g.top_k = p.top_k, g.n_experts = p.n_experts;
   g.w_dtype = weights.dtype, g.w = weights.data;
   g.expert_stride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(weights.dtype));
@@ -90,6 +107,22 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   g.ids = ids.data, g.ids64 = p.ids_dtype == DType::I64;
   g.out_dtype = p.output_dtype, g.out = out.data;
   g.exact = opts.precision == Precision::Exact;
+  if (route == MatmulIdRoute::GroupedPrefill) {
+    g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
+    g.block_counts = scratch->map_block_counts(), g.block_count_words = static_cast<std::int64_t>(scratch->map_block_count_words());
+    if (scratch->staged()) g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
+  }
+  return pr;
+}
+
+Receipt run(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+            MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+  Prepared pr = prepare(ctx, weights, input, ids, out, scratch, p, opts);
+  if (pr.empty) return Receipt{"none", "", 0};
+  const bool zeros = pr.zeros;
+  const MatmulIdRoute route = pr.route;
+  const std::uint64_t routed = pr.routed;
+  cuda_moe::MoeArgs& g = pr.g;
   auto logged = [&](Receipt r) {
     if (log_level() > 0)
       detail::log_call(kOp,
@@ -102,12 +135,6 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
                        r, zeros ? "k or n_experts is 0: zero rows" : "the caller's route");
     return r;
   };
-  if (route == MatmulIdRoute::GroupedPrefill) {
-    g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
-    g.block_counts = scratch->map_block_counts(), g.block_count_words = static_cast<std::int64_t>(scratch->map_block_count_words());
-  }
-  if (route == MatmulIdRoute::GroupedPrefill && scratch->staged())
-    g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
   if (ctx.is_cuda()) return logged(detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel));
 
   // CPU backend: the float64 reference (grouped also builds the scratch lists, as its map does).
@@ -213,9 +240,10 @@ MatmulIdParams matmul_id_params(const View& w, const View& in, const View& ids, 
   return detail::matmul_id_params_named(kOp, w, in, ids, out, layout, multiplicity, route);
 }
 
-Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
-                  MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
-  check_views(ctx, weights, input, ids, out);
+namespace {
+// params must describe the views exactly (each field compared; the views described on a mismatch).
+void check_params_match_views(const View& weights, const View& input, const View& ids, const View& out,
+                              const MatmulIdParams& p) {
   const MatmulIdParams v = matmul_id_params(weights, input, ids, out, p.input_layout, p.id_multiplicity, p.route);
   // params.<field> must equal what the views give (the views are described only on a mismatch).
   auto expect_same = [&](const char* field, const auto& given, const auto& from_views) {
@@ -238,7 +266,32 @@ Receipt matmul_id(Context& ctx, const View& weights, const View& input, const Vi
   const detail::MatmulIdInputStrides given = detail::matmul_id_input_strides(p), viewed = detail::matmul_id_input_strides(v);
   if (v.m > 1) expect_same("input_token_stride", given.token, viewed.token);
   if (v.top_k > 1) expect_same("input_slot_stride", given.slot, viewed.slot);
+}
+}  // namespace
+
+Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                  MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+  check_views(ctx, weights, input, ids, out);
+  check_params_match_views(weights, input, ids, out, p);
   return run(ctx, weights, input, ids, out, scratch, p, opts);
+}
+
+MatmulIdPlan plan_matmul_id(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                            const MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+  check_views(ctx, weights, input, ids, out);
+  check_params_match_views(weights, input, ids, out, p);
+  const Prepared pr = prepare(ctx, weights, input, ids, out, scratch, p, opts);
+  MatmulIdPlan plan;
+  plan.route = pr.route;
+  if (pr.empty) return plan;
+  if (ctx.is_cuda()) {  // the function run_matmul_id_cuda plans with, on the same arguments
+    const cuda_moe::MoePlan cp = cuda_moe::plan_matmul_id_cuda(pr.g, pr.route, ctx.arch(), opts.grouped_kernel);
+    plan.kernels = cp.kernels, plan.engine = cp.engine, plan.staged = cp.staged, plan.reason = cp.reason;
+    return plan;
+  }
+  if (pr.route == MatmulIdRoute::GroupedPrefill) plan.kernels.push_back("cpu_matmul_id_map");
+  plan.kernels.push_back("cpu_matmul_id_reference");
+  return plan;
 }
 
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
