@@ -2,6 +2,7 @@
 // map's block histograms (kMapBlockCountWords) and the staged rows.
 
 #include "core/host_alloc.hpp"
+#include "core/moe/moe_kernels.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
@@ -15,6 +16,7 @@ MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, 
       max_top_k_(max_top_k ? max_top_k : max_experts),
       device_(ctx.kind()),
       device_index_(ctx.arch().device_index) {
+  static_assert(kMapBlockCountWords == cuda_moe::kMoeMapBlockCountWords, "the map's histogram room (moe_map_grid)");
   if (max_experts == 0 || max_tokens == 0)
     fail(ErrorCode::InvalidArgument, "MatmulIdScratch: capacities must be nonzero (experts ", max_experts, ", tokens ",
          max_tokens, ")");
