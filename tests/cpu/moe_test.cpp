@@ -108,18 +108,29 @@ struct SeedBufs {
   View ov() { return View::contiguous(out.data(), DType::F32, {9, 2, 7}); }
 };
 
-void expect_call_refused(const std::function<void(Context&, SeedBufs&, MatmulIdScratch&)>& call, ErrorCode code,
-                         const std::string& part) {
+// A CPU context with a launch recorder, the seed's buffers (output NaN) and a scratch whose counts
+// hold a sentinel: what a refused call or a plan must leave as it found.
+struct Watched {
   Context ctx = Context::cpu();
   LaunchRecorder rec;
-  ctx.set_launch_recorder(&rec);
   SeedBufs b;
-  MatmulIdScratch scratch(ctx, 4, 9);
-  std::fill(scratch.counts(), scratch.counts() + 4, 0xABCDu);
-  expect_error([&] { call(ctx, b, scratch); }, code, part);
-  EXPECT_TRUE(rec.launched.empty()) << part;
-  for (float x : b.out) ASSERT_TRUE(std::isnan(x)) << "output written by a refused call: " << part;
-  for (int e = 0; e < 4; ++e) EXPECT_EQ(scratch.counts()[e], 0xABCDu) << "scratch written by a refused call: " << part;
+  MatmulIdScratch scratch{ctx, 4, 9};
+  Watched() {
+    ctx.set_launch_recorder(&rec);
+    std::fill(scratch.counts(), scratch.counts() + 4, 0xABCDu);
+  }
+  void expect_untouched(const std::string& what) {
+    EXPECT_TRUE(rec.launched.empty()) << what;
+    for (float x : b.out) ASSERT_TRUE(std::isnan(x)) << "output written by " << what;
+    for (int e = 0; e < 4; ++e) EXPECT_EQ(scratch.counts()[e], 0xABCDu) << "scratch written by " << what;
+  }
+};
+
+void expect_call_refused(const std::function<void(Context&, SeedBufs&, MatmulIdScratch&)>& call, ErrorCode code,
+                         const std::string& part) {
+  Watched w;
+  expect_error([&] { call(w.ctx, w.b, w.scratch); }, code, part);
+  w.expect_untouched("a refused call: " + part);
 }
 }  // namespace
 
@@ -203,18 +214,15 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
 // plan_matmul_id: the kernels the call then launches (as the launch recorder sees them), nothing
 // launched or written by the plan itself, and the call's refusals thrown by the plan.
 TEST(MatmulIdPlan, CpuPlanIsWhatTheCallLaunches) {
-  Context ctx = Context::cpu();
-  LaunchRecorder rec;
-  ctx.set_launch_recorder(&rec);
-  SeedBufs b;
-  MatmulIdScratch scratch(ctx, 4, 9);
-  std::fill(scratch.counts(), scratch.counts() + 4, 0xABCDu);
+  Watched w;
+  Context& ctx = w.ctx;
+  LaunchRecorder& rec = w.rec;
+  SeedBufs& b = w.b;
+  MatmulIdScratch& scratch = w.scratch;
   for (MatmulIdRoute route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
     const MatmulIdParams p = seed_params(route);
     const MatmulIdPlan plan = plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), &scratch, p);
-    EXPECT_TRUE(rec.launched.empty());
-    for (float x : b.out) ASSERT_TRUE(std::isnan(x)) << "output written by a plan";
-    for (int e = 0; e < 4; ++e) EXPECT_EQ(scratch.counts()[e], 0xABCDu) << "scratch written by a plan";
+    w.expect_untouched(std::string("a plan of ") + matmul_id_route_name(route));  // (the direct call writes no counts)
     EXPECT_EQ(plan.route, route);
     EXPECT_FALSE(plan.engine);
     EXPECT_FALSE(plan.staged);
