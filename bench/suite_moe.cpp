@@ -32,6 +32,7 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
+#include "core/engine/tiled_sm90_shape.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/moe/launch.hpp"
 #include "gpu/device_data.hpp"
@@ -287,7 +288,10 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
                                   {MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, false}};
         if (ab) {
           tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync, false});
-          tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, true});  // engine, gathering
+          tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90, true});  // engine after the map, gathering
+          // Where Auto runs the engine alone (sorting its rows itself): the engine after moe_map, staged.
+          if (rows <= static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows))
+            tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90, false});
         }
         for (const Try& tr : tries) {
           const MatmulIdRoute route = tr.route;
@@ -357,9 +361,10 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           const Timing& ti = t[i + 1];
           Row row;
           row.suite = "moe", row.route = rr.receipt.route, row.kernel = rr.receipt.kernel;
-          row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync ? cname + "_mma_sync"
-                     : rr.scratch == &scratch_plain                ? cname + "_gather"
-                                                                   : cname;
+          row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync     ? cname + "_mma_sync"
+                     : rr.scratch == &scratch_plain                    ? cname + "_gather"
+                     : rr.kernel == MatmulIdGroupedKernel::TiledSm90 ? cname + "_mapped"
+                                                                       : cname;
           row.dtype = std::string(dtype_name(dt)), row.precision = dt == DType::F32 ? "exact" : "-";
           row.m = m, row.n = md.n, row.k = md.k;
           row.batch = active;  // active experts

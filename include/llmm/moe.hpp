@@ -146,9 +146,10 @@ class MatmulIdScratch {
 
 // The GEMM under the grouped route (tests and benchmarks pick one by name; Auto is the router's).
 enum class MatmulIdGroupedKernel {
-  Auto,       // TiledSm90 where it takes the call, else MmaSync
+  Auto,       // TiledSm90Fused where it takes the call, else TiledSm90, else MmaSync
   MmaSync,    // moe_grouped: mma.sync tiles, every dtype combination, sm_80+
-  TiledSm90,  // the Hopper tiled engine: 16-bit weights and input of one dtype, k % 8 == 0, sm_90
+  TiledSm90,  // the Hopper tiled engine after moe_map: 16-bit weights and input of one dtype, k % 8 == 0, sm_90
+  TiledSm90Fused,  // the same engine sorting the routed rows itself: one kernel, up to 2048 routed rows (m * top_k)
 };
 const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept;
 
@@ -167,6 +168,7 @@ struct MatmulIdPlan {
   std::vector<std::string> kernels;
   bool engine = false;  // GroupedPrefill on the Hopper tiled engine (else mma.sync or the CPU reference)
   bool staged = false;  // the engine reads routed rows staged in expert order (the scratch has room)
+  bool fused = false;   // the engine sorts the routed rows itself: one kernel, the scratch unused
   std::string reason;   // GroupedPrefill on CUDA: why this GEMM
 };
 

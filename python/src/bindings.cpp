@@ -881,6 +881,7 @@ NB_MODULE(_llmm, m) {
         d["kernels"] = kernels;
         d["engine"] = plan.engine;
         d["staged"] = plan.staged;
+        d["fused"] = plan.fused;
         d["reason"] = plan.reason;
         return d;
       },
@@ -888,5 +889,5 @@ NB_MODULE(_llmm, m) {
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
       "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
-      "engine, staged, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
+      "engine, staged, fused, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

@@ -233,7 +233,7 @@ def test_plan_matmul_id_names_what_matmul_id_launches():
     grouped = llmm.plan_matmul_id(w, x, ids, out, route="grouped", scratch=scratch)
     assert grouped["route"] == "grouped"
     assert grouped["kernels"] == ["cpu_matmul_id_map", "cpu_matmul_id_reference"]
-    assert not grouped["engine"] and not grouped["staged"]
+    assert not grouped["engine"] and not grouped["staged"] and not grouped["fused"]
     assert np.isnan(out).all()  # a plan writes nothing
     assert llmm.plan_matmul_id(w, x, ids, route="auto")["route"] == "direct"  # auto without a scratch
     assert llmm.plan_matmul_id(w, x[:0], ids[:0], np.zeros((0, top_k, n), np.float32))["kernels"] == []

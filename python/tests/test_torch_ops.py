@@ -210,11 +210,12 @@ def test_matmul_id(device, route, layout):
 
 def test_matmul_id_staged_scratch():
     """A scratch with staging room: the grouped route on the GPU stages the routed bf16 rows in
-    expert order first (the Hopper engine's fast path); the result matches the gathering call."""
+    expert order first (the Hopper engine's fast path above 2048 routed rows); the result matches
+    the gathering call, and the engine sorting few rows itself (fused) on the first 300 tokens."""
     need_cuda_torch()
-    w, x, ids = moe_case("cuda", dtype=torch.bfloat16, m=300, n=136, k=256, top_k=4, e=8)
-    plain = llmm.matmul_id_scratch(8, 300, "cuda", max_top_k=4)
-    staged = llmm.matmul_id_scratch(8, 300, "cuda", max_top_k=4, max_k=256, dtype=torch.bfloat16)
+    w, x, ids = moe_case("cuda", dtype=torch.bfloat16, m=600, n=136, k=256, top_k=4, e=8)
+    plain = llmm.matmul_id_scratch(8, 600, "cuda", max_top_k=4)
+    staged = llmm.matmul_id_scratch(8, 600, "cuda", max_top_k=4, max_k=256, dtype=torch.bfloat16)
     assert plain.staged_row_bytes == 0 and staged.staged_row_bytes == 512
     y0 = llmm.matmul_id(w, x, ids, route="grouped", scratch=plain)
     y1 = llmm.matmul_id(w, x, ids, route="grouped", scratch=staged)
@@ -222,6 +223,11 @@ def test_matmul_id_staged_scratch():
     check(y1, want, 1e-5, scale)
     assert torch.equal(y0, y1)  # one f32 accumulation order either way
     assert torch.equal(T.matmul_id(w, x, ids, route="grouped"), y1)  # the op's own scratch stages too
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=staged)["staged"]
+        few = llmm.plan_matmul_id(w, x[:300], ids[:300], route="grouped", scratch=staged)
+        assert few["fused"] and not few["staged"] and len(few["kernels"]) == 1
+        assert torch.equal(llmm.matmul_id(w, x[:300], ids[:300], route="grouped", scratch=staged), y1[:300])
 
 
 def test_matmul_id_scratch_staging_arguments():

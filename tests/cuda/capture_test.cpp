@@ -156,24 +156,28 @@ TEST(CaptureGpu, DenseEveryRoute) {
 TEST(CaptureGpu, MatmulIdBothRoutes) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine staged on sm_90.
+  // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine on sm_90,
+  // sorting the rows itself (Auto: one kernel) and, forced to tiled_sm90, after moe_map, staged.
   MatmulIdScratch scratch(ctx, 16, 40, 4, 136 * 2);
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
-    for (DType ids : {DType::U32, DType::I64}) {  // i64 ids with a bf16 input: the Hopper engine on sm_90
+    for (DType ids : {DType::U32, DType::I64, DType::I32}) {  // i64 / i32 ids with a bf16 input: the Hopper engine on sm_90
+      if (ids == DType::I32 && (route == MatmulIdRoute::Direct || !ctx.arch().is_hopper())) continue;
+      MatmulIdOptions opts;
+      if (ids == DType::I32) opts.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
       MoeCase c;
       c.p.m = 40, c.p.n = 70, c.p.k = 136, c.p.top_k = 4, c.p.n_experts = 16, c.p.route = route;
       c.p.input_layout = MatmulIdInputLayout::Slotted;
-      c.w_dtype = DType::BF16, c.p.input_dtype = ids == DType::I64 ? DType::BF16 : DType::F32;
+      c.w_dtype = DType::BF16, c.p.input_dtype = ids != DType::U32 ? DType::BF16 : DType::F32;
       c.expert_pad = 24, c.input_pad = 8, c.ids_dtype = ids;
       c.out_of_range_every = 9, c.routing = Routing::Repeats;
       MoeBuffers b = make_moe_buffers(c);
       Guarded gw = guarded(b.w), gin = guarded(b.in), gids = guarded(b.ids), gout = guarded(b.out);
       LaunchRecorder rec;
       ctx.set_launch_recorder(&rec);
-      Receipt r = matmul_id(ctx, gw.view, gin.view, gids.view, gout.view, &scratch, b.p);
+      Receipt r = matmul_id(ctx, gw.view, gin.view, gids.view, gout.view, &scratch, b.p, opts);
       ctx.synchronize();
       ctx.set_launch_recorder(nullptr);
-      const std::string what = std::string(matmul_id_route_name(route)) + " ids " + std::string(dtype_name(ids));
+      const std::string what = std::string(matmul_id_route_name(route)) + " ids " + std::string(dtype_name(ids)) + " " + r.kernel;
       fetch(gout, b.out);
       cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, DType::BF16, b.in.view.data, b.ids.view.data, b.p);
       cpu::MatmulF64 dense{1, ref.rows, ref.n, 136, ref.value, ref.abs_sum};

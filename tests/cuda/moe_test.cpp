@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/engine/tiled_sm90_shape.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
 #include "llmm/reference.hpp"
@@ -23,12 +24,16 @@ using namespace llmm;
 using namespace llmm::test;
 
 namespace {
+// The grouped route is one kernel when the engine sorts the rows itself (Auto up to
+// kTiledMoeFusedMaxRows routed rows), else the map's kernels and the GEMM.
 void expect_good(Context& ctx, const MoeCase& c, MatmulIdScratch* scratch) {
   MoeOutcome o = run_moe_case(ctx, c, scratch);
   EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
   EXPECT_EQ(o.receipt.route, matmul_id_route_name(c.p.route));
-  EXPECT_EQ(o.receipt.kernels_launched,
-            c.p.route == MatmulIdRoute::Direct ? 1 : 1 + map_kernels(std::uint64_t{c.p.m} * c.p.top_k));
+  const std::uint64_t routed = std::uint64_t{c.p.m} * c.p.top_k;
+  const bool fused = o.receipt.kernel.find("_fused") != std::string::npos;
+  if (fused) EXPECT_LE(routed, static_cast<std::uint64_t>(engine::kTiledMoeFusedMaxRows)) << c.describe();
+  EXPECT_EQ(o.receipt.kernels_launched, c.p.route == MatmulIdRoute::Direct || fused ? 1 : 1 + map_kernels(routed));
 }
 bool hopper_engine(const Context& ctx) { return ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0; }
 MatmulIdParams params(std::uint32_t m, std::uint32_t n, std::uint32_t k, std::uint32_t top_k, std::uint32_t e,
@@ -331,11 +336,14 @@ TEST(MoeGpu, PlanIsWhatTheCallLaunches) {
   Context ctx = Context::cuda(0);
   LaunchRecorder rec;
   struct S { std::uint32_t m, k; MatmulIdRoute route; MatmulIdGroupedKernel kernel; bool stage; };
-  const S cases[] = {{16, 256, MatmulIdRoute::Direct, MatmulIdGroupedKernel::Auto, false},
-                     {64, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, true},
-                     {300, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, true},
-                     {300, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, false},
-                     {300, 256, MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync, true}};
+  using K = MatmulIdGroupedKernel;
+  const S cases[] = {{16, 256, MatmulIdRoute::Direct, K::Auto, false},
+                     {64, 256, MatmulIdRoute::GroupedPrefill, K::Auto, true},  // 512 routed rows: fused
+                     {64, 256, MatmulIdRoute::GroupedPrefill, K::TiledSm90, true},
+                     {64, 256, MatmulIdRoute::GroupedPrefill, K::TiledSm90Fused, false},
+                     {300, 256, MatmulIdRoute::GroupedPrefill, K::Auto, true},  // 2400: the map first
+                     {300, 256, MatmulIdRoute::GroupedPrefill, K::Auto, false},
+                     {300, 256, MatmulIdRoute::GroupedPrefill, K::MmaSync, true}};
   for (const S& s : cases) {
     MoeCase c;
     c.p = params(s.m, 96, s.k, 8, 32, s.route);
@@ -360,8 +368,12 @@ TEST(MoeGpu, PlanIsWhatTheCallLaunches) {
     EXPECT_EQ(r.kernels_launched, static_cast<int>(plan.kernels.size())) << c.describe();
     EXPECT_EQ(r.route, matmul_id_route_name(plan.route)) << c.describe();
     const bool grouped = s.route == MatmulIdRoute::GroupedPrefill;
-    EXPECT_EQ(plan.engine, grouped && s.kernel == MatmulIdGroupedKernel::Auto && hopper_engine(ctx)) << c.describe();
-    EXPECT_EQ(plan.staged, plan.engine && s.stage) << c.describe();
+    const bool fused = grouped && s.m * 8 <= static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows) &&
+                       (s.kernel == K::Auto || s.kernel == K::TiledSm90Fused);
+    EXPECT_EQ(plan.engine, grouped && s.kernel != K::MmaSync && hopper_engine(ctx)) << c.describe();
+    EXPECT_EQ(plan.fused, plan.engine && fused) << c.describe();
+    EXPECT_EQ(plan.staged, plan.engine && !fused && s.stage) << c.describe();
+    if (plan.fused) EXPECT_EQ(plan.kernels.size(), 1u) << c.describe();
   }
 }
 
@@ -383,8 +395,11 @@ TEST(MoeGpu, TiledSm90Sweep) {
               S{2048, 65, 72, 8, 64}, S{1024, 384, 520, 2, 8}, S{2048, 136, 256, 2, 8}, S{4096, 128, 64, 8, 128}})
     for (DType w : {DType::BF16, DType::F16})
       for (DType out : {DType::F32, w})
-        for (int variant = 0; variant < 3; ++variant) {  // engine gathering, engine staged, mma.sync
-          const auto kernel = variant < 2 ? MatmulIdGroupedKernel::TiledSm90 : MatmulIdGroupedKernel::MmaSync;
+        for (int variant = 0; variant < 4; ++variant) {  // engine gathering, staged, mma.sync, engine sorting itself
+          if (variant == 3 && std::uint64_t{s.m} * s.top_k > static_cast<std::uint64_t>(engine::kTiledMoeFusedMaxRows)) continue;
+          const auto kernel = variant < 2    ? MatmulIdGroupedKernel::TiledSm90
+                              : variant == 2 ? MatmulIdGroupedKernel::MmaSync
+                                             : MatmulIdGroupedKernel::TiledSm90Fused;
           MatmulIdScratch& scratch = variant == 1 ? staging : plain;
           MoeCase c;
           c.p = params(s.m, s.n, s.k, s.top_k, s.e, MatmulIdRoute::GroupedPrefill);
@@ -399,12 +414,17 @@ TEST(MoeGpu, TiledSm90Sweep) {
           MoeOutcome o = run_moe_case(ctx, c, &scratch);
           EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
           const bool engine = o.receipt.kernel.find("tiled_sm90_moe_") != std::string::npos;
-          EXPECT_EQ(engine, kernel == MatmulIdGroupedKernel::TiledSm90) << c.describe() << ": " << o.receipt.kernel;
+          EXPECT_EQ(engine, kernel != MatmulIdGroupedKernel::MmaSync) << c.describe() << ": " << o.receipt.kernel;
           const bool staged = o.receipt.kernel.find("moe_stage_rows_") != std::string::npos &&
                               o.receipt.kernel.find("_staged") != std::string::npos;
           EXPECT_EQ(staged, variant == 1) << c.describe() << ": " << o.receipt.kernel;
-          EXPECT_EQ(o.receipt.kernels_launched, (variant == 1 ? 2 : 1) + map_kernels(std::uint64_t{s.m} * s.top_k))
-              << c.describe();
+          if (variant == 3) {
+            EXPECT_EQ(o.receipt.kernel.find("_fused"), o.receipt.kernel.size() - 6) << c.describe() << ": " << o.receipt.kernel;
+            EXPECT_EQ(o.receipt.kernels_launched, 1) << c.describe();
+          } else {
+            EXPECT_EQ(o.receipt.kernels_launched, (variant == 1 ? 2 : 1) + map_kernels(std::uint64_t{s.m} * s.top_k))
+                << c.describe();
+          }
         }
 }
 
@@ -437,6 +457,53 @@ TEST(MoeGpu, TiledSm90TileClassBoundaries) {
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
         EXPECT_NE(o.receipt.kernel.find("tiled_sm90_moe_"), std::string::npos) << c.describe() << ": " << o.receipt.kernel;
         EXPECT_EQ(o.receipt.kernel.find("_staged") != std::string::npos, variant == 1) << c.describe() << ": " << o.receipt.kernel;
+      }
+}
+
+// The engine sorting the routed rows itself (TiledSm90Fused): every tile class boundary the
+// counts above reach within kTiledMoeFusedMaxRows (1666 rows over 13 experts), out-of-range ids
+// (zero rows written by the CTAs, spread over the grid); 1024 experts with the whole 2048 rows
+// (the most shared memory); repeated ids on one expert; i64 ids. Bitwise equal to the route
+// after moe_map on the same call (both sum each output in one f32 order).
+TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  const std::vector<std::uint32_t> counts = {1, 63, 64, 65, 127, 128, 129, 160, 161, 0, 255, 256, 257};
+  std::uint32_t total = 0;
+  for (std::uint32_t v : counts) total += v;
+  ASSERT_LE(total, static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows));
+  struct S { std::uint32_t m, n, k, top_k, e; Routing routing; int oor; };
+  const S cases[] = {{total, 200, 136, 1, static_cast<std::uint32_t>(counts.size()), Routing::Counts, 0},
+                     {256, 130, 72, 8, 1024, Routing::Uniform, 9},  // 2048 rows, 1024 experts
+                     {300, 96, 64, 4, 16, Routing::Repeats, 5},
+                     {1, 40, 256, 8, 64, Routing::Zipf, 3},
+                     {17, 257, 264, 2, 4, Routing::Skewed, 4}};
+  MatmulIdScratch scratch(ctx, 1024, 2048, 8, 520 * 2);
+  std::uint64_t seed = 4300;
+  for (const S& s : cases)
+    for (DType w : {DType::BF16, DType::F16})
+      for (DType out : {DType::F32, w}) {
+        MoeCase c;
+        c.p = params(s.m, s.n, s.k, s.top_k, s.e, MatmulIdRoute::GroupedPrefill);
+        c.p.input_dtype = w, c.p.output_dtype = out;
+        if (s.routing == Routing::Repeats) c.p.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
+        c.w_dtype = w, c.grouped_kernel = MatmulIdGroupedKernel::TiledSm90Fused;
+        c.routing = s.routing, c.out_of_range_every = s.oor;
+        if (s.routing == Routing::Counts) c.expert_counts = counts;
+        c.ids_dtype = seed % 2 ? DType::I64 : DType::U32;
+        c.expert_pad = (seed % 3) * 8, c.input_pad = 8;
+        c.p.input_layout = seed % 3 == 1 ? MatmulIdInputLayout::Slotted : MatmulIdInputLayout::SharedPerToken;
+        c.seed = ++seed;
+        MoeOutcome o = run_moe_case(ctx, c, &scratch);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_EQ(o.receipt.kernels_launched, 1) << c.describe();
+        EXPECT_NE(o.receipt.kernel.find("_fused"), std::string::npos) << c.describe() << ": " << o.receipt.kernel;
+        MoeCase mapped = c;
+        mapped.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
+        MoeOutcome om = run_moe_case(ctx, mapped, &scratch);
+        EXPECT_TRUE(om.cmp.ok()) << mapped.describe() << ": " << om.cmp.summary();
+        EXPECT_EQ(o.out_bytes, om.out_bytes) << c.describe() << ": fused and mapped engines differ";
       }
 }
 

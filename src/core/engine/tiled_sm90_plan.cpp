@@ -4,6 +4,7 @@
 
 #include "core/vec16.hpp"
 #include "llmm/checked.hpp"
+#include "llmm/error.hpp"
 
 namespace llmm::engine {
 namespace {
@@ -118,10 +119,26 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
   return l;
 }
 
+std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g) {
+  if (g.m * g.top_k > kTiledMoeFusedMaxRows)
+    return "more than " + std::to_string(kTiledMoeFusedMaxRows) + " routed rows (m * top_k = " + std::to_string(g.m * g.top_k) +
+           ")";
+  return "";
+}
+
+TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_count) {
+  if (const std::string why = tiled_sm90_moe_fused_refusal(g); !why.empty())
+    fail(ErrorCode::Internal, "tiled_sm90_moe_fused_launch: ", why);
+  TiledSm90Launch l = tiled_sm90_moe_launch(g, sm_count);
+  l.smem_bytes = smem_for(l.bn, tiled_sm90_moe_fused_extra_bytes(l.bn, static_cast<int>(g.n_experts), static_cast<int>(g.m * g.top_k)));
+  l.staged = false, l.pdl = false, l.fused = true;
+  return l;
+}
+
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l) {
   return "tiled_sm90_moe_" + std::string(dtype_name(g.w_dtype)) + "_" + std::string(dtype_name(g.in_dtype)) + "_" +
          std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(l.bn) + "x" + std::to_string(kTiledNarrowBN) +
-         (l.staged ? "_staged" : "");
+         (l.fused ? "_fused" : l.staged ? "_staged" : "");
 }
 
 std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,

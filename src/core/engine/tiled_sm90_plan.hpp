@@ -44,6 +44,8 @@ struct TiledSm90Launch {
   // 2026-12-03, PDL on vs off): 1-8% faster at m = 16..256 (a launch gap of ~1 us), 0.6-1.8%
   // slower at m = 4096 on every model (not understood); docs/performance.md.
   bool pdl = false;
+  // moe: the engine sorts the routed rows itself (ExpertRowsFused): the route is this one kernel.
+  bool fused = false;
   friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
 };
 
@@ -77,7 +79,14 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 // device from the counts: the host cannot see the routing). Grid: the SMs. Staged when the scratch has room for every
 // routed row (g.staged_bytes >= m * top_k * k * 2): then moe_stage_rows runs before the engine.
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
-// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged], e.g. tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
+// The instance that sorts the routed rows itself, in every CTA (no moe_map, no staging copy:
+// one kernel): why it cannot take `g` beyond tiled_sm90_moe_refusal ("" when it can): more than
+// kTiledMoeFusedMaxRows routed rows.
+std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g);
+// Its launch: the moe launch's tiles and grid, the sorted list's shared memory, not staged, no PDL
+// (nothing of the route runs before it).
+TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_count);
+// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged|_fused], e.g. tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l);
 
 // ---- tq2

@@ -79,6 +79,18 @@ constexpr ExpertTileSplit tiled_sm90_expert_split(int count, int bn) {
 // row), each consumer's copy of its output rows (4 bytes a row), tile and row starts per expert.
 constexpr int tiled_sm90_moe_extra_bytes(int bn, int n_experts) { return bn * 8 + 2 * bn * 4 + 2 * (n_experts + 1) * 4; }
 
+// The MoE instance that sorts the routed rows itself (ExpertRowsFused: one kernel, no moe_map
+// and no staging copy before it) takes up to this many routed rows (m * top_k). Each CTA holds
+// the sorted list as u16 row numbers after the row map's bytes; the sort's per-warp counters
+// [12][n_experts] and totals borrow the ring before the first stage is loaded.
+inline constexpr int kTiledMoeFusedMaxRows = 2048;
+static_assert(kTiledMoeFusedMaxRows <= 65536, "the fused row list holds u16 row numbers");
+constexpr int tiled_sm90_moe_fused_extra_bytes(int bn, int n_experts, int routed) {
+  return tiled_sm90_moe_extra_bytes(bn, n_experts) + (routed * 2 + 15) / 16 * 16;
+}
+// What the fused sort borrows from the ring: (12 + 1) x n_experts u32.
+constexpr int tiled_sm90_moe_fused_sort_bytes(int n_experts) { return (kTiledThreads / 32 + 1) * n_experts * 4; }
+
 // Ternary weights (Tq2Weights): a stage's weight part is its 128 rows' codes, 16 bytes a row
 // (64 k), then their 128 f16 scales of that k (the transposed scale copy makes them
 // contiguous), both by TMA; the consumers decode them into registers.
@@ -112,4 +124,12 @@ static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");
 
+// The fused MoE instance at its limits (1024 experts, kTiledMoeFusedMaxRows rows, bn 256), with
+// the kernel's ~100 bytes of static shared memory: the block fits, and the sort fits the ring.
+static_assert(tiled_sm90_shape(256).fixed_smem_bytes() + tiled_sm90_moe_fused_extra_bytes(256, 1024, kTiledMoeFusedMaxRows) + 256 <=
+                  kTiledMaxSmem,
+              "the fused MoE instance's shared memory does not fit");
+static_assert(tiled_sm90_moe_fused_sort_bytes(1024) <= tiled_sm90_shape(256).ring_bytes(), "the fused sort does not fit the ring");
+
 }  // namespace llmm::engine
+

@@ -286,7 +286,8 @@ MatmulIdPlan plan_matmul_id(const Context& ctx, const View& weights, const View&
   if (pr.empty) return plan;
   if (ctx.is_cuda()) {  // the function run_matmul_id_cuda plans with, on the same arguments
     const cuda_moe::MoePlan cp = cuda_moe::plan_matmul_id_cuda(pr.g, pr.route, ctx.arch(), opts.grouped_kernel);
-    plan.kernels = cp.kernels, plan.engine = cp.engine, plan.staged = cp.staged, plan.reason = cp.reason;
+    plan.kernels = cp.kernels, plan.engine = cp.engine, plan.staged = cp.staged, plan.fused = cp.fused;
+    plan.reason = cp.reason;
     return plan;
   }
   if (pr.route == MatmulIdRoute::GroupedPrefill) plan.kernels.push_back("cpu_matmul_id_map");

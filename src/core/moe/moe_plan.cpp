@@ -21,10 +21,25 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
   // The Hopper engine where it takes the call (measured faster: docs/performance.md, MoE), else
   // the mma.sync kernel; a forced kernel that cannot take it is refused.
   const std::string engine_why = engine::tiled_sm90_moe_refusal(g, arch);
-  if (kernel == MatmulIdGroupedKernel::TiledSm90 && !engine_why.empty())
-    fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 cannot run (m ", g.m, ", n ", g.n, ", k ", g.k, ", ",
-         dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
+  const bool forced = kernel == MatmulIdGroupedKernel::TiledSm90 || kernel == MatmulIdGroupedKernel::TiledSm90Fused;
+  if (forced && !engine_why.empty())
+    fail(ErrorCode::Unsupported, "matmul_id: grouped kernel ", matmul_id_grouped_kernel_name(kernel), " cannot run (m ", g.m,
+         ", n ", g.n, ", k ", g.k, ", ", dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
   p.engine = kernel != MatmulIdGroupedKernel::MmaSync && engine_why.empty();
+  // The engine alone, sorting the routed rows in each CTA, while they are few: Auto's choice
+  // there (measured: docs/performance.md, "The fused MoE map").
+  const std::string fused_why = p.engine ? engine::tiled_sm90_moe_fused_refusal(g) : engine_why;
+  if (kernel == MatmulIdGroupedKernel::TiledSm90Fused && !fused_why.empty())
+    fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90_fused cannot run (m ", g.m, ", top_k ", g.top_k, "): ",
+         fused_why);
+  if (p.engine && fused_why.empty() && kernel != MatmulIdGroupedKernel::TiledSm90) {
+    p.fused = true;
+    p.launch = engine::tiled_sm90_moe_fused_launch(g, arch.sm_count);
+    p.kernels = {engine::tiled_sm90_moe_kernel_name(g, p.launch)};
+    p.reason = "the Hopper engine sorting the routed rows itself (one kernel: at most " +
+               std::to_string(engine::kTiledMoeFusedMaxRows) + " routed rows)";
+    return p;
+  }
   p.kernels = moe_map_kernel_names(g);
   if (p.engine) {
     p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);

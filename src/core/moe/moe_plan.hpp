@@ -3,9 +3,12 @@
 // alignment) and the device's arch, no CUDA headers: src/cuda/moe/dispatch.cpp launches exactly
 // what it says and CPU tests check it.
 //   Direct          moe_direct
-//   GroupedPrefill  moe_map (moe_map_count + moe_map_sort when the rows span sorting blocks), then on sm_90 with 16-bit weights and input of one dtype (and the
-//                   rest of tiled_sm90_moe_refusal) the Hopper engine, after moe_stage_rows when
-//                   the scratch can stage every routed row; else moe_grouped (mma.sync, any dtypes)
+//   GroupedPrefill  on sm_90 with 16-bit weights and input of one dtype (and the rest of
+//                   tiled_sm90_moe_refusal) up to kTiledMoeFusedMaxRows routed rows: the Hopper
+//                   engine alone, sorting the rows in each CTA (TiledSm90Fused, Auto's choice);
+//                   else moe_map (moe_map_count + moe_map_sort when the rows span sorting
+//                   blocks), then the engine, after moe_stage_rows when the scratch can stage
+//                   every routed row; else moe_grouped (mma.sync, any dtypes)
 #pragma once
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@ struct MoePlan {
   MatmulIdRoute route = MatmulIdRoute::Direct;
   bool engine = false;  // grouped: the Hopper tiled engine (else moe_grouped)
   bool staged = false;  // engine: moe_stage_rows copies the routed rows into expert order first
+  bool fused = false;   // engine: it sorts the routed rows itself (no moe_map, no staging): one kernel
   engine::TiledSm90Launch launch;    // engine only
   std::vector<std::string> kernels;  // launch order
   std::string reason;                // why this grouped kernel (empty for Direct)

@@ -49,6 +49,14 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     });
     return Receipt{matmul_id_route_name(route), names, 1};
   }
+  if (plan.fused) {  // the engine alone: it sorts the routed rows and zeroes out-of-range ones itself
+    engine::launch_tiled_sm90_moe(g, plan.launch, s);
+    ctx.note_launch(plan.kernels[0], [&] {
+      const MoeRanges r = ranges();
+      return LaunchRanges{{r.w, r.in, r.ids}, {r.out}};
+    });
+    return Receipt{matmul_id_route_name(route), names, 1};
+  }
   std::size_t next = 0;  // plan.kernels[next]: the kernel launched next
   cuda_moe::launch_moe_map(g, s);  // moe_map_count (when the rows span sorting blocks), moe_map_sort
   if (cuda_moe::moe_map_grid(g).blocks > 1)

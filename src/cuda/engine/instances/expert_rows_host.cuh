@@ -13,7 +13,7 @@
 
 namespace llmm::engine {
 
-// ExpertRows / ExpertRowsStaged parameters for g; vectorized stores where out and n allow
+// ExpertRows / ExpertRowsStaged / ExpertRowsFused parameters for g; vectorized stores where out and n allow
 // 4-column stores of OutT.
 template <class OutT>
 ExpertRowsParams expert_rows_params(const cuda_moe::MoeArgs& g) {
@@ -27,6 +27,10 @@ ExpertRowsParams expert_rows_params(const cuda_moe::MoeArgs& g) {
   p.out = g.out;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
   p.vec8_ok = reinterpret_cast<std::uintptr_t>(g.out) % 16 == 0 && g.n * sizeof(OutT) % 16 == 0;
+  // ExpertRowsFused (the plan keeps m * top_k <= kTiledMoeFusedMaxRows: an int)
+  p.ids = g.ids, p.ids64 = g.ids64;
+  p.routed = static_cast<int>(g.m * g.top_k);
+  p.out_row_halves = static_cast<int>(g.n * static_cast<std::int64_t>(sizeof(OutT)) / 2);
   return p;
 }
 

@@ -1,6 +1,7 @@
 // MoE instance of the Hopper tiled engine (matmul_id's grouped route): expert weights by TMA (a
 // 3D map [expert][n][k]), the routed rows of each expert gathered from the input by cp.async in
-// the order moe_map listed them, each output row written to its routed row.
+// the order moe_map listed them (or, fused, in the order each CTA sorted them itself), or loaded
+// by TMA from rows staged in expert order; each output row written to its routed row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,6 +25,11 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   const CUtensorMap tm_w = cuda_common::make_tensor_map_3d_sw128(g.w, 2, dims, strides, box, name.c_str());
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  if (l.fused) {  // the route's only kernel: it sorts the routed rows from the ids itself
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsFused>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream,
+                      name);
+    return;
+  }
   if (!l.staged) {
     // l.pdl: after moe_map (or moe_stage_rows) of the same route on the stream
     launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRows>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream, name,
@@ -47,7 +53,8 @@ void launch_t(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, c
 void launch_tiled_sm90_moe(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
   const std::string name = tiled_sm90_moe_kernel_name(g, l);
   if (g.m * g.top_k == 0 || g.n == 0) return;
-  if (g.w_dtype != g.in_dtype || g.k % 8 != 0 || !g.counts || !g.rows ||
+  if (g.w_dtype != g.in_dtype || g.k % 8 != 0 || (!l.fused && (!g.counts || !g.rows)) ||
+      (l.fused && (l.staged || g.m * g.top_k > kTiledMoeFusedMaxRows || !g.ids)) ||
       (l.staged && (!g.staged || g.staged_bytes / (g.k * 2) < g.m * g.top_k)))
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   const bool f32_out = g.out_dtype == DType::F32;

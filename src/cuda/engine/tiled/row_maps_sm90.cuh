@@ -4,6 +4,9 @@
 //   ExpertRows  matmul_id's grouped route: tiles of expert e over its routed rows (the moe_map
 //               counting sort: counts[e], rows[]), token rows gathered by cp.async, output rows
 //               scattered to their routed row.
+//   ExpertRowsStaged  the same over rows moe_stage_rows copied into expert order (TMA boxes).
+//   ExpertRowsFused   the same, each CTA sorting the routed rows itself from the ids (no
+//               moe_map before it: the route is one kernel), for up to kTiledMoeFusedMaxRows.
 // Both give every tile a feature block of the weights (kTiledBM rows of group `group`) loaded
 // by TMA, and sweep kTiledFeatureGroup feature blocks together (dense) or one expert's feature
 // blocks in a row (MoE) so that what neighbouring CTAs read is shared in L2.
@@ -50,7 +53,7 @@ struct DenseRows {
 
   const Params& p;
   __device__ DenseRows(const Params& params, std::uint8_t* /*extra*/) : p(params) {}
-  __device__ void prologue(int /*tid*/) {}
+  __device__ void prologue(int /*tid*/, std::uint8_t* /*ring*/) {}
   __device__ int total_tiles() const { return p.total_tiles; }
 
   // Tile t: batch entry t / (tiles_tok * tiles_feat); inside it, groups of kTiledFeatureGroup
@@ -95,10 +98,17 @@ struct ExpertRowsParams {
   void* out = nullptr;                                   // [m * top_k, n]
   bool vec_ok = false;                                   // 4-element vector stores of output rows are aligned
   bool vec8_ok = false;                                  // 16-byte stores (16-bit outputs) are aligned
+  // ExpertRowsFused: the ids (u32 words, or i64) of the routed rows, and an output row's size in
+  // 16-bit words (to zero the rows of out-of-range ids).
+  const void* ids = nullptr;
+  bool ids64 = false;
+  int routed = 0;
+  int out_row_halves = 0;
 };
 
-template <int BN>
-struct ExpertRows {
+// kOwnMap: ExpertRowsFused (below). Else the lists come from moe_map (p.counts, p.rows).
+template <int BN, bool kOwnMap>
+struct ExpertRowsT {
   using Params = ExpertRowsParams;
   static constexpr bool kGather = true;
   // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
@@ -118,11 +128,19 @@ struct ExpertRows {
   int* tile_start;    // [n_experts + 1]: first token tile of each expert
   int* row_start;     // [n_experts + 1]: first position of each expert in `rows`
 
-  __device__ ExpertRows(const Params& params, std::uint8_t* extra) : p(params) {
+  __device__ ExpertRowsT(const Params& params, std::uint8_t* extra) : p(params) {
     src = reinterpret_cast<std::int64_t*>(extra);
     out_rows = reinterpret_cast<std::uint32_t*>(extra + BN * 8);
     tile_start = reinterpret_cast<int*>(extra + BN * 8 + 2 * BN * 4);
     row_start = tile_start + p.n_experts + 1;
+  }
+  // kOwnMap: the CTA's sorted list, [routed] u16 after row_start (derived, not held: the
+  // producer has 40 registers).
+  __device__ std::uint16_t* own_rows() const { return reinterpret_cast<std::uint16_t*>(row_start + p.n_experts + 1); }
+  // Position i of the routed-row list, expert by expert.
+  __device__ std::uint32_t row_at(std::int64_t i) const {
+    if constexpr (kOwnMap) return own_rows()[i];
+    else return p.rows[i];
   }
 
   // Tile classes (tiled_sm90_expert_split): wide tiles of BN, then at most one mid tile of
@@ -135,9 +153,14 @@ struct ExpertRows {
     wide = s.wide, mid = s.mid, narrow = s.narrow;
   }
 
+  __device__ void prologue(int tid, std::uint8_t* ring) {
+    if constexpr (kOwnMap) own_map(tid, ring);
+    else scan_experts(tid, p.counts);
+  }
+
   // Every thread of the block: exclusive scans of counts[e] and of each expert's tiles, in chunks
   // of the block's width (a deterministic, fixed-order scan).
-  __device__ void prologue(int tid) {
+  __device__ void scan_experts(int tid, const std::uint32_t* counts) {
     __shared__ int warp_sums[2][kTiledThreads / 32];
     __shared__ int running[2];
     const int lane = tid & 31, warp = tid >> 5;
@@ -145,7 +168,7 @@ struct ExpertRows {
     __syncthreads();
     for (int base = 0; base < p.n_experts; base += kTiledThreads) {
       const int e = base + tid;
-      const int cnt = e < p.n_experts ? static_cast<int>(p.counts[e]) : 0;
+      const int cnt = e < p.n_experts ? static_cast<int>(counts[e]) : 0;
       int wide, mid, narrow;
       split(cnt, wide, mid, narrow);
       const int tl = wide + mid + narrow;
@@ -167,6 +190,83 @@ struct ExpertRows {
     if (tid == 0) row_start[p.n_experts] = running[0], tile_start[p.n_experts] = running[1];
     __syncthreads();
   }
+  // The expert of routed row r, or kNoExpert (an i64 id compared whole, a negative i32 read as a
+  // huge u32: out of range).
+  __device__ std::uint32_t expert_of(int r) const {
+    const std::uint64_t v = p.ids64 ? static_cast<std::uint64_t>(__ldg(static_cast<const long long*>(p.ids) + r))
+                                    : __ldg(static_cast<const std::uint32_t*>(p.ids) + r);
+    return v < static_cast<std::uint64_t>(p.n_experts) ? static_cast<std::uint32_t>(v) : 0xffffffffu;
+  }
+
+  // kOwnMap, every thread of the block: moe_map's stable counting sort of the p.routed rows
+  // (src/cuda/moe/moe_map.cu has the argument), here in the CTA: warp w of the `sorters` ranks
+  // the contiguous segment w, 32 ids a step, with its own counters cnt[w][e] (lanes with the same
+  // id find each other with __match_any_sync); a column walk turns them into each warp's first
+  // position per expert, the expert scan (scan_experts) adds the experts before; the scatter
+  // writes each in-range row's number at its position. Expert e's rows land in increasing
+  // routed-row order, the same list moe_map writes. The counters and totals borrow the ring,
+  // which no copy has written yet. Then the CTA zeroes its share of the rows of out-of-range ids
+  // (one warp a row, rows spread over the grid: every such row written once).
+  __device__ void own_map(int tid, std::uint8_t* ring) {
+    constexpr int kWarps = kTiledThreads / 32;
+    constexpr std::uint32_t kNone = 0xffffffffu;
+    const int lane = tid & 31, warp = tid >> 5, n_experts = p.n_experts, routed = p.routed;
+    std::uint32_t* const cnt = reinterpret_cast<std::uint32_t*>(ring);  // [kWarps][n_experts]
+    std::uint32_t* const totals = cnt + kWarps * n_experts;              // [n_experts]
+    const int sorters = min(kWarps, (routed + 31) / 32);
+    for (int i = tid; i < sorters * n_experts; i += kTiledThreads) cnt[i] = 0;
+    __syncthreads();
+    const int seg = (routed + sorters - 1) / sorters;
+    const int lo = warp < sorters ? min(routed, warp * seg) : routed, hi = min(routed, lo + seg);
+    std::uint32_t* const mine = cnt + warp * n_experts;
+    const std::uint32_t lower_lanes = (1u << lane) - 1u;
+    // 1. Per-warp histogram (warp-uniform bounds: __match_any_sync needs the whole warp).
+    for (int base = lo; base < hi; base += 32) {
+      const std::uint32_t x = base + lane < hi ? expert_of(base + lane) : kNone;
+      const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
+      if (x != kNone && (peers & lower_lanes) == 0) mine[x] += static_cast<std::uint32_t>(__popc(peers));
+      __syncwarp();
+    }
+    __syncthreads();
+    // 2. Expert e's column: cnt[w][e] = its rows in the segments before w; totals[e].
+    for (int e = tid; e < n_experts; e += kTiledThreads) {
+      std::uint32_t c = 0;
+      for (int w = 0; w < sorters; ++w) {
+        const std::uint32_t v = cnt[w * n_experts + e];
+        cnt[w * n_experts + e] = c;
+        c += v;
+      }
+      totals[e] = c;
+    }
+    __syncthreads();
+    scan_experts(tid, totals);  // row_start, tile_start (ends with a block barrier)
+    for (int e = tid; e < n_experts; e += kTiledThreads)
+      for (int w = 0; w < sorters; ++w) cnt[w * n_experts + e] += static_cast<std::uint32_t>(row_start[e]);
+    __syncthreads();
+    // 3. Stable scatter, every warp on its own segment and counters.
+    for (int base = lo; base < hi; base += 32) {
+      const std::uint32_t x = base + lane < hi ? expert_of(base + lane) : kNone;
+      const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
+      const std::uint32_t rank = __popc(peers & lower_lanes);
+      const std::uint32_t pos0 = x != kNone ? mine[x] : 0u;
+      __syncwarp();  // every lane has read its position before the leaders advance them
+      if (x != kNone) {
+        own_rows()[pos0 + rank] = static_cast<std::uint16_t>(base + lane);
+        if (rank == 0) mine[x] = pos0 + static_cast<std::uint32_t>(__popc(peers));
+      }
+      __syncwarp();
+    }
+    // 4. Zero rows of out-of-range ids: this CTA's share.
+    std::uint16_t* const out16 = static_cast<std::uint16_t*>(p.out);
+    for (int r = static_cast<int>(blockIdx.x) * kWarps + warp; r < routed; r += static_cast<int>(gridDim.x) * kWarps) {
+      if (expert_of(r) != kNone) continue;
+      for (int j = lane; j < p.out_row_halves; j += 32) out16[static_cast<std::int64_t>(r) * p.out_row_halves + j] = 0;
+    }
+    // The ring's generic writes are ordered before the copies that will write it (async proxy).
+    ptx::fence_proxy_async_smem();
+    __syncthreads();
+  }
+
   __device__ int total_tiles() const { return tile_start[p.n_experts] * p.tiles_feat; }
 
   // Tile t: expert token tile t / tiles_feat (experts in order), feature block t % tiles_feat.
@@ -196,7 +296,7 @@ struct ExpertRows {
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int tok = ctid + 128 * i;
-      ids[i] = tok < c.rows ? p.rows[c.row_base + c.tok0 + tok] : 0u;
+      ids[i] = tok < c.rows ? row_at(c.row_base + c.tok0 + tok) : 0u;
     }
   }
   // In the epilogue, between the consumer's own barriers: publish them, then read them back.
@@ -214,7 +314,7 @@ struct ExpertRows {
     for (int i = ptid; i < c.bn; i += 128) {
       std::int64_t off = -1;
       if (i < c.rows) {
-        const std::uint32_t r = p.rows[c.row_base + c.tok0 + i];
+        const std::uint32_t r = row_at(c.row_base + c.tok0 + i);
         const std::uint32_t t = r / static_cast<std::uint32_t>(p.top_k), s = r - t * static_cast<std::uint32_t>(p.top_k);
         off = static_cast<std::int64_t>(t) * p.in_token_stride + static_cast<std::int64_t>(s) * p.in_slot_stride;
       }
@@ -222,13 +322,16 @@ struct ExpertRows {
     }
     ptx::named_barrier_sync(1, 128);
   }
-  // Producer warpgroup: this thread's share of the stage's token rows (the tile's width), 16 bytes
-  // per cp.async, into the 128-byte-swizzled layout TMA would have written (unit u of row r at
-  // u ^ (r % 8)); rows past the tile and K past k (k % 8 == 0) are zero-filled.
+  // Producer warpgroup: this thread's share of the stage's token rows (the tile's valid rows), 16
+  // bytes per cp.async, into the 128-byte-swizzled layout TMA would have written (unit u of row r
+  // at u ^ (r % 8)); K past k (k % 8 == 0) is zero-filled. Rows past the tile's last are not
+  // written: whatever the stage held there only reaches accumulator columns of no routed row
+  // (each wgmma column is its own token's dot product), which are never stored. (Until
+  // 2026-12-03 they were zero-filled: 512 cp.async a narrow stage for one row.)
   __device__ void gather_tokens(const TileCoord& c, int kb, std::uint8_t* dst, int ptid) const {
     const std::uint16_t* in = static_cast<const std::uint16_t*>(p.in);
 #pragma unroll 1
-    for (int idx = ptid; idx < c.bn * 8; idx += 128) {
+    for (int idx = ptid; idx < c.rows * 8; idx += 128) {
       const int row = idx >> 3, unit = idx & 7;
       const std::int64_t off = src[row];
       const int kk = kb * kTiledBK + unit * 8;
@@ -238,14 +341,23 @@ struct ExpertRows {
   }
 };
 
+template <int BN>
+struct ExpertRows : ExpertRowsT<BN, false> {
+  using ExpertRowsT<BN, false>::ExpertRowsT;
+};
+template <int BN>
+struct ExpertRowsFused : ExpertRowsT<BN, true> {
+  using ExpertRowsT<BN, true>::ExpertRowsT;
+};
+
 // The same tiles over input rows already copied into expert order (moe_stage_rows: staged row i =
 // the input row of rows[i]), so that a tile's tokens are BN consecutive staged rows loaded by one
 // TMA box like dense. Rows past the expert's last belong to the next expert or lie past the
 // routed rows (zero-filled); their accumulator columns are never stored.
 template <int BN>
-struct ExpertRowsStaged : ExpertRows<BN> {
+struct ExpertRowsStaged : ExpertRowsT<BN, false> {
   static constexpr bool kGather = false;
-  using ExpertRows<BN>::ExpertRows;
+  using ExpertRowsT<BN, false>::ExpertRowsT;
   // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles, and two
   // of them for a mid tile (rows of 128 bytes, so the second box's 8 KB continue the first's
   // swizzle pattern: the 128-byte swizzle follows the shared-memory address bits).

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // counts, row lists and staged rows are read only past this wait. A no-op otherwise.
   ptx::grid_dependency_wait();
   RowMap map(p, extra);
-  map.prologue(tid);
+  map.prologue(tid, ring);  // ExpertRowsFused sorts the routed rows here, in ring memory no copy has written yet
   __syncthreads();
   const int total = map.total_tiles();
   const int kblocks = (p.k + kBK - 1) / kBK;
