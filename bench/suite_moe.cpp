@@ -32,7 +32,7 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
-#include "core/engine/tiled_sm90_shape.hpp"
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/moe/launch.hpp"
 #include "gpu/device_data.hpp"
@@ -289,9 +289,12 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
         if (ab) {
           tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync, false});
           tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90, true});  // engine after the map, gathering
-          // Where Auto runs the engine alone (sorting its rows itself): the engine after moe_map, staged.
-          if (rows <= static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows))
+          // Where Auto runs the engine alone (sorting its rows itself, m <= 16): the engine after
+          // moe_map, staged; above, up to the fused engine's limit, that engine forced.
+          if (m <= engine::kTiledMoeFusedAutoMaxTokens)
             tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90, false});
+          else if (rows <= static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows))
+            tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90Fused, false});
         }
         for (const Try& tr : tries) {
           const MatmulIdRoute route = tr.route;
@@ -364,6 +367,7 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync     ? cname + "_mma_sync"
                      : rr.scratch == &scratch_plain                    ? cname + "_gather"
                      : rr.kernel == MatmulIdGroupedKernel::TiledSm90 ? cname + "_mapped"
+                     : rr.kernel == MatmulIdGroupedKernel::TiledSm90Fused ? cname + "_fused"
                                                                        : cname;
           row.dtype = std::string(dtype_name(dt)), row.precision = dt == DType::F32 ? "exact" : "-";
           row.m = m, row.n = md.n, row.k = md.k;

@@ -22,7 +22,7 @@ def _speedups(rows, torch_by_key):
     """(suite, [(label, ratio, baseline name)]) for the suites with same-run baselines."""
     out = {}
     for r in rows:
-        if r["suite"] not in ("dense", "moe", "ternary") or not r.get("us") or r["case"].endswith(("_gather", "_mma_sync", "_mapped")):
+        if r["suite"] not in ("dense", "moe", "ternary") or not r.get("us") or r["case"].endswith(("_gather", "_mma_sync", "_mapped", "_fused")):
             continue
         label = "%s %s" % (r["case"], r["dtype"])
         if r["suite"] == "moe" and (r["case"], r["dtype"]) in torch_by_key:
@@ -63,7 +63,7 @@ def plot(rows, system, torch_rows, outdir):
         written.append(path)
     copy_tbs, gemm_tflops, source = _ceilings(rows)
     pts = [r for r in rows if r["suite"] in ("dense", "moe", "ternary") and r.get("tflops") and r.get("gbps")
-           and not r["case"].endswith(("_gather", "_mma_sync", "_mapped"))]
+           and not r["case"].endswith(("_gather", "_mma_sync", "_mapped", "_fused"))]
     if pts:
         fig, ax = plt.subplots(figsize=(8, 6))
         for suite, marker in (("dense", "o"), ("moe", "s"), ("ternary", "^")):

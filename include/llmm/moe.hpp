@@ -146,7 +146,7 @@ class MatmulIdScratch {
 
 // The GEMM under the grouped route (tests and benchmarks pick one by name; Auto is the router's).
 enum class MatmulIdGroupedKernel {
-  Auto,       // TiledSm90Fused where it takes the call, else TiledSm90, else MmaSync
+  Auto,       // TiledSm90Fused at m <= 16 where it takes the call, else TiledSm90, else MmaSync
   MmaSync,    // moe_grouped: mma.sync tiles, every dtype combination, sm_80+
   TiledSm90,  // the Hopper tiled engine after moe_map: 16-bit weights and input of one dtype, k % 8 == 0, sm_90
   TiledSm90Fused,  // the same engine sorting the routed rows itself: one kernel, up to 2048 routed rows (m * top_k)

@@ -651,7 +651,7 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
     names its receipt joins with "+"; empty when the output has no element), "engine" (the grouped
     route on the Hopper tiled engine), "staged" (its routed rows copied into expert order first: a
     scratch made with staged_row_bytes), "fused" (the engine sorting the routed rows itself: one
-    kernel, up to 2048 routed rows, the scratch unused) and "reason". The call's checks run here and raise the
+    kernel, at m <= 16, the scratch unused) and "reason". The call's checks run here and raise the
     same errors. out=None plans for the output matmul_id would allocate (one is allocated here too).
     """
     weights, x, ids, out, route = _matmul_id_args("plan_matmul_id", weights, x, ids, out, route, scratch, may_repeat,

@@ -60,41 +60,52 @@ TEST(MoePlan, GroupedOnTheHopperEngineStagedOrGathering) {
   EXPECT_FALSE(plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).staged);
 }
 
-// Up to kTiledMoeFusedMaxRows routed rows Auto runs the engine alone (it sorts the rows itself,
-// the scratch's staging room unused); one row more takes the map first. Forced either way.
-TEST(MoePlan, FewRoutedRowsRunTheFusedEngineAlone) {
+// At m <= 16 Auto runs the engine alone (it sorts the rows itself, the scratch's staging room
+// unused); one token more takes the map first. Forced, the fused engine takes up to
+// kTiledMoeFusedMaxRows routed rows, and TiledSm90 is always the map route.
+TEST(MoePlan, FewTokensRunTheFusedEngineAlone) {
   const int limit = engine::kTiledMoeFusedMaxRows;
   ASSERT_EQ(limit % 8, 0);
-  MoeArgs g = grouped(DType::BF16, DType::BF16, DType::BF16, limit / 8, 768, 2048);
-  g.staged = const_cast<void*>(addr(0x60000000)), g.staged_bytes = std::int64_t{limit} * 2048 * 2;
-  MoePlan p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  ASSERT_EQ(engine::kTiledMoeFusedAutoMaxTokens, 16);
+  auto staged = [](MoeArgs a) {
+    a.staged = const_cast<void*>(addr(0x60000000)), a.staged_bytes = a.m * 8 * 2048 * 2;
+    return a;
+  };
+  const MoeArgs m16 = staged(grouped(DType::BF16, DType::BF16, DType::BF16, 16, 768, 2048));
+  MoePlan p = plan_matmul_id_cuda(m16, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
   EXPECT_TRUE(p.engine && p.fused && p.launch.fused);
   EXPECT_FALSE(p.staged || p.launch.staged || p.launch.pdl);
   EXPECT_EQ(p.kernels, std::vector<std::string>{"tiled_sm90_moe_bf16_bf16_bf16_bn256x64_fused"});
-  EXPECT_NE(p.reason.find("sorting the routed rows itself"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("sorting the routed rows itself (one kernel: m <= 16)"), std::string::npos) << p.reason;
+  EXPECT_EQ(p.launch.smem_bytes, engine::tiled_sm90_moe_launch(m16, 132).smem_bytes + 16 * 8 * 2);
+  const MoeArgs m17 = staged(grouped(DType::BF16, DType::BF16, DType::BF16, 17, 768, 2048));
+  p = plan_matmul_id_cuda(m17, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_FALSE(p.fused);
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16", "tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged"}));
+  // Forced fused at the limit.
+  const MoeArgs g = staged(grouped(DType::BF16, DType::BF16, DType::BF16, limit / 8, 768, 2048));
+  EXPECT_FALSE(plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+  p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused);
+  EXPECT_TRUE(p.fused);
+  EXPECT_EQ(p.kernels, std::vector<std::string>{"tiled_sm90_moe_bf16_bf16_bf16_bn256x64_fused"});
+  EXPECT_NE(p.reason.find("asked for by name"), std::string::npos) << p.reason;
   // Its shared memory: the moe launch's plus the u16 list of every routed row.
   const engine::TiledSm90Launch mapped = engine::tiled_sm90_moe_launch(g, 132);
   EXPECT_EQ(p.launch.smem_bytes, mapped.smem_bytes + limit * 2);
   EXPECT_EQ(p.launch.grid, mapped.grid);
   EXPECT_EQ(p.launch.tiles, mapped.tiles);
-  // Forced TiledSm90: the map first, as above the limit.
-  p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90);
+  // Forced TiledSm90: the map first, at m 16 too.
+  p = plan_matmul_id_cuda(m16, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90);
   EXPECT_FALSE(p.fused);
   EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16", "tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged"}));
-  EXPECT_TRUE(plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused).fused);
-  // 1024 experts (the row map's most bytes) still fit the block.
+  // 1024 experts (the row map's most bytes) with the most rows still fit the block.
   MoeArgs wide = g;
   wide.n_experts = 1024;
-  p = plan_matmul_id_cuda(wide, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  p = plan_matmul_id_cuda(wide, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused);
   EXPECT_TRUE(p.fused);
   EXPECT_LE(p.launch.smem_bytes + 256, engine::kTiledMaxSmem);
-  // One token more (8 routed rows past the limit): the map and the staging copy, and forced fused refused.
-  MoeArgs more = g;
-  more.m += 1, more.row_capacity = more.m * 8, more.staged_bytes = more.m * 8 * 2048 * 2;
-  p = plan_matmul_id_cuda(more, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
-  EXPECT_FALSE(p.fused);
-  EXPECT_TRUE(p.staged);
-  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16", "tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged"}));
+  // One token more (8 routed rows past the limit): forced fused refused.
+  const MoeArgs more = staged(grouped(DType::BF16, DType::BF16, DType::BF16, limit / 8 + 1, 768, 2048));
   expect_error([&] { plan_matmul_id_cuda(more, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused); },
                ErrorCode::Unsupported, "grouped kernel tiled_sm90_fused cannot run (m 257, top_k 8): more than 2048 routed rows (m * top_k = 2056)");
   // Where the engine cannot run, forced fused is refused with the engine's reason; Auto falls back.

@@ -100,8 +100,8 @@ TEST(BatchInvarianceGpu, MatmulId) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   MatmulIdScratch scratch(ctx, 16, 600, 4);
-  // f16: f16 input, the Hopper engine on sm_90: sorting its rows itself up to m 300 (1200 routed
-  // rows), after moe_map at m 600.
+  // f16: f16 input, the Hopper engine on sm_90: sorting its rows itself at m 1 and 3 (Auto:
+  // m <= 16), after moe_map from m 40.
   for (DType w : {DType::F32, DType::BF16, DType::F16})
     for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
       const std::vector<std::int64_t> ms = route == MatmulIdRoute::Direct ? std::vector<std::int64_t>{1, 3, 40}

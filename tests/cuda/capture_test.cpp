@@ -156,14 +156,14 @@ TEST(CaptureGpu, DenseEveryRoute) {
 TEST(CaptureGpu, MatmulIdBothRoutes) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine on sm_90,
-  // sorting the rows itself (Auto: one kernel) and, forced to tiled_sm90, after moe_map, staged.
+  // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine on sm_90
+  // after moe_map, staged (Auto at m 40), the i32 one the engine sorting the rows itself (forced).
   MatmulIdScratch scratch(ctx, 16, 40, 4, 136 * 2);
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
     for (DType ids : {DType::U32, DType::I64, DType::I32}) {  // i64 / i32 ids with a bf16 input: the Hopper engine on sm_90
       if (ids == DType::I32 && (route == MatmulIdRoute::Direct || !ctx.arch().is_hopper())) continue;
       MatmulIdOptions opts;
-      if (ids == DType::I32) opts.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
+      if (ids == DType::I32) opts.grouped_kernel = MatmulIdGroupedKernel::TiledSm90Fused;
       MoeCase c;
       c.p.m = 40, c.p.n = 70, c.p.k = 136, c.p.top_k = 4, c.p.n_experts = 16, c.p.route = route;
       c.p.input_layout = MatmulIdInputLayout::Slotted;

@@ -338,8 +338,9 @@ TEST(MoeGpu, PlanIsWhatTheCallLaunches) {
   struct S { std::uint32_t m, k; MatmulIdRoute route; MatmulIdGroupedKernel kernel; bool stage; };
   using K = MatmulIdGroupedKernel;
   const S cases[] = {{16, 256, MatmulIdRoute::Direct, K::Auto, false},
-                     {64, 256, MatmulIdRoute::GroupedPrefill, K::Auto, true},  // 512 routed rows: fused
-                     {64, 256, MatmulIdRoute::GroupedPrefill, K::TiledSm90, true},
+                     {16, 256, MatmulIdRoute::GroupedPrefill, K::Auto, true},  // m <= 16: fused
+                     {16, 256, MatmulIdRoute::GroupedPrefill, K::TiledSm90, true},
+                     {64, 256, MatmulIdRoute::GroupedPrefill, K::Auto, true},
                      {64, 256, MatmulIdRoute::GroupedPrefill, K::TiledSm90Fused, false},
                      {300, 256, MatmulIdRoute::GroupedPrefill, K::Auto, true},  // 2400: the map first
                      {300, 256, MatmulIdRoute::GroupedPrefill, K::Auto, false},
@@ -368,8 +369,7 @@ TEST(MoeGpu, PlanIsWhatTheCallLaunches) {
     EXPECT_EQ(r.kernels_launched, static_cast<int>(plan.kernels.size())) << c.describe();
     EXPECT_EQ(r.route, matmul_id_route_name(plan.route)) << c.describe();
     const bool grouped = s.route == MatmulIdRoute::GroupedPrefill;
-    const bool fused = grouped && s.m * 8 <= static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows) &&
-                       (s.kernel == K::Auto || s.kernel == K::TiledSm90Fused);
+    const bool fused = grouped && ((s.kernel == K::Auto && s.m <= 16) || s.kernel == K::TiledSm90Fused);
     EXPECT_EQ(plan.engine, grouped && s.kernel != K::MmaSync && hopper_engine(ctx)) << c.describe();
     EXPECT_EQ(plan.fused, plan.engine && fused) << c.describe();
     EXPECT_EQ(plan.staged, plan.engine && !fused && s.stage) << c.describe();
@@ -463,8 +463,8 @@ TEST(MoeGpu, TiledSm90TileClassBoundaries) {
 // The engine sorting the routed rows itself (TiledSm90Fused): every tile class boundary the
 // counts above reach within kTiledMoeFusedMaxRows (1666 rows over 13 experts), out-of-range ids
 // (zero rows written by the CTAs, spread over the grid); 1024 experts with the whole 2048 rows
-// (the most shared memory); repeated ids on one expert; i64 ids. Bitwise equal to the route
-// after moe_map on the same call (both sum each output in one f32 order).
+// (the most shared memory); repeated ids on one expert; i64 ids; Inf/NaN in inputs and weights.
+// Bitwise equal to the route after moe_map on the same call (both sum each output in one f32 order).
 TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -473,12 +473,13 @@ TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
   std::uint32_t total = 0;
   for (std::uint32_t v : counts) total += v;
   ASSERT_LE(total, static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows));
-  struct S { std::uint32_t m, n, k, top_k, e; Routing routing; int oor; };
+  struct S { std::uint32_t m, n, k, top_k, e; Routing routing; int oor; int nonfinite = 0; };
   const S cases[] = {{total, 200, 136, 1, static_cast<std::uint32_t>(counts.size()), Routing::Counts, 0},
                      {256, 130, 72, 8, 1024, Routing::Uniform, 9},  // 2048 rows, 1024 experts
                      {300, 96, 64, 4, 16, Routing::Repeats, 5},
                      {1, 40, 256, 8, 64, Routing::Zipf, 3},
-                     {17, 257, 264, 2, 4, Routing::Skewed, 4}};
+                     {17, 257, 264, 2, 4, Routing::Skewed, 4},
+                     {16, 70, 136, 4, 16, Routing::Uniform, 13, 6}};
   MatmulIdScratch scratch(ctx, 1024, 2048, 8, 520 * 2);
   std::uint64_t seed = 4300;
   for (const S& s : cases)
@@ -489,7 +490,7 @@ TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
         c.p.input_dtype = w, c.p.output_dtype = out;
         if (s.routing == Routing::Repeats) c.p.id_multiplicity = MatmulIdMultiplicity::MayRepeat;
         c.w_dtype = w, c.grouped_kernel = MatmulIdGroupedKernel::TiledSm90Fused;
-        c.routing = s.routing, c.out_of_range_every = s.oor;
+        c.routing = s.routing, c.out_of_range_every = s.oor, c.nonfinite_every = s.nonfinite;
         if (s.routing == Routing::Counts) c.expert_counts = counts;
         c.ids_dtype = seed % 2 ? DType::I64 : DType::U32;
         c.expert_pad = (seed % 3) * 8, c.input_pad = 8;
@@ -504,6 +505,7 @@ TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
         MoeOutcome om = run_moe_case(ctx, mapped, &scratch);
         EXPECT_TRUE(om.cmp.ok()) << mapped.describe() << ": " << om.cmp.summary();
         EXPECT_EQ(o.out_bytes, om.out_bytes) << c.describe() << ": fused and mapped engines differ";
+        if (s.nonfinite) EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
       }
 }
 

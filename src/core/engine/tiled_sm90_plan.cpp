@@ -126,6 +126,10 @@ std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g) {
   return "";
 }
 
+bool tiled_sm90_moe_fused_preferred(const cuda_moe::MoeArgs& g) {
+  return g.m <= kTiledMoeFusedAutoMaxTokens && tiled_sm90_moe_fused_refusal(g).empty();
+}
+
 TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_count) {
   if (const std::string why = tiled_sm90_moe_fused_refusal(g); !why.empty())
     fail(ErrorCode::Internal, "tiled_sm90_moe_fused_launch: ", why);

@@ -26,18 +26,22 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
     fail(ErrorCode::Unsupported, "matmul_id: grouped kernel ", matmul_id_grouped_kernel_name(kernel), " cannot run (m ", g.m,
          ", n ", g.n, ", k ", g.k, ", ", dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", engine_why);
   p.engine = kernel != MatmulIdGroupedKernel::MmaSync && engine_why.empty();
-  // The engine alone, sorting the routed rows in each CTA, while they are few: Auto's choice
-  // there (measured: docs/performance.md, "The fused MoE map").
+  // The engine alone, sorting the routed rows in each CTA: Auto's choice at m <= 16 (measured:
+  // tiled_sm90_moe_fused_preferred), up to kTiledMoeFusedMaxRows routed rows when forced.
   const std::string fused_why = p.engine ? engine::tiled_sm90_moe_fused_refusal(g) : engine_why;
   if (kernel == MatmulIdGroupedKernel::TiledSm90Fused && !fused_why.empty())
     fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90_fused cannot run (m ", g.m, ", top_k ", g.top_k, "): ",
          fused_why);
-  if (p.engine && fused_why.empty() && kernel != MatmulIdGroupedKernel::TiledSm90) {
+  const bool fused = kernel == MatmulIdGroupedKernel::TiledSm90Fused ||
+                     (kernel == MatmulIdGroupedKernel::Auto && p.engine && engine::tiled_sm90_moe_fused_preferred(g));
+  if (p.engine && fused_why.empty() && fused) {
     p.fused = true;
     p.launch = engine::tiled_sm90_moe_fused_launch(g, arch.sm_count);
     p.kernels = {engine::tiled_sm90_moe_kernel_name(g, p.launch)};
-    p.reason = "the Hopper engine sorting the routed rows itself (one kernel: at most " +
-               std::to_string(engine::kTiledMoeFusedMaxRows) + " routed rows)";
+    p.reason = kernel == MatmulIdGroupedKernel::TiledSm90Fused
+                   ? "the Hopper engine sorting the routed rows itself, asked for by name"
+                   : "the Hopper engine sorting the routed rows itself (one kernel: m <= " +
+                         std::to_string(engine::kTiledMoeFusedAutoMaxTokens) + ")";
     return p;
   }
   p.kernels = moe_map_kernel_names(g);

@@ -4,8 +4,8 @@
 // what it says and CPU tests check it.
 //   Direct          moe_direct
 //   GroupedPrefill  on sm_90 with 16-bit weights and input of one dtype (and the rest of
-//                   tiled_sm90_moe_refusal) up to kTiledMoeFusedMaxRows routed rows: the Hopper
-//                   engine alone, sorting the rows in each CTA (TiledSm90Fused, Auto's choice);
+//                   tiled_sm90_moe_refusal) at m <= 16 (tiled_sm90_moe_fused_preferred): the
+//                   Hopper engine alone, sorting the rows in each CTA (TiledSm90Fused);
 //                   else moe_map (moe_map_count + moe_map_sort when the rows span sorting
 //                   blocks), then the engine, after moe_stage_rows when the scratch can stage
 //                   every routed row; else moe_grouped (mma.sync, any dtypes)
