@@ -155,7 +155,9 @@ const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept;
 
 struct MatmulIdOptions {
   Precision precision = Precision::Exact;  // f32 input on tensor cores: Exact keeps f32 accuracy
-  MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;  // a forced kernel that cannot take the call is refused
+  // The grouped route's GEMM (ignored on the direct route); a forced kernel that cannot take the
+  // call is refused, on a CPU context every forced one.
+  MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;
 };
 
 // What a matmul_id call launches, and why: the route that runs (Direct when k or n_experts is 0:

@@ -599,7 +599,7 @@ def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu", *, max_to
 
 
 def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
-              may_repeat: bool = False, precision: str = "exact", out_dtype=None):
+              may_repeat: bool = False, precision: str = "exact", out_dtype=None, grouped_kernel: str = "auto"):
     """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids [m, top_k].
 
     Every size is read off the arrays' shapes and checked. ids are uint32, int32 or int64 (what
@@ -611,11 +611,15 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     from matmul_id_scratch; correct for any ids, may_repeat is a hint) or "auto"
     (suggest_matmul_id_route's choice; "grouped" only when a scratch is given). out is [m, top_k, n],
     float32 (default) or x's dtype; out=None allocates like x. m, top_k or n = 0 give an empty
-    result; k = 0 or E = 0 give zeros.
+    result; k = 0 or E = 0 give zeros. grouped_kernel picks the grouped route's GEMM on a CUDA
+    device by name: "auto" (the planner's), "mma_sync", "tiled_sm90" (the Hopper engine after the
+    map) or "tiled_sm90_fused" (the engine sorting the rows itself, up to 2048 routed rows: auto's
+    choice at m <= 16, 0.83-1.06x the mapped route's time there); a kernel that cannot take the call,
+    and any but "auto" on the CPU, is refused.
     """
     weights, x, ids, out, route = _matmul_id_args("matmul_id", weights, x, ids, out, route, scratch, may_repeat, out_dtype)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
-            scratch=scratch, precision=precision)
+            scratch=scratch, precision=precision, grouped_kernel=grouped_kernel)
     return out
 
 
@@ -645,7 +649,7 @@ def _matmul_id_args(op: str, weights, x, ids, out, route: str, scratch, may_repe
 
 
 def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
-                   may_repeat: bool = False, precision: str = "exact", out_dtype=None) -> dict:
+                   may_repeat: bool = False, precision: str = "exact", out_dtype=None, grouped_kernel: str = "auto") -> dict:
     """What matmul_id with the same arguments would launch, without running it: a dict with
     "route" ("direct" or "grouped"; "direct" when k or E is 0), "kernels" (in launch order, the
     names its receipt joins with "+"; empty when the output has no element), "engine" (the grouped
@@ -657,7 +661,7 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
     weights, x, ids, out, route = _matmul_id_args("plan_matmul_id", weights, x, ids, out, route, scratch, may_repeat,
                                                   out_dtype)
     return _launch(_llmm.plan_matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
-                   scratch=scratch, precision=precision)
+                   scratch=scratch, precision=precision, grouped_kernel=grouped_kernel)
 
 
 def matmul_id_tq2(experts: TernaryWeight, x, ids, out=None, *, layout: str = "shared", route: str = "auto",

@@ -362,6 +362,15 @@ MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
   fail(ErrorCode::InvalidArgument, op, ": route must be 'direct', 'grouped' or 'auto', got '", s, "'");
 }
 
+MatmulIdGroupedKernel grouped_kernel_of(nb::handle h, const char* op) {
+  const std::string s = str_arg(h, op, "grouped_kernel");
+  for (MatmulIdGroupedKernel k : {MatmulIdGroupedKernel::Auto, MatmulIdGroupedKernel::MmaSync, MatmulIdGroupedKernel::TiledSm90,
+                                  MatmulIdGroupedKernel::TiledSm90Fused})
+    if (s == matmul_id_grouped_kernel_name(k)) return k;
+  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '", s,
+       "'");
+}
+
 DType dtype_code_of(nb::handle h, const char* op, const char* name) {
   const std::string s = str_arg(h, op, name);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I32, DType::I64})
@@ -448,7 +457,7 @@ struct MatmulIdCall {
   MatmulIdScratch* scratch;
   MatmulIdOptions opts;
   MatmulIdCall(const char* op, nb::handle weights, nb::handle x_, nb::handle ids_, nb::handle out_, nb::handle layout_,
-               nb::handle may_repeat, nb::handle route_, nb::handle scratch_, nb::handle precision)
+               nb::handle may_repeat, nb::handle route_, nb::handle scratch_, nb::handle precision, nb::handle grouped_kernel)
       : w(input_arg(weights, op, "weights")),
         x(input_arg(x_, op, "x")),
         ids(input_arg(ids_, op, "ids")),
@@ -459,6 +468,7 @@ struct MatmulIdCall {
         route(matmul_id_route_of(route_, op)),
         scratch(scratch_arg(scratch_, op)) {
     opts.precision = precision_of(precision, op);
+    opts.grouped_kernel = grouped_kernel_of(grouped_kernel, op);
   }
 };
 
@@ -853,24 +863,24 @@ NB_MODULE(_llmm, m) {
   m.def(
       "matmul_id",
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
-         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle stream) {
+         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle grouped_kernel, nb::handle stream) {
         constexpr const char* op = "llmm.matmul_id";
-        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision);
+        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision, grouped_kernel);
         Context& ctx = context_for(c.out.v, stream_arg(stream, op), op, "out");
         return receipt_dict(llmm::matmul_id(ctx, c.w.v, c.x.v, c.ids.v, c.out.v, c.scratch, c.layout, c.mult, c.route, c.opts));
       },
       nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
-      nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
+      nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream, every size read off the "
       "views (weights [E, n, k], x [m, k] / [m * top_k, k] / [m, top_k, k], ids [m, top_k] u32/i32/i64, out "
       "[m, top_k, n]); returns the receipt. Low level: use llmm.matmul_id.");
   m.def(
       "plan_matmul_id",
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
-         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle stream) {
+         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle grouped_kernel, nb::handle stream) {
         constexpr const char* op = "llmm.plan_matmul_id";
-        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision);
+        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision, grouped_kernel);
         const MatmulIdParams p = llmm::matmul_id_params(c.w.v, c.x.v, c.ids.v, c.out.v, c.layout, c.mult, c.route);
         const Context& ctx = context_for(c.out.v, stream_arg(stream, op), op, "out");  // the call's context: nothing enqueued
         const MatmulIdPlan plan = llmm::plan_matmul_id(ctx, c.w.v, c.x.v, c.ids.v, c.out.v, c.scratch, p, c.opts);
@@ -887,7 +897,7 @@ NB_MODULE(_llmm, m) {
       },
       nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
-      nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
+      nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
       "engine, staged, fused, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

@@ -243,6 +243,26 @@ def test_plan_matmul_id_names_what_matmul_id_launches():
         llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=llmm.matmul_id_scratch(e, 8))
 
 
+def test_matmul_id_grouped_kernel_by_name():
+    """grouped_kernel names a CUDA GEMM: on the CPU only "auto" runs the grouped route (the others
+    are refused, output untouched); the direct route ignores it; a wrong name is refused."""
+    m, n, k, top_k, e = 9, 7, 35, 2, 4
+    w, x = rand(e, n, k), rand(m, k)
+    ids = np.array([[(t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.uint32)
+    scratch = llmm.matmul_id_scratch(e, m)
+    want = llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel="auto")
+    for name in ("mma_sync", "tiled_sm90", "tiled_sm90_fused"):
+        out = np.full((m, top_k, n), np.nan, np.float32)
+        with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
+            llmm.matmul_id(w, x, ids, out, route="grouped", scratch=scratch, grouped_kernel=name)
+        assert np.isnan(out).all()
+        with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
+            llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=name)
+        np.testing.assert_array_equal(llmm.matmul_id(w, x, ids, grouped_kernel=name), want)  # direct: ignored
+    with pytest.raises(llmm.Error, match="grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got 'fast'"):
+        llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel="fast")
+
+
 def test_matmul_id_capability_and_refusals():
     c = llmm.matmul_id_capability("f32", 9, 7, 35, 2, 4, 7 * 35 * 4, route="grouped")
     assert (c["weight_bytes"], c["input_bytes"], c["ids_bytes"], c["output_bytes"]) == (3920, 1260, 72, 504)

@@ -228,6 +228,19 @@ def test_matmul_id_staged_scratch():
         few = llmm.plan_matmul_id(w, x[:16], ids[:16], route="grouped", scratch=staged)
         assert few["fused"] and not few["staged"] and len(few["kernels"]) == 1
         assert torch.equal(llmm.matmul_id(w, x[:16], ids[:16], route="grouped", scratch=staged), y1[:16])
+        # By name: the engine after the map at m 16 (staged), the fused engine at m 600 (2400 routed
+        # rows: above its limit of 2048, refused) and m 300.
+        mapped = llmm.plan_matmul_id(w, x[:16], ids[:16], route="grouped", scratch=staged, grouped_kernel="tiled_sm90")
+        assert mapped["staged"] and not mapped["fused"] and len(mapped["kernels"]) == 3
+        assert torch.equal(llmm.matmul_id(w, x[:16], ids[:16], route="grouped", scratch=staged,
+                                          grouped_kernel="tiled_sm90"), y1[:16])
+        with pytest.raises(llmm.Error, match="grouped kernel tiled_sm90_fused cannot run .*more than 2048 routed rows"):
+            llmm.matmul_id(w, x, ids, route="grouped", scratch=staged, grouped_kernel="tiled_sm90_fused")
+        assert torch.equal(llmm.matmul_id(w, x[:300], ids[:300], route="grouped", scratch=staged,
+                                          grouped_kernel="tiled_sm90_fused"), y1[:300])
+        mma = llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=staged, grouped_kernel="mma_sync")
+        assert not mma["engine"] and mma["kernels"][-1].startswith("moe_grouped_")
+        check(llmm.matmul_id(w, x, ids, route="grouped", scratch=staged, grouped_kernel="mma_sync"), want, 1e-5, scale)
 
 
 def test_matmul_id_scratch_staging_arguments():

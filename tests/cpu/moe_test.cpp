@@ -201,6 +201,25 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
     matmul_id(c, b.wv(), View::contiguous(b.in.data(), DType::F32, {18, 17}), b.idv(), b.ov(), nullptr,
               MatmulIdInputLayout::SharedPerToken, MatmulIdMultiplicity::DistinctPerToken, MatmulIdRoute::Direct);
   }, ErrorCode::InvalidArgument, "got f32[18, 17]");
+  // A grouped GEMM asked for by name on a CPU context (which would run the reference instead), in
+  // the call and in its plan; the direct route ignores the option.
+  for (MatmulIdGroupedKernel k : {MatmulIdGroupedKernel::MmaSync, MatmulIdGroupedKernel::TiledSm90,
+                                  MatmulIdGroupedKernel::TiledSm90Fused}) {
+    const std::string why = std::string("matmul_id: grouped kernel ") + matmul_id_grouped_kernel_name(k) +
+                            " runs on CUDA devices only (a CPU context runs the reference";
+    MatmulIdOptions opts;
+    opts.grouped_kernel = k;
+    expect_call_refused([&](C& c, SeedBufs& b, S& s) {
+      matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &s, seed_params(MatmulIdRoute::GroupedPrefill), opts);
+    }, ErrorCode::Unsupported, why);
+    expect_call_refused([&](C& c, SeedBufs& b, S& s) {
+      plan_matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &s, seed_params(MatmulIdRoute::GroupedPrefill), opts);
+    }, ErrorCode::Unsupported, why);
+    Watched w;
+    const Receipt r = matmul_id(w.ctx, w.b.wv(), w.b.iv(), w.b.idv(), w.b.ov(), &w.scratch, seed_params(), opts);
+    EXPECT_EQ(r.route, std::string("direct")) << matmul_id_grouped_kernel_name(k);
+    for (float x : w.b.out) ASSERT_FALSE(std::isnan(x)) << "the direct route with grouped_kernel " << matmul_id_grouped_kernel_name(k);
+  }
   // The seed's test: the grouped route's second kernel cannot be launched -> nothing ran at all.
   expect_call_refused([](C& c, SeedBufs& b, S& s) {
     c.launch_recorder()->before_launch = [](const std::string& k) {

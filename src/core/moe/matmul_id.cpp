@@ -69,6 +69,10 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
       fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap ", name, " (output ", out.describe(), ", ", name,
            " ", v->describe(), ")");
   if (route == MatmulIdRoute::GroupedPrefill) {
+    // A GEMM asked for by name is a CUDA kernel: a CPU context would run the reference instead.
+    if (!ctx.is_cuda() && opts.grouped_kernel != MatmulIdGroupedKernel::Auto)
+      fail(ErrorCode::Unsupported, kOp, ": grouped kernel ", matmul_id_grouped_kernel_name(opts.grouped_kernel),
+           " runs on CUDA devices only (a CPU context runs the reference: leave grouped_kernel Auto)");
     if (!scratch)
       fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires caller-owned scratch (MatmulIdScratch, or "
                                             "llmm.matmul_id_scratch in Python)");
