@@ -86,7 +86,7 @@ std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g);
 // Whether Auto should take it: at m <= kTiledMoeFusedAutoMaxTokens (and within the limit above).
 // Measured on the H200 (docs/performance.md, "The fused MoE map", session 22): its cp.async gather
 // is slower than TMA boxes of staged rows once a tile holds more than a few rows (m 64..1024:
-// 0.94-2.5x the mapped route's time, 2x and more under hot routing), while at m = 16 the route
+// 0.94-2.5x the mapped route's time, 1.16-2.5x on hot routing but Qwen3 down m64), while at m = 16 the route
 // without the map and the staging copy took 0.83-1.06x its time (hot 0.83-0.96, Mixtral
 // 0.87-0.90, Qwen3 uniform 1.02-1.06). Under distinct ids an expert gets at most m rows.
 inline constexpr std::int64_t kTiledMoeFusedAutoMaxTokens = 16;
