@@ -103,7 +103,7 @@ struct ExpertRowsParams {
   const void* ids = nullptr;
   bool ids64 = false;
   int routed = 0;
-  int out_row_halves = 0;
+  std::int64_t out_row_halves = 0;  // 2n at an f32 output: above 2^31 for n >= 2^30
 };
 
 // kOwnMap: ExpertRowsFused (below). Else the lists come from moe_map (p.counts, p.rows).
@@ -260,7 +260,7 @@ struct ExpertRowsT {
     std::uint16_t* const out16 = static_cast<std::uint16_t*>(p.out);
     for (int r = static_cast<int>(blockIdx.x) * kWarps + warp; r < routed; r += static_cast<int>(gridDim.x) * kWarps) {
       if (expert_of(r) != kNone) continue;
-      for (int j = lane; j < p.out_row_halves; j += 32) out16[static_cast<std::int64_t>(r) * p.out_row_halves + j] = 0;
+      for (std::int64_t j = lane; j < p.out_row_halves; j += 32) out16[r * p.out_row_halves + j] = 0;
     }
     // The ring's generic writes are ordered before the copies that will write it (async proxy).
     ptx::fence_proxy_async_smem();
