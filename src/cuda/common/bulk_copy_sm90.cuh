@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/common/mma_sync.cuh"  // smem_addr
+#include "cuda/common/pdl_device.cuh"
 
 namespace llmm::ptx {
 
@@ -81,14 +82,7 @@ __device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
   return p;
 }
 
-// --- programmatic dependent launch -----------------------------------------------------------
-
-// Blocks until the grids this one depends on (launched before it on the stream) have completed
-// and their memory is visible. A no-op when the kernel was launched without the PDL attribute.
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// Lets the next grid on the stream (if launched with PDL) start its prologue now; its own
-// grid_dependency_wait still waits for this grid to complete.
-__device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// --- programmatic dependent launch: grid_dependency_wait, grid_launch_dependents (pdl_device.cuh)
 
 // Named barrier over `threads` threads (a multiple of 32) of the block, id 1..15 (0 is
 // __syncthreads'): lets the consumer warps meet without the producer.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/moe/moe_kernels.hpp"
+#include "cuda/common/pdl_device.cuh"  // ptx::grid_launch_dependents / grid_dependency_wait (the launchers use PDL on sm_90)
 #include "cuda/dense/dense_common.cuh"
 #include "core/moe/moe_args.hpp"
 
@@ -61,20 +62,6 @@ __device__ __forceinline__ void load_f32(const T* p, float (&f)[N]) {
 #pragma unroll
     for (int e = 0; e < PER; ++e) f[i * PER + e] = tmp[e];
   }
-}
-
-// Programmatic dependent launch controls (sm_90+; the launchers use PDL there: pdl_enabled):
-// let the next kernel of the route start, and wait for the one before (its writes visible).
-// No-ops when compiled for sm_80 and in a kernel not launched with PDL.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
 }
 
 }  // namespace llmm::cuda_moe::dev

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kMoeMapThreads) moe_map_count_kernel(MoeArgs a
   extern __shared__ std::uint32_t s_hist[];  // [n_experts]
   const int tid = static_cast<int>(threadIdx.x);
   const int n_experts = static_cast<int>(a.n_experts);
-  dev::pdl_launch_dependents();  // moe_map_sort waits for this grid's completion before reading block_counts
+  ptx::grid_launch_dependents();  // moe_map_sort waits for this grid's completion before reading block_counts
   for (int e = tid; e < n_experts; e += kMoeMapThreads) s_hist[e] = 0;
   __syncthreads();
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * chunk, hi = min(a.m * a.top_k, lo + chunk);
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kMoeMapThreads, 1) moe_map_kernel(MoeArgs a, M
   const int warp = tid >> 5, lane = tid & 31;
   const std::int64_t routed = a.m * a.top_k;
   const std::int64_t block = blockIdx.x;
-  dev::pdl_launch_dependents();  // the route's next kernel may start: it waits for this grid first
+  ptx::grid_launch_dependents();  // the route's next kernel may start: it waits for this grid first
 
   if (block >= grid.blocks) {  // zero rows of out-of-range ids
     const std::int64_t warps = (static_cast<std::int64_t>(gridDim.x) - grid.blocks) * kWarps;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kMoeMapThreads, 1) moe_map_kernel(MoeArgs a, M
   // above): in the chunks before this one, and in all others.
   std::uint32_t before = 0, others = 0;
   if (grid.blocks > 1) {
-    dev::pdl_wait();  // moe_map_count is complete and its writes are visible
+    ptx::grid_dependency_wait();  // moe_map_count is complete and its writes are visible
     if (tid < n_experts) {
       const std::uint32_t* bc = a.block_counts + tid;
       for (std::int64_t b = 0; b < block; ++b) before += bc[b * n_experts];

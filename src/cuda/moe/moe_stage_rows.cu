@@ -22,8 +22,8 @@ __global__ void __launch_bounds__(kThreads) moe_stage_rows_kernel(MoeArgs a) {
   // Programmatic dependent launch (sm_90: launch_moe_stage_rows uses it there): the GEMM after
   // may start now (it waits for this grid before reading the staged rows); this grid waits for
   // moe_map before reading its lists.
-  dev::pdl_launch_dependents();
-  dev::pdl_wait();
+  ptx::grid_launch_dependents();
+  ptx::grid_dependency_wait();
   std::uint32_t part = 0;
   for (std::int64_t e = tid; e < a.n_experts; e += kThreads) part += a.counts[e];
   part = __reduce_add_sync(0xffffffffu, part);
