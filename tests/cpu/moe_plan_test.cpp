@@ -108,6 +108,14 @@ TEST(MoePlan, FewTokensRunTheFusedEngineAlone) {
   const MoeArgs more = staged(grouped(DType::BF16, DType::BF16, DType::BF16, limit / 8 + 1, 768, 2048));
   expect_error([&] { plan_matmul_id_cuda(more, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused); },
                ErrorCode::Unsupported, "grouped kernel tiled_sm90_fused cannot run (m 257, top_k 8): more than 2048 routed rows (m * top_k = 2056)");
+  // An f32 output row of 2^30 columns is 2^31 16-bit words, more than the kernel's int zeroes: the
+  // map route at m 16, forced fused refused; a 16-bit output of the same n fits.
+  MoeArgs huge = staged(grouped(DType::BF16, DType::BF16, DType::F32, 16, std::int64_t{1} << 30, 64));
+  EXPECT_FALSE(plan_matmul_id_cuda(huge, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+  expect_error([&] { plan_matmul_id_cuda(huge, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused); },
+               ErrorCode::Unsupported, "an output row of more than 2^31 - 1 16-bit words (n 1073741824, f32)");
+  huge.out_dtype = DType::BF16;
+  EXPECT_TRUE(plan_matmul_id_cuda(huge, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
   // Where the engine cannot run, forced fused is refused with the engine's reason; Auto falls back.
   const MoeArgs f32_in = grouped(DType::BF16, DType::F32, DType::F32, 4, 768, 2048);
   expect_error([&] { plan_matmul_id_cuda(f32_in, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused); },

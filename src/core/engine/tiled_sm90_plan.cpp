@@ -123,6 +123,10 @@ std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g) {
   if (g.m * g.top_k > kTiledMoeFusedMaxRows)
     return "more than " + std::to_string(kTiledMoeFusedMaxRows) + " routed rows (m * top_k = " + std::to_string(g.m * g.top_k) +
            ")";
+  // The kernel zeroes an out-of-range row as n * (output size) / 2 16-bit words in an int.
+  if (g.n * static_cast<std::int64_t>(dtype_size(g.out_dtype)) / 2 > kMaxTiles)
+    return "an output row of more than 2^31 - 1 16-bit words (n " + std::to_string(g.n) + ", " +
+           std::string(dtype_name(g.out_dtype)) + ")";
   return "";
 }
 

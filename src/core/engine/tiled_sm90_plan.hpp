@@ -81,7 +81,8 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
 // The instance that sorts the routed rows itself, in every CTA (no moe_map, no staging copy:
 // one kernel): why it cannot take `g` beyond tiled_sm90_moe_refusal ("" when it can): more than
-// kTiledMoeFusedMaxRows routed rows.
+// kTiledMoeFusedMaxRows routed rows, or an output row of more than 2^31 - 1 16-bit words (the
+// kernel zeroes out-of-range rows in those units, counted in an int).
 std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g);
 // Whether Auto should take it: at m <= kTiledMoeFusedAutoMaxTokens (and within the limit above).
 // Measured on the H200 (docs/performance.md, "The fused MoE map", session 22): its cp.async gather

@@ -6,6 +6,7 @@
 
 #include "core/moe/moe_kernels.hpp"
 #include "cuda/common/pdl_device.cuh"  // ptx::grid_launch_dependents / grid_dependency_wait (the launchers use PDL on sm_90)
+#include "cuda/moe/expert_id.cuh"  // expert_of
 #include "cuda/dense/dense_common.cuh"
 #include "core/moe/moe_args.hpp"
 
@@ -19,14 +20,6 @@ using cuda_dense::dev::warp_sum;
 using cuda_dense::dev::word_to_f32x2;
 
 inline constexpr std::uint32_t kNoRow = 0xffffffffu;
-
-// The expert of routed row r, or kNoExpert when its id is outside [0, n_experts) (an i64 id is
-// compared whole: 2^32 + 1 is out of range, not expert 1; a negative i32 reads as a huge u32).
-__device__ __forceinline__ std::uint32_t expert_of(const MoeArgs& a, std::int64_t r) {
-  const std::uint64_t v = a.ids64 ? static_cast<std::uint64_t>(__ldg(static_cast<const long long*>(a.ids) + r))
-                                  : __ldg(static_cast<const std::uint32_t*>(a.ids) + r);
-  return v < static_cast<std::uint64_t>(a.n_experts) ? static_cast<std::uint32_t>(v) : kNoExpert;
-}
 
 // out[idx] = v in the output dtype (f32, f16 or bf16; a runtime switch keeps instantiations
 // few: the branch is uniform across the grid).

@@ -30,7 +30,7 @@ ExpertRowsParams expert_rows_params(const cuda_moe::MoeArgs& g) {
   // ExpertRowsFused (the plan keeps m * top_k <= kTiledMoeFusedMaxRows: an int)
   p.ids = g.ids, p.ids64 = g.ids64;
   p.routed = static_cast<int>(g.m * g.top_k);
-  p.out_row_halves = g.n * static_cast<std::int64_t>(sizeof(OutT)) / 2;
+  p.out_row_halves = static_cast<int>(g.n * static_cast<std::int64_t>(sizeof(OutT)) / 2);  // < 2^31: the fused plan's check
   return p;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/engine/tiled_sm90_shape.hpp"
 #include "cuda/engine/tiled/wgmma_sm90.cuh"
+#include "cuda/moe/expert_id.cuh"
 
 namespace llmm::engine {
 
@@ -103,7 +104,7 @@ struct ExpertRowsParams {
   const void* ids = nullptr;
   bool ids64 = false;
   int routed = 0;
-  std::int64_t out_row_halves = 0;  // 2n at an f32 output: above 2^31 for n >= 2^30
+  int out_row_halves = 0;  // the plan keeps it below 2^31 (tiled_sm90_moe_fused_refusal)
 };
 
 // kOwnMap: ExpertRowsFused (below). Else the lists come from moe_map (p.counts, p.rows).
@@ -190,13 +191,8 @@ struct ExpertRowsT {
     if (tid == 0) row_start[p.n_experts] = running[0], tile_start[p.n_experts] = running[1];
     __syncthreads();
   }
-  // The expert of routed row r, or kNoExpert (an i64 id compared whole, a negative i32 read as a
-  // huge u32: out of range).
-  __device__ std::uint32_t expert_of(int r) const {
-    const std::uint64_t v = p.ids64 ? static_cast<std::uint64_t>(__ldg(static_cast<const long long*>(p.ids) + r))
-                                    : __ldg(static_cast<const std::uint32_t*>(p.ids) + r);
-    return v < static_cast<std::uint64_t>(p.n_experts) ? static_cast<std::uint32_t>(v) : 0xffffffffu;
-  }
+  // The expert of routed row r, or kNoExpert (cuda/moe/expert_id.cuh).
+  __device__ std::uint32_t expert_of(int r) const { return cuda_moe::dev::expert_of(p, r); }
 
   // kOwnMap, every thread of the block: moe_map's stable counting sort of the p.routed rows
   // (src/cuda/moe/moe_map.cu has the argument), here in the CTA: warp w of the `sorters` ranks
@@ -209,7 +205,6 @@ struct ExpertRowsT {
   // (one warp a row, rows spread over the grid: every such row written once).
   __device__ void own_map(int tid, std::uint8_t* ring) {
     constexpr int kWarps = kTiledThreads / 32;
-    constexpr std::uint32_t kNone = 0xffffffffu;
     const int lane = tid & 31, warp = tid >> 5, n_experts = p.n_experts, routed = p.routed;
     std::uint32_t* const cnt = reinterpret_cast<std::uint32_t*>(ring);  // [kWarps][n_experts]
     std::uint32_t* const totals = cnt + kWarps * n_experts;              // [n_experts]
@@ -222,9 +217,9 @@ struct ExpertRowsT {
     const std::uint32_t lower_lanes = (1u << lane) - 1u;
     // 1. Per-warp histogram (warp-uniform bounds: __match_any_sync needs the whole warp).
     for (int base = lo; base < hi; base += 32) {
-      const std::uint32_t x = base + lane < hi ? expert_of(base + lane) : kNone;
+      const std::uint32_t x = base + lane < hi ? expert_of(base + lane) : cuda_moe::kNoExpert;
       const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
-      if (x != kNone && (peers & lower_lanes) == 0) mine[x] += static_cast<std::uint32_t>(__popc(peers));
+      if (x != cuda_moe::kNoExpert && (peers & lower_lanes) == 0) mine[x] += static_cast<std::uint32_t>(__popc(peers));
       __syncwarp();
     }
     __syncthreads();
@@ -245,12 +240,12 @@ struct ExpertRowsT {
     __syncthreads();
     // 3. Stable scatter, every warp on its own segment and counters.
     for (int base = lo; base < hi; base += 32) {
-      const std::uint32_t x = base + lane < hi ? expert_of(base + lane) : kNone;
+      const std::uint32_t x = base + lane < hi ? expert_of(base + lane) : cuda_moe::kNoExpert;
       const std::uint32_t peers = __match_any_sync(0xffffffffu, x);
       const std::uint32_t rank = __popc(peers & lower_lanes);
-      const std::uint32_t pos0 = x != kNone ? mine[x] : 0u;
+      const std::uint32_t pos0 = x != cuda_moe::kNoExpert ? mine[x] : 0u;
       __syncwarp();  // every lane has read its position before the leaders advance them
-      if (x != kNone) {
+      if (x != cuda_moe::kNoExpert) {
         own_rows()[pos0 + rank] = static_cast<std::uint16_t>(base + lane);
         if (rank == 0) mine[x] = pos0 + static_cast<std::uint32_t>(__popc(peers));
       }
@@ -259,8 +254,8 @@ struct ExpertRowsT {
     // 4. Zero rows of out-of-range ids: this CTA's share.
     std::uint16_t* const out16 = static_cast<std::uint16_t*>(p.out);
     for (int r = static_cast<int>(blockIdx.x) * kWarps + warp; r < routed; r += static_cast<int>(gridDim.x) * kWarps) {
-      if (expert_of(r) != kNone) continue;
-      for (std::int64_t j = lane; j < p.out_row_halves; j += 32) out16[r * p.out_row_halves + j] = 0;
+      if (expert_of(r) != cuda_moe::kNoExpert) continue;
+      for (int j = lane; j < p.out_row_halves; j += 32) out16[static_cast<std::int64_t>(r) * p.out_row_halves + j] = 0;
     }
     // The ring's generic writes are ordered before the copies that will write it (async proxy).
     ptx::fence_proxy_async_smem();
