@@ -17,9 +17,19 @@ struct BenchEnv {
   // --prefill: the dense suite runs only its large GEMMs and the MoE suite only M >= 16 (the
   // tiled engine's rows), for short GPU sessions.
   bool prefill_only = false;
-  // --filter TEXT: the dense, MoE and ternary suites run only the cases whose name contains TEXT (profiling).
+  // --filter TEXT: the dense, MoE and ternary suites run only the cases whose name contains TEXT
+  // (profiling), or one of its '|'-separated parts ("_m16|_m64").
   std::string filter;
-  bool skip(const std::string& name) const { return !filter.empty() && name.find(filter) == std::string::npos; }
+  bool skip(const std::string& name) const {
+    if (filter.empty()) return false;
+    for (std::size_t at = 0;;) {
+      const std::size_t bar = filter.find('|', at);
+      const std::string part = filter.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+      if (!part.empty() && name.find(part) != std::string::npos) return false;
+      if (bar == std::string::npos) return true;
+      at = bar + 1;
+    }
+  }
 };
 
 void run_smoke(BenchEnv& env);

