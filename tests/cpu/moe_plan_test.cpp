@@ -116,6 +116,17 @@ TEST(MoePlan, FewTokensRunTheFusedEngineAlone) {
                ErrorCode::Unsupported, "an output row of more than 2^31 - 1 16-bit words (n 1073741824, f32)");
   huge.out_dtype = DType::BF16;
   EXPECT_TRUE(plan_matmul_id_cuda(huge, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+  // Its token rows come by TMA boxes of a map over the input: a used stride of 2^40 bytes is
+  // refused (Auto takes the map route); the same stride on an axis of extent 1 is not used.
+  MoeArgs far = m16;
+  far.in_slot_stride = std::int64_t{1} << 39;
+  EXPECT_FALSE(plan_matmul_id_cuda(far, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+  expect_error([&] { plan_matmul_id_cuda(far, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused); },
+               ErrorCode::Unsupported, "an input stride of 2^40 bytes or more (token 2048, slot 549755813888 elements)");
+  far.in_slot_stride -= 8;
+  EXPECT_TRUE(plan_matmul_id_cuda(far, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+  far = m16, far.m = 1, far.staged_bytes = 8 * 2048 * 2, far.in_token_stride = std::int64_t{1} << 39;
+  EXPECT_TRUE(plan_matmul_id_cuda(far, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
   // Where the engine cannot run, forced fused is refused with the engine's reason; Auto falls back.
   const MoeArgs f32_in = grouped(DType::BF16, DType::F32, DType::F32, 4, 768, 2048);
   expect_error([&] { plan_matmul_id_cuda(f32_in, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90Fused); },

@@ -385,13 +385,13 @@ TEST(MatmulIdCpu, PaddedStridesIdDtypesRepeatsBothRoutes) {
   std::uint64_t seed = 1;
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
     for (DType ids : {DType::U32, DType::I32, DType::I64})
-      for (int layout = 0; layout < 3; ++layout)
+      for (int layout = 0; layout < 4; ++layout)  // shared, slotted, [m, top_k, k], slot by slot
         for (Routing routing : {Routing::Uniform, Routing::Repeats}) {
           MoeCase c;
           c.p = seed_params(route);
           c.p.m = 6, c.p.n = 9, c.p.k = 19, c.p.top_k = 4, c.p.n_experts = 5;
           c.p.input_layout = layout == 0 ? MatmulIdInputLayout::SharedPerToken : MatmulIdInputLayout::Slotted;
-          c.input_rank3 = layout == 2;
+          c.input_rank3 = layout == 2, c.slot_major = layout == 3;
           c.p.id_multiplicity = routing == Routing::Repeats ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
           c.w_dtype = DType::BF16, c.expert_pad = 13, c.input_pad = 3, c.ids_dtype = ids;
           c.routing = routing, c.out_of_range_every = 5, c.shape_form = seed % 2 == 0, c.seed = ++seed;

@@ -463,7 +463,9 @@ TEST(MoeGpu, TiledSm90TileClassBoundaries) {
 // The engine sorting the routed rows itself (TiledSm90Fused): every tile class boundary the
 // counts above reach within kTiledMoeFusedMaxRows (1666 rows over 13 experts), out-of-range ids
 // (zero rows written by the CTAs, spread over the grid); 1024 experts with the whole 2048 rows
-// (the most shared memory); repeated ids on one expert; i64 ids; Inf/NaN in inputs and weights.
+// (the most shared memory); repeated ids on one expert; i64 ids; Inf/NaN in inputs and weights;
+// inputs shared by the slots (a map axis of stride 0), slotted, and stored slot by slot (its
+// token rows come by TMA boxes of a map whose axes follow the strides).
 // Bitwise equal to the route after moe_map on the same call (both sum each output in one f32 order).
 TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
   LLMM_REQUIRE_CUDA();
@@ -495,6 +497,7 @@ TEST(MoeGpu, TiledSm90FusedSortsRowsItself) {
         c.ids_dtype = seed % 2 ? DType::I64 : DType::U32;
         c.expert_pad = (seed % 3) * 8, c.input_pad = 8;
         c.p.input_layout = seed % 3 == 1 ? MatmulIdInputLayout::Slotted : MatmulIdInputLayout::SharedPerToken;
+        c.slot_major = seed % 3 == 2 && s.top_k > 1;  // the row boxes' map with its axes swapped
         c.seed = ++seed;
         MoeOutcome o = run_moe_case(ctx, c, &scratch);
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();

@@ -18,7 +18,7 @@ std::string MoeCase::describe() const {
   os << "m" << p.m << " n" << p.n << " k" << p.k << " top_k" << p.top_k << " E" << p.n_experts << " w "
      << dtype_name(w_dtype) << " in " << dtype_name(p.input_dtype) << " out " << dtype_name(p.output_dtype) << " ids "
      << dtype_name(ids_dtype) << " " << (p.input_layout == MatmulIdInputLayout::Slotted ? "slotted" : "shared")
-     << (input_rank3 ? "3d" : "") << " " << matmul_id_route_name(p.route) << " pad " << expert_pad << "/" << input_pad
+     << (input_rank3 ? "3d" : "") << (slot_major ? " slot-major" : "") << " " << matmul_id_route_name(p.route) << " pad " << expert_pad << "/" << input_pad
      << " " << routings[static_cast<int>(routing)] << (out_of_range_every ? " oor" : "")
      << (precision == Precision::Fast ? " fast" : " exact") << (shape_form ? " shape-form" : "")
      << (nonfinite_every ? " nonfinite" : "") << " kernel " << matmul_id_grouped_kernel_name(grouped_kernel) << " seed "
@@ -136,6 +136,11 @@ MoeBuffers make_moe_buffers(const MoeCase& c) {
     b.in = strided_tensor(p.input_dtype, {m, K, k}, {ts, ld, 1});
     p.input_token_stride = static_cast<std::uint64_t>(ts);
     p.input_slot_stride = static_cast<std::uint64_t>(ld);
+  } else if (c.slot_major) {
+    p.input_layout = MatmulIdInputLayout::Slotted;
+    b.in = strided_tensor(p.input_dtype, {m, K, k}, {ld, m * ld, 1});  // a view [m, top_k, k] over [top_k][m][k]
+    p.input_token_stride = static_cast<std::uint64_t>(ld);
+    p.input_slot_stride = static_cast<std::uint64_t>(m * ld);
   } else if (p.input_layout == MatmulIdInputLayout::Slotted) {
     b.in = strided_tensor(p.input_dtype, {m * K, k}, {ld, 1});
     p.input_token_stride = static_cast<std::uint64_t>(K * ld);

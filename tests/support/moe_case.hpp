@@ -24,6 +24,7 @@ struct MoeCase {
   std::int64_t expert_pad = 0;  // extra elements between experts
   std::int64_t input_pad = 0;   // extra elements after each input row
   bool input_rank3 = false;     // Slotted input as [m, top_k, k] (then 3 more elements after each token)
+  bool slot_major = false;      // Slotted input stored slot by slot: slot stride m rows, token stride one row
   DType ids_dtype = DType::U32;
   Routing routing = Routing::Uniform;
   std::vector<std::uint32_t> expert_counts;  // Routing::Counts

@@ -123,6 +123,12 @@ std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g) {
   if (g.m * g.top_k > kTiledMoeFusedMaxRows)
     return "more than " + std::to_string(kTiledMoeFusedMaxRows) + " routed rows (m * top_k = " + std::to_string(g.m * g.top_k) +
            ")";
+  // Its input rows come by TMA boxes of a 3D map over the input (fused_rows_map): map strides
+  // below 2^40 bytes (a span no allocation reaches; checked all the same).
+  constexpr std::int64_t kMapStride = std::int64_t{1} << 39;  // elements of 2 bytes
+  if ((g.top_k > 1 && g.in_slot_stride >= kMapStride) || (g.m > 1 && g.in_token_stride >= kMapStride))
+    return "an input stride of 2^40 bytes or more (token " + std::to_string(g.in_token_stride) + ", slot " +
+           std::to_string(g.in_slot_stride) + " elements)";
   // The kernel zeroes an out-of-range row as n * (output size) / 2 16-bit words in an int.
   if (g.n * static_cast<std::int64_t>(dtype_size(g.out_dtype)) / 2 > kMaxTiles)
     return "an output row of more than 2^31 - 1 16-bit words (n " + std::to_string(g.n) + ", " +

@@ -81,15 +81,17 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
 // The instance that sorts the routed rows itself, in every CTA (no moe_map, no staging copy:
 // one kernel): why it cannot take `g` beyond tiled_sm90_moe_refusal ("" when it can): more than
-// kTiledMoeFusedMaxRows routed rows, or an output row of more than 2^31 - 1 16-bit words (the
-// kernel zeroes out-of-range rows in those units, counted in an int).
+// kTiledMoeFusedMaxRows routed rows, an output row of more than 2^31 - 1 16-bit words (the
+// kernel zeroes out-of-range rows in those units, counted in an int), or an input stride of 2^40
+// bytes or more (its token rows come by TMA boxes of a map over the input: one box a row).
 std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g);
 // Whether Auto should take it: at m <= kTiledMoeFusedAutoMaxTokens (and within the limit above).
-// Measured on the H200 (docs/performance.md, "The fused MoE map", session 22): its cp.async gather
-// is slower than TMA boxes of staged rows once a tile holds more than a few rows (m 64..1024:
-// 0.94-2.5x the mapped route's time, 1.16-2.5x on hot routing but Qwen3 down m64), while at m = 16 the route
-// without the map and the staging copy took 0.83-1.06x its time (hot 0.83-0.96, Mixtral
-// 0.87-0.90, Qwen3 uniform 1.02-1.06). Under distinct ids an expert gets at most m rows.
+// Measured on the H200 (docs/performance.md, "The fused MoE map" and "One TMA box a token row",
+// sessions 22-23): with its token rows by one TMA box a row it takes 0.90-1.01x the mapped
+// route's time at m = 16 (hot 0.82-0.90, uniform / zipf 0.95-1.01), but 1.01-1.06x at m = 64 on
+// uniform / zipf routing and 1.06-1.54x on hot (64 rows a tile: the row boxes' issue, ~14 cycles
+// a box over four warps, against one box for 64 staged rows). Under distinct ids an expert gets
+// at most m rows.
 inline constexpr std::int64_t kTiledMoeFusedAutoMaxTokens = 16;
 bool tiled_sm90_moe_fused_preferred(const cuda_moe::MoeArgs& g);
 // Its launch: the moe launch's tiles and grid, the sorted list's shared memory, not staged, no PDL

@@ -1,7 +1,8 @@
 // MoE instance of the Hopper tiled engine (matmul_id's grouped route): expert weights by TMA (a
 // 3D map [expert][n][k]), the routed rows of each expert gathered from the input by cp.async in
-// the order moe_map listed them (or, fused, in the order each CTA sorted them itself), or loaded
-// by TMA from rows staged in expert order; each output row written to its routed row.
+// the order moe_map listed them (or, fused, by one TMA box a row in the order each CTA sorted
+// them itself), or loaded by TMA from rows staged in expert order; each output row written to its
+// routed row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,11 +24,12 @@ void launch_bn(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, 
   const std::uint64_t strides[2] = {static_cast<std::uint64_t>(g.k) * 2, static_cast<std::uint64_t>(g.expert_stride) * 2};
   const std::uint32_t box[3] = {kTiledBK, kTiledBM, 1};
   const CUtensorMap tm_w = cuda_common::make_tensor_map_3d_sw128(g.w, 2, dims, strides, box, name.c_str());
-  const ExpertRowsParams p = expert_rows_params<OutT>(g);
+  ExpertRowsParams p = expert_rows_params<OutT>(g);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  if (l.fused) {  // the route's only kernel: it sorts the routed rows from the ids itself
-    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsFused>, tm_w, tm_w, tm_w, p, TmaWeightsParams{}, l, stream,
-                      name);
+  if (l.fused) {  // the route's only kernel: it sorts the routed rows from the ids itself, one TMA box a row
+    const CUtensorMap tm_rows = fused_rows_map(g, p, name.c_str());
+    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, OutT, ExpertRowsFused>, tm_w, tm_rows, tm_w, p, TmaWeightsParams{}, l,
+                      stream, name);
     return;
   }
   if (!l.staged) {

@@ -6,7 +6,8 @@
 //               scattered to their routed row.
 //   ExpertRowsStaged  the same over rows moe_stage_rows copied into expert order (TMA boxes).
 //   ExpertRowsFused   the same, each CTA sorting the routed rows itself from the ids (no
-//               moe_map before it: the route is one kernel), for up to kTiledMoeFusedMaxRows.
+//               moe_map before it: the route is one kernel), for up to kTiledMoeFusedMaxRows;
+//               token rows by one TMA box a row (kRowTma), issued by the four producer warps.
 // Both give every tile a feature block of the weights (kTiledBM rows of group `group`) loaded
 // by TMA, and sweep kTiledFeatureGroup feature blocks together (dense) or one expert's feature
 // blocks in a row (MoE) so that what neighbouring CTAs read is shared in L2.
@@ -48,6 +49,7 @@ template <int BN>
 struct DenseRows {
   using Params = DenseRowsParams;
   static constexpr bool kGather = false;
+  static constexpr bool kRowTma = false;   // the stage's token rows are one box (tma_tokens)
   static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
   static constexpr int kMid = 0;           // every tile is BN wide
   static constexpr bool kSplitK = true;    // Params::parts may split K
@@ -105,13 +107,19 @@ struct ExpertRowsParams {
   bool ids64 = false;
   int routed = 0;
   int out_row_halves = 0;  // the plan keeps it below 2^31 (tiled_sm90_moe_fused_refusal)
+  // ExpertRowsFused's TMA boxes: the input as a 3D map [tokens][slots][k]; an axis of stride 0
+  // (a broadcast input) or extent 1 is a map axis of extent 1, coordinate 0.
+  bool row_tma_slots = false, row_tma_tokens = false;  // slot / token coordinates are used
+  bool row_tma_slot_outer = false;  // the slot axis is the map's third (the larger stride), else its second
 };
 
 // kOwnMap: ExpertRowsFused (below). Else the lists come from moe_map (p.counts, p.rows).
 template <int BN, bool kOwnMap>
 struct ExpertRowsT {
   using Params = ExpertRowsParams;
-  static constexpr bool kGather = true;
+  // kOwnMap: token rows by one TMA box a row (tma_rows), not by the threads' cp.async gather.
+  static constexpr bool kRowTma = kOwnMap;
+  static constexpr bool kGather = !kRowTma;
   // Tile and row starts per expert (n_experts + 1 each), the source offsets of a tile's rows.
   // Its shared memory after the fixed part: tiled_sm90_moe_extra_bytes (tiled_sm90_shape.hpp), which
   // the host plan also uses: a tile's row sources, each consumer's copy of its output rows, the
@@ -317,6 +325,35 @@ struct ExpertRowsT {
     }
     ptx::named_barrier_sync(1, 128);
   }
+  // kRowTma, lane `lane` of producer warp `pw` when tile c starts: the TMA coordinates (the map's
+  // second and third axes: slot and token, in stride order) of its rows 4 lane + pw + 128 i, in
+  // its own entries of src (only this thread reads them back, so no barrier: the previous tile's
+  // reads of them are this thread's own, earlier).
+  __device__ void row_coords(const TileCoord& c, int pw, int lane) const {
+    int2* const xy = reinterpret_cast<int2*>(src);
+    for (int i = 4 * lane + pw; i < c.rows; i += 128) {
+      const std::uint32_t r = row_at(c.row_base + c.tok0 + i);
+      const std::uint32_t t = r / static_cast<std::uint32_t>(p.top_k), s = r - t * static_cast<std::uint32_t>(p.top_k);
+      const int sc = p.row_tma_slots ? static_cast<int>(s) : 0, tc = p.row_tma_tokens ? static_cast<int>(t) : 0;
+      xy[i] = p.row_tma_slot_outer ? make_int2(tc, sc) : make_int2(sc, tc);
+    }
+  }
+  // kRowTma: this thread's valid rows of the stage at K element k0, one box [1 row][64 k] each
+  // into row i's 128 bytes (the 128-byte swizzle follows the shared address, so a row box at
+  // offset 128 i lands as row i of a [BN][64] box would: llmm-probe-tma-rows, measured
+  // 2026-12-03), K past k zero-filled by the copy. Rows past the tile's last are not written (as
+  // in gather_tokens). Each box brings kRowTmaBytes to `bar`.
+  static constexpr int kRowTmaBytes = kTiledBK * 2;
+  __device__ void tma_rows(const void* tm_in, const TileCoord& c, int k0, std::uint8_t* dst, std::uint64_t* bar, int pw,
+                           int lane) const {
+    const int2* const xy = reinterpret_cast<const int2*>(src);
+#pragma unroll 1
+    for (int i = 4 * lane + pw; i < c.rows; i += 128) {
+      const int2 q = xy[i];
+      ptx::tensor_copy_3d_g2s(dst + i * 128, tm_in, k0, q.x, q.y, bar);
+    }
+  }
+
   // Producer warpgroup: this thread's share of the stage's token rows (the tile's valid rows), 16
   // bytes per cp.async, into the 128-byte-swizzled layout TMA would have written (unit u of row r
   // at u ^ (r % 8)); K past k (k % 8 == 0) is zero-filled. Rows past the tile's last are not

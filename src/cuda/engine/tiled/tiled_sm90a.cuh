@@ -4,7 +4,8 @@
 //   warpgroup 0   producer (40 registers): per stage, the weights (a Weights policy,
 //                 weights_sm90.cuh: a 16-bit box [128 rows][64 k] by TMA, or ternary codes and
 //                 scales by TMA, which the consumers decode into register fragments) and the
-//                 token rows [BN][64 k] by TMA (dense) or a cp.async gather (MoE), into a ring
+//                 token rows [BN][64 k] by TMA (dense, staged MoE rows), one TMA box a row
+//                 (the fused MoE map) or a cp.async gather (MoE after moe_map), into a ring
 //                 of stages with full/empty mbarriers;
 //   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight (ternary: one k16 slice a
@@ -115,7 +116,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     else return 0;
   }();
   static_assert(kSplitWarps <= 3, "the splitters are producer warps beside the TMA thread's warp 0");
-  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : 1 + kSplitWarps;
+  // One TMA box a token row (RowMap::kRowTma): each producer warp arrives once, expecting its own
+  // rows' bytes (warp 0 also the weight box's).
+  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : RowMap::kRowTma ? 4 : 1 + kSplitWarps;
   // Registers per thread after the split: the producer issues copies and needs few. The block
   // launches with kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the
   // producer's .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever
@@ -176,7 +179,34 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     // ------------------------------------------------------------------ producer
     ptx::setmaxnreg_dec<kProducerRegs>();
     const int ptid = tid;
-    if constexpr (!kThreadsWrite) {
+    if constexpr (RowMap::kRowTma) {
+      // One TMA box a token row (ExpertRowsFused), issued by all four producer warps: one warp's
+      // lanes issue their boxes one after another (~52 cycles a box), four warps overlap (~14 a
+      // box: llmm-probe-tma-rows, 2026-12-03), so row i goes to warp i % 4. Each warp's lane 0
+      // arrives on `full` expecting that warp's rows' bytes (warp 0: and the weight box), before
+      // any of them is issued; every copy lands on `full` by its bytes, so no thread waits on its
+      // own copies and the ring runs as deep as with staged rows.
+      static_assert(!Weights::kDecode && !kSplit && !RowMap::kSplitK, "the row boxes feed 16-bit weights only");
+      const int pw = ptid >> 5, lane = ptid & 31;
+      int it = 0;
+      for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        const TileCoord c = map.tile(t);
+        map.row_coords(c, pw, lane);
+        const int mine = c.rows > pw ? (c.rows - pw + 3) >> 2 : 0;  // rows pw, pw + 4, ...
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int s = it % kStages;
+          ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          std::uint8_t* const st = ring + s * S.stage_bytes();
+          if (lane == 0) {
+            ptx::mbar_arrive_expect_tx(&full[s], (pw == 0 ? S.a_bytes() : 0) + mine * RowMap::kRowTmaBytes);
+            if (pw == 0) ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kBK, c.feat0, map.w_group(c), &full[s]);
+          }
+          __syncwarp();  // this warp's bytes are expected before its row boxes can land
+          map.tma_rows(&tm_x, c, kb * kBK, st + S.a_bytes(), &full[s], pw, lane);
+        }
+      }
+      return;
+    } else if constexpr (!kThreadsWrite) {
       if constexpr (kSplit) {
         if (ptid >= 32) {
           // Splitter warps: each stage's token rows once they land, then arrive on full (one
