@@ -87,11 +87,11 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
 std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g);
 // Whether Auto should take it: at m <= kTiledMoeFusedAutoMaxTokens (and within the limit above).
 // Measured on the H200 (docs/performance.md, "The fused MoE map" and "One TMA box a token row",
-// sessions 22-23): with its token rows by one TMA box a row it takes 0.90-1.01x the mapped
-// route's time at m = 16 (hot 0.82-0.90, uniform / zipf 0.95-1.01), but 1.01-1.06x at m = 64 on
-// uniform / zipf routing and 1.06-1.54x on hot (64 rows a tile: the row boxes' issue, ~14 cycles
-// a box over four warps, against one box for 64 staged rows). Under distinct ids an expert gets
-// at most m rows.
+// sessions 22-23): with its token rows by one TMA box a row it takes 0.82-1.01x the mapped
+// route's time at m = 16 (hot 0.82-0.97, Mixtral 0.89-0.91, Qwen3 / DeepSeek uniform and zipf
+// 0.97-1.01), but 1.01-1.06x at m = 64 on uniform / zipf routing and 1.06-1.54x on hot (64 rows
+// a tile: the row boxes' issue, ~14 cycles a box over four warps, against one box for 64 staged
+// rows). Under distinct ids an expert gets at most m rows.
 inline constexpr std::int64_t kTiledMoeFusedAutoMaxTokens = 16;
 bool tiled_sm90_moe_fused_preferred(const cuda_moe::MoeArgs& g);
 // Its launch: the moe launch's tiles and grid, the sorted list's shared memory, not staged, no PDL
