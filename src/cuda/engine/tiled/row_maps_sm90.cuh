@@ -107,8 +107,9 @@ struct ExpertRowsParams {
   bool ids64 = false;
   int routed = 0;
   int out_row_halves = 0;  // the plan keeps it below 2^31 (tiled_sm90_moe_fused_refusal)
-  // ExpertRowsFused's TMA boxes: the input as a 3D map [tokens][slots][k]; an axis of stride 0
-  // (a broadcast input) or extent 1 is a map axis of extent 1, coordinate 0.
+  // ExpertRowsFused's TMA boxes: the input as a 3D map [k][axis 1][axis 2], its slot and token
+  // axes in stride order (fused_rows_map); an axis of stride 0 (a broadcast input) or extent 1 is
+  // a map axis of extent 1, coordinate 0.
   bool row_tma_slots = false, row_tma_tokens = false;  // slot / token coordinates are used
   bool row_tma_slot_outer = false;  // the slot axis is the map's third (the larger stride), else its second
 };
@@ -342,8 +343,10 @@ struct ExpertRowsT {
   // into row i's 128 bytes (the 128-byte swizzle follows the shared address, so a row box at
   // offset 128 i lands as row i of a [BN][64] box would: llmm-probe-tma-rows, measured
   // 2026-12-03), K past k zero-filled by the copy. Rows past the tile's last are not written (as
-  // in gather_tokens). Each box brings kRowTmaBytes to `bar`.
-  static constexpr int kRowTmaBytes = kTiledBK * 2;
+  // in gather_tokens). row_tma_bytes: what they bring to `bar`, a stage.
+  __device__ static int row_tma_bytes(const TileCoord& c, int pw) {
+    return (c.rows > pw ? (c.rows - pw + 3) >> 2 : 0) * (kTiledBK * 2);  // rows pw, pw + 4, ...: one box each
+  }
   __device__ void tma_rows(const void* tm_in, const TileCoord& c, int k0, std::uint8_t* dst, std::uint64_t* bar, int pw,
                            int lane) const {
     const int2* const xy = reinterpret_cast<const int2*>(src);

@@ -192,13 +192,13 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const TileCoord c = map.tile(t);
         map.row_coords(c, pw, lane);
-        const int mine = c.rows > pw ? (c.rows - pw + 3) >> 2 : 0;  // rows pw, pw + 4, ...
+        const int row_bytes = RowMap::row_tma_bytes(c, pw);  // this warp's rows, a stage
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           const int s = it % kStages;
           ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
           std::uint8_t* const st = ring + s * S.stage_bytes();
           if (lane == 0) {
-            ptx::mbar_arrive_expect_tx(&full[s], (pw == 0 ? S.a_bytes() : 0) + mine * RowMap::kRowTmaBytes);
+            ptx::mbar_arrive_expect_tx(&full[s], (pw == 0 ? S.a_bytes() : 0) + row_bytes);
             if (pw == 0) ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kBK, c.feat0, map.w_group(c), &full[s]);
           }
           __syncwarp();  // this warp's bytes are expected before its row boxes can land
