@@ -1,5 +1,8 @@
 // Host planning of the Hopper tiled engine: which problems each instance takes (and the reason it
 // gives otherwise), the tile width, grid and shared memory a launch uses, and the kernel names.
+#include <algorithm>
+#include <optional>
+
 #include <gtest/gtest.h>
 
 #include "core/engine/tiled_sm90_plan.hpp"
@@ -7,9 +10,12 @@
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/ternary.hpp"
+#include "support/dense_case.hpp"
 
 using namespace llmm;
 using namespace llmm::engine;
+using llmm::test::MN;
+using llmm::test::tiled_sm90_width_shape;
 
 namespace {
 
@@ -87,20 +93,61 @@ TEST(TiledSm90Plan, DenseTileWidthFollowsTheWaves) {
   EXPECT_EQ(l.bn, 256);
   EXPECT_EQ(l.tiles, 16 * 112);
   EXPECT_EQ(l.grid, 132);
-  // 1536 x 3072: 6 x 24 = 144 tiles of 256 are 2 waves for 1.09 waves of work; 288 of 128 fill 3.
+  // 1536 x 3072: 6 x 24 = 144 tiles of 256 are 2 waves for 1.09 waves of work, 288 of 128 take
+  // 3 for 2.2; 11 x 24 = 264 of 144 are 2 whole waves.
   l = tiled_sm90_dense_launch(DType::BF16, 1, 1536, 3072, 132);
-  EXPECT_EQ(l.bn, 128);
+  EXPECT_EQ(l.bn, 144);
+  EXPECT_EQ(l.tiles, 264);
+  EXPECT_EQ(l.smem_bytes, tiled_sm90_shape(144).fixed_smem_bytes());
+  // 2048 x 3072: 11 x 24 = 264 tiles of 192 (2 waves) against 192 of 256 (2 waves, 1.45 of work).
+  EXPECT_EQ(tiled_sm90_dense_launch(DType::F16, 1, 2048, 3072, 132).bn, 192);
+  // 1024 x 3072: 120 tiles of 224 in one wave, cheaper than 96 of 256.
+  EXPECT_EQ(tiled_sm90_dense_launch(DType::BF16, 1, 1024, 3072, 132).bn, 224);
   // One small tile: the narrowest, one CTA.
   l = tiled_sm90_dense_launch(DType::BF16, 1, 7, 33, 132);
   EXPECT_EQ(l.bn, 64);
   EXPECT_EQ(l.tiles, 1);
   EXPECT_EQ(l.grid, 1);
-  for (int bn : {64, 128, 256}) {
+  for (int bn : kTiledDenseWidths) {
     const TiledSm90Shape s = tiled_sm90_shape(bn);
     EXPECT_LE(s.fixed_smem_bytes(), 232448) << bn;   // an H200 block's opt-in limit
-    EXPECT_GE(s.ring_bytes(), 3 * s.stage_bytes()) << bn;
+    EXPECT_GE(s.stages, 4) << bn;
+    EXPECT_LE(s.stages, 8) << bn;
+    EXPECT_EQ(s.stage_bytes() % 1024, 0) << bn;      // every stage's boxes 1024-byte aligned (128-byte swizzle)
   }
+  // The depths the MoE and ternary instances were measured at.
+  EXPECT_EQ(tiled_sm90_shape(256).stages, 4);
+  EXPECT_EQ(tiled_sm90_shape(128).stages, 6);
+  EXPECT_EQ(tiled_sm90_shape(64).stages, 8);
+  EXPECT_EQ(tiled_sm90_shape(144).stages, 6);
   EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::BF16, 256), "tiled_sm90_dense_bf16_bn256");
+  EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::F16, 144), "tiled_sm90_dense_f16_bn144");
+}
+
+// Every width of the dense 16-bit instance is the plan's choice for some shape with tails (what
+// DenseGpu.TiledSm90EveryTileWidth runs), and the widths the plan returns are only those.
+TEST(TiledSm90Plan, EveryDenseWidthIsReachable) {
+  for (int bn : kTiledDenseWidths) {
+    const std::optional<MN> s = tiled_sm90_width_shape(bn, 132);
+    ASSERT_TRUE(s.has_value()) << bn;
+    EXPECT_NE(s->m % bn, 0) << bn;
+    EXPECT_EQ(tiled_sm90_dense_launch(DType::BF16, 1, s->m, s->n, 132).bn, bn);
+  }
+  // The launch at a given width (the bench's calibration rows) is the plan's own at its pick.
+  for (std::int64_t m : {1, 700, 1536, 4096})
+    for (DType t : {DType::BF16, DType::F32}) {
+      const TiledSm90Launch l = tiled_sm90_dense_launch(t, 2, m, 3072, 132);
+      EXPECT_EQ(tiled_sm90_dense_launch_at(t, 2, m, 3072, 132, l.bn), l) << m;
+    }
+  EXPECT_EQ(tiled_sm90_dense_launch_at(DType::F16, 1, 1536, 3072, 132, 128).tiles, 288);
+  EXPECT_THROW(tiled_sm90_dense_launch_at(DType::BF16, 1, 64, 64, 132, 80), Error);   // no such instance
+  EXPECT_THROW(tiled_sm90_dense_launch_at(DType::F32, 1, 64, 64, 132, 256), Error);   // f32: 128 and 64 only
+  for (std::int64_t m : {1, 63, 65, 500, 1536, 2047, 5000, 20000})
+    for (std::int64_t n : {8, 300, 3072, 14336}) {
+      const int bn = tiled_sm90_dense_launch(DType::BF16, 1, m, n, 132).bn;
+      EXPECT_NE(std::find(std::begin(kTiledDenseWidths), std::end(kTiledDenseWidths), bn), std::end(kTiledDenseWidths))
+          << m << " x " << n << ": " << bn;
+    }
 }
 
 // f32 (3xTF32): 128- or 64-wide tiles only (a consumer holds two accumulators), its own ring.

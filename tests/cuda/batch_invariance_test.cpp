@@ -2,6 +2,7 @@
 // m is and whatever the other rows hold (what vLLM/SGLang users need for reproducible serving).
 // Each route runs one fixed row among random others at several m; the routes that claim it
 // (docs/performance.md, "Batch invariance") must hold it; the others are measured and printed.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -94,6 +95,42 @@ TEST(BatchInvarianceGpu, Dense) {
       const bool holds = invariant(what, r.ms, row_of);
       if (r.claimed) EXPECT_TRUE(holds) << what << " claims batch invariance";
     }
+}
+
+// The engine's dense 16-bit instance across its tile widths: at n 3072 the plan takes 64 (m 1),
+// 224 (m 1024), 144 (m 1536), 192 (m 2048) and 256 (m 4096) wide tiles; a row's K order is the
+// wgmmas' whatever their N, so its bits must not change with the width either.
+TEST(BatchInvarianceGpu, DenseEngineAcrossTileWidths) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  const std::int64_t n = 3072, k = 520;
+  for (DType t : {DType::BF16, DType::F16}) {
+    HostTensor b = host_tensor(t, {n, k}), x0 = host_tensor(t, {1, k});
+    fill_random(b.view, 21), fill_random(x0.view, 22);
+    DeviceTensor db = to_device(b);
+    std::vector<std::string> kernels;
+    auto row_of = [&](std::int64_t m) {
+      HostTensor a = host_tensor(t, {m, k}), c = host_tensor(t, {m, n});
+      fill_random(a.view, 200 + static_cast<std::uint64_t>(m));
+      const std::int64_t at = (m - 1) / 2;
+      std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
+      DeviceTensor da = to_device(a), dc = to_device(c);
+      MatmulOptions o;
+      o.transpose_b = true, o.force_route = DenseRoute::TiledSm90;
+      kernels.push_back(matmul(ctx, da.view, db.view, dc.view, o).kernel);
+      ctx.synchronize();
+      to_host(dc, c);
+      return row_bytes(c, at, n, n);
+    };
+    const std::string what = std::string("matmul tiled_sm90 widths ") + std::string(dtype_name(t));
+    EXPECT_TRUE(invariant(what, {1, 1024, 1536, 2048, 4096}, row_of)) << what;
+    std::vector<std::string> distinct = kernels;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (const std::string& kn : distinct) std::printf("  %s\n", kn.c_str());
+    EXPECT_GE(distinct.size(), 4u) << what << ": the plan's widths changed; pick m that exercise several";
+  }
 }
 
 TEST(BatchInvarianceGpu, MatmulId) {

@@ -2,11 +2,13 @@
 // over the shapes it accepts (non-tile-multiple sizes, padded strides, batches, broadcast,
 // transposes, dtypes, precisions), poisoned outputs, determinism, refusals.
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "llmm/buffer.hpp"
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
@@ -199,7 +201,7 @@ TEST(DenseGpu, TiledSweep) {
 }
 
 // The Hopper tiled engine (x . w^T, f16/bf16, and f32 Exact as 3xTF32): every tile width
-// (64/128/256 for 16-bit, 64/128 for f32, chosen by the shape), m, n and k tails (k past the row:
+// (64/128/256 and the others of kTiledDenseWidths for 16-bit, 64/128 for f32, chosen by the shape), m, n and k tails (k past the row:
 // zero-filled by TMA, never read), padded rows, outputs whose rows do not allow vector stores
 // (n + pad not a multiple of 4).
 TEST(DenseGpu, TiledSm90Sweep) {
@@ -218,6 +220,31 @@ TEST(DenseGpu, TiledSm90Sweep) {
       c.seed = ++seed;
       expect_good(ctx, c, "tiled_sm90");
     }
+}
+
+// Every tile width of the engine's 16-bit instance (engine::kTiledDenseWidths), on the shape
+// the plan gives it (tests/support: m not a multiple of the width, n not of 128), k with a
+// partial k-block, odd row padding for the output (no vector stores) and even (16-byte stores):
+// the widths that are not multiples of 64 end in a partial epilogue chunk.
+TEST(DenseGpu, TiledSm90EveryTileWidth) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  std::uint64_t seed = 3300;
+  for (int bn : engine::kTiledDenseWidths) {
+    const std::optional<MN> s = tiled_sm90_width_shape(bn, ctx.arch().sm_count);
+    ASSERT_TRUE(s.has_value()) << "no shape takes width " << bn;
+    for (DType t : {DType::F16, DType::BF16})
+      for (std::int64_t extra : {0, 8}) {
+        DenseCase c{t, 1, s->m, s->n, 200, false, true, pad16(200, extra)};
+        c.route = DenseRoute::TiledSm90;
+        c.seed = ++seed;
+        DenseOutcome o = run_dense_case(ctx, c);
+        EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+        EXPECT_TRUE(o.padding_untouched) << c.describe() << ": wrote outside the output";
+        EXPECT_EQ(o.receipt.kernel, engine::tiled_sm90_dense_kernel_name(t, bn)) << c.describe();
+      }
+  }
 }
 
 // f32 on the engine keeps f32's accuracy class, not only the Exact tolerance (whose k 2^-24

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "support/random.hpp"
 #include "support/tensor.hpp"
 
@@ -75,6 +76,13 @@ DenseOutcome run_dense_case(Context& ctx, const DenseCase& c) {
   r.padding_untouched = padding_untouched(out.bytes, out.view);
   r.out_bytes = out.bytes;
   return r;
+}
+
+std::optional<MN> tiled_sm90_width_shape(int bn, int sm_count) {
+  for (std::int64_t n : {130, 390, 1000, 3000})
+    for (std::int64_t m = bn + 1; m <= 80 * 256; ++m)
+      if (m % bn != 0 && engine::tiled_sm90_dense_launch(DType::BF16, 1, m, n, sm_count).bn == bn) return MN{m, n};
+  return std::nullopt;
 }
 
 }  // namespace llmm::test

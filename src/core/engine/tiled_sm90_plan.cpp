@@ -48,32 +48,54 @@ std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch) 
 namespace {
 
 // The tile width with the fewest waves x per-stage cost, a stage costing `bn + fixed` (fixed:
-// the part of a stage that does not scale with the tokens, in token columns); f32 (3xTF32) has
-// no 256-wide tiles (tiled_sm90_f32_shape).
-TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed,
-                           bool f32 = false) {
+// the part of a stage that does not scale with the tokens, in token columns), from `widths`
+// (widest first: the first of equal cost wins).
+constexpr int kTiledWidths3[] = {256, 128, 64};  // the MoE and ternary instances' widths
+constexpr int kTiledF32Widths[] = {128, 64};     // 3xTF32 (tiled_sm90_f32_shape)
+
+// The launch at tile width bn: its tiles, the grid (the SMs, or fewer tiles), the 16-bit ring.
+TiledSm90Launch launch_at(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, int bn) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
-  TiledSm90Launch best;
+  TiledSm90Launch l;
+  l.bn = bn;
+  l.tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
+  l.smem_bytes = smem_for(bn, 0);
+  l.grid = static_cast<int>(std::max<std::int64_t>(1, std::min(l.tiles, sms)));
+  return l;
+}
+
+template <std::size_t N>
+TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed,
+                           const int (&widths)[N]) {
+  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
+  int best_bn = 0;
   std::int64_t best_cost = -1;
-  for (int bn : {256, 128, 64}) {
-    if (f32 && bn == 256) continue;
+  for (int bn : widths) {
     const std::int64_t tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
     const std::int64_t cost = ceil_div(tiles, sms) * (bn + fixed);
-    if (best_cost < 0 || cost < best_cost) {
-      best_cost = cost;
-      best.bn = bn;
-      best.tiles = tiles;
-    }
+    if (best_cost < 0 || cost < best_cost) best_cost = cost, best_bn = bn;
   }
-  best.smem_bytes = f32 ? tiled_sm90_f32_shape(best.bn).fixed_smem_bytes() : smem_for(best.bn, 0);
-  best.grid = static_cast<int>(std::max<std::int64_t>(1, std::min(best.tiles, sms)));
-  return best;
+  return launch_at(batch, m, n, sm_count, best_bn);
 }
 
 }  // namespace
 
 TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
-  return pick_width(batch, m, n, sm_count, 32, dtype == DType::F32);
+  if (dtype != DType::F32) return pick_width(batch, m, n, sm_count, 32, kTiledDenseWidths);
+  TiledSm90Launch l = pick_width(batch, m, n, sm_count, 32, kTiledF32Widths);
+  l.smem_bytes = tiled_sm90_f32_shape(l.bn).fixed_smem_bytes();
+  return l;
+}
+
+TiledSm90Launch tiled_sm90_dense_launch_at(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count,
+                                           int bn) {
+  const bool f32 = dtype == DType::F32;
+  const bool known = f32 ? std::find(std::begin(kTiledF32Widths), std::end(kTiledF32Widths), bn) != std::end(kTiledF32Widths)
+                         : std::find(std::begin(kTiledDenseWidths), std::end(kTiledDenseWidths), bn) != std::end(kTiledDenseWidths);
+  if (!known) fail(ErrorCode::InvalidArgument, "tiled_sm90_dense_launch_at: no ", dtype_name(dtype), " instance with bn ", bn);
+  TiledSm90Launch l = launch_at(batch, m, n, sm_count, bn);
+  if (f32) l.smem_bytes = tiled_sm90_f32_shape(bn).fixed_smem_bytes();
+  return l;
 }
 
 bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch) {
@@ -177,7 +199,7 @@ TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_cou
   // Measured on the H200 (docs/performance.md, "Ternary prefill on the engine", v8): a stage
   // costs ~0.39 us + 0.002 us a token column, the decode of the 128 x 64 weights being the fixed
   // part: ~192 columns' worth, which favours wide tiles more than the dense launch does.
-  TiledSm90Launch l = pick_width(1, m, n, sm_count, 192);
+  TiledSm90Launch l = pick_width(1, m, n, sm_count, 192, kTiledWidths3);
   l.smem_bytes = tiled_sm90_tq2_shape(l.bn).fixed_smem_bytes();
   return l;
 }

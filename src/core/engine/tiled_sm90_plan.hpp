@@ -32,7 +32,7 @@ bool tiled_sm90_arch_ok(const ArchInfo& arch) noexcept;
 inline constexpr std::int64_t kTiledMoePdlMaxRows = 4096;
 
 struct TiledSm90Launch {
-  int bn = 0;          // tokens per tile: 64, 128 or 256
+  int bn = 0;          // tokens per tile: 64, 128 or 256 (dense 16-bit: kTiledDenseWidths)
   int smem_bytes = 0;  // dynamic shared memory
   int grid = 0;        // persistent CTAs
   std::int64_t tiles = 0;  // dense: the tiles; moe: an upper bound (the real count is on the device)
@@ -57,8 +57,14 @@ struct TiledSm90Launch {
 std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch);
 // The tile width that minimises waves x (bn + 32) over the SMs (the 32 stands for the per-tile
 // cost a narrower tile does not shrink: the weight box, the epilogue); sm_count 0 = 132. f32
-// picks from 128 and 64 (its ring, tiled_sm90_f32_shape), 16-bit from 256, 128 and 64.
+// picks from 128 and 64 (its ring, tiled_sm90_f32_shape), 16-bit from kTiledDenseWidths
+// (256 down to 64 in steps that let a token count fill whole waves: 144 at m 1536, n 3072).
 TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count);
+// The launch at a given width (one of the dtype's: kTiledDenseWidths, or 128 / 64 for f32;
+// InvalidArgument otherwise), what tiled_sm90_dense_launch returns for the width it picks: for
+// benchmarks that time every width on one shape (the width rule's calibration).
+TiledSm90Launch tiled_sm90_dense_launch_at(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count,
+                                           int bn);
 // tiled_sm90_dense_<dt>_bn<bn>, e.g. tiled_sm90_dense_bf16_bn256, tiled_sm90_dense_f32_3xtf32_bn128
 std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
 // Whether plan_matmul should send f32 Exact to the engine (3xTF32) rather than cuBLASLt's SGEMM:

@@ -29,7 +29,7 @@ static_assert(2 * kTiledEpi16Bytes <= 2 * kTiledEpiTokens * kTiledEpiStride * 4,
 inline constexpr int kTiledNarrowBN = 64;
 
 struct TiledSm90Shape {
-  int bn = 0;      // tokens per tile: 64, 128 or 256 (the wgmma N)
+  int bn = 0;      // tokens per tile (the wgmma N): kTiledDenseWidths, or 64, 128, 256
   int stages = 0;  // depth of the shared-memory ring
   // Bytes of a stage's weight part: a 16-bit box [128 rows][64 k], or (ternary) the box's codes
   // and scales padded to keep the token part 1024-byte aligned.
@@ -98,8 +98,23 @@ inline constexpr int kTiledCodeBytes = kTiledBM * kTiledBK / 4;                /
 inline constexpr int kTiledCodeStageBytes = kTiledCodeBytes + kTiledBM * 2;   // 2304 with the scales
 inline constexpr int kTiledCodeRegion = 3072;                                  // padded to 1024
 
-// Stages chosen so that the ring stays near 192 KB (of the 227 KB an H200 block may hold).
-constexpr TiledSm90Shape tiled_sm90_shape(int bn) { return TiledSm90Shape{bn, bn >= 256 ? 4 : bn >= 128 ? 6 : 8}; }
+// Stages: as many as a 212 KB ring holds (of the 227 KB an H200 block may have; the rest is the
+// epilogue's staging, the barriers and a MoE row map's bytes), at most 8: 4 at bn 256, 6 at 128
+// and 144, 8 at 64.
+inline constexpr int kTiledRingBudget = 212 * 1024;
+constexpr TiledSm90Shape tiled_sm90_shape(int bn) {
+  const int stage = TiledSm90Shape{bn, 1}.stage_bytes(), fit = kTiledRingBudget / stage;
+  return TiledSm90Shape{bn, fit < 8 ? fit : 8};
+}
+static_assert(tiled_sm90_shape(256).stages == 4 && tiled_sm90_shape(128).stages == 6 && tiled_sm90_shape(64).stages == 8,
+              "the MoE and ternary instances' rings (measured at these depths)");
+
+// The dense 16-bit instance's tile widths, widest first (the plan takes the first of equal cost):
+// multiples of 16 (the 16-bit epilogue stores 16 tokens a stmatrix) between 64 and 256, so that
+// a token count can be cut into tiles that fill whole waves (1536 rows in 11 tiles of 144: 264
+// tiles = 2 waves on 132 SMs at n 3072, where 128 makes 288 = 2.2 waves). The MoE and ternary
+// instances run 256, 128 and 64 only.
+inline constexpr int kTiledDenseWidths[] = {256, 224, 192, 160, 144, 128, 96, 64};
 
 // Ternary weights: the small weight part leaves room for deeper rings.
 constexpr TiledSm90Shape tiled_sm90_tq2_shape(int bn) {
@@ -120,6 +135,11 @@ static_assert(tiled_sm90_tq2_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_tq2_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_tq2_shape(256).fixed_smem_bytes() <= kTiledMaxSmem,
               "a ternary ring does not fit");
+static_assert([] {
+  for (int bn : kTiledDenseWidths)
+    if (tiled_sm90_shape(bn).fixed_smem_bytes() > kTiledMaxSmem || tiled_sm90_shape(bn).stages < 4) return false;
+  return true;
+}(), "a dense ring does not fit, or is shallower than 4 stages");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");

@@ -49,15 +49,27 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
   }
 }
 
+// 16-bit: every width of kTiledDenseWidths; f32 (3xTF32): 128 and 64 (tiled_sm90_f32_shape).
 template <class T>
 void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
-  switch (l.bn) {
-    case 256:
-      if constexpr (!std::is_same_v<T, float>) return launch_bn<256, T>(g, l, stream, name);
-      break;
-    case 128: return launch_bn<128, T>(g, l, stream, name);
-    case 64: return launch_bn<64, T>(g, l, stream, name);
-    default: break;
+  if constexpr (std::is_same_v<T, float>) {
+    switch (l.bn) {
+      case 128: return launch_bn<128, T>(g, l, stream, name);
+      case 64: return launch_bn<64, T>(g, l, stream, name);
+      default: break;
+    }
+  } else {
+    switch (l.bn) {
+      case 256: return launch_bn<256, T>(g, l, stream, name);
+      case 224: return launch_bn<224, T>(g, l, stream, name);
+      case 192: return launch_bn<192, T>(g, l, stream, name);
+      case 160: return launch_bn<160, T>(g, l, stream, name);
+      case 144: return launch_bn<144, T>(g, l, stream, name);
+      case 128: return launch_bn<128, T>(g, l, stream, name);
+      case 96: return launch_bn<96, T>(g, l, stream, name);
+      case 64: return launch_bn<64, T>(g, l, stream, name);
+      default: break;
+    }
   }
   fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
 }

@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
                       const __grid_constant__ CUtensorMap tm_x_narrow, const typename RowMapT<BN>::Params p,
                       const __grid_constant__ typename Weights::Params wp) {
   using RowMap = RowMapT<BN>;
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256, "a wgmma width the epilogue takes: 64..256, 16 tokens a stmatrix");
   // Producer warps that write stage memory themselves (a gather) arrive on the full barrier once
   // per warp, after every lane has fenced its writes (one arrival a thread made 128 atomics on
   // one barrier word a stage), beside the TMA thread's expect_tx arrival.
@@ -498,7 +499,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const int mi = lane >> 3, mr = lane & 7;
         const int unit = 2 * warp + (mi & 1);
 #pragma unroll
-        for (int chunk = 0; chunk < BN / kTiledEpi16Tokens; ++chunk) {
+        for (int chunk = 0; chunk < (BN + kTiledEpi16Tokens - 1) / kTiledEpi16Tokens; ++chunk) {
           if (chunk * kTiledEpi16Tokens >= c.bn) break;  // a mid or narrow tile's columns end here (uniform)
           ptx::named_barrier_sync(2 + cw, 128);          // the previous chunk (and tile) has been read
           if constexpr (RowMap::kScatter)
@@ -506,6 +507,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
           for (int jj = 0; jj < kTiledEpi16Tokens / 8; jj += 2) {
             const int j = chunk * (kTiledEpi16Tokens / 8) + jj;
+            if (8 * j >= BN) break;  // a width that is not a multiple of 64 (e.g. 144): its last chunk is partial
             float v[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) v[e] = acc[4 * j + e];
@@ -549,7 +551,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       }
     } else {
 #pragma unroll
-      for (int chunk = 0; chunk < BN / kTiledEpiTokens; ++chunk) {
+      for (int chunk = 0; chunk < (BN + kTiledEpiTokens - 1) / kTiledEpiTokens; ++chunk) {
         if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
         [[maybe_unused]] std::uint32_t bad = 0;      // kSplit: this thread's non-finite outputs, 4 i + j
         ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
@@ -558,6 +560,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
         for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
           const int j = chunk * (kTiledEpiTokens / 8) + jj;
+          if (8 * j >= BN) break;  // BN not a multiple of 32: the last chunk is partial
           float* const r0 = stage_out + (8 * jj + q2) * kTiledEpiStride + fr;
           r0[0] = acc[4 * j + 0];
           r0[kTiledEpiStride] = acc[4 * j + 1];
