@@ -13,7 +13,9 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
+#include "cuda/engine/launch.hpp"
 #include "gpu/device_data.hpp"
 #include "gpu/timing.hpp"
 #include "llmm/buffer.hpp"
@@ -78,6 +80,7 @@ struct DenseBenchCase {
   DType dtype;
   Precision precision;
   DenseRoute route;      // Auto: what users get
+  int force_bn = 0;      // > 0: the Hopper engine launched directly at this tile width (calibration rows)
 };
 
 void run_case(BenchEnv& env, const DenseBenchCase& c) {
@@ -105,12 +108,29 @@ void run_case(BenchEnv& env, const DenseBenchCase& c) {
   o.precision = c.precision;
   o.force_route = c.route;
   Receipt receipt;
-  auto v0 = views(0);
-  matmul(env.ctx, v0[0], v0[1], v0[2], o);
   cuda_dense::DenseArgs g;
   g.dtype = c.dtype, g.m = c.m, g.n = c.n, g.k = c.k, g.a_ld = c.k, g.b_trans = true, g.b_ld = c.k, g.c_ld = c.n;
   g.exact = c.precision == Precision::Exact;
   g.a = a[0].data(), g.b = w[0].data(), g.c = out.data();
+  // The call timed: llmm::matmul, or (force_bn) the engine's launcher at that width, as the
+  // dispatcher would launch it had the plan picked the width.
+  engine::TiledSm90Launch forced;
+  if (c.force_bn > 0) {
+    forced = engine::tiled_sm90_dense_launch_at(c.dtype, 1, c.m, c.n, env.ctx.arch().sm_count, c.force_bn);
+    receipt.route = "tiled_sm90", receipt.kernel = engine::tiled_sm90_dense_kernel_name(c.dtype, c.force_bn);
+  }
+  auto call = [&](int i) {
+    if (c.force_bn > 0) {
+      cuda_dense::DenseArgs gi = g;
+      std::size_t j = static_cast<std::size_t>(i % copies);
+      gi.a = a[j].data(), gi.b = w[j].data();
+      engine::launch_tiled_sm90_dense(gi, forced, s);
+      return;
+    }
+    auto v = views(i);
+    receipt = matmul(env.ctx, v[0], v[1], v[2], o);
+  };
+  call(0);
   SampledError err = sample_check(g, 128);
 
   // Baseline on the same buffers: cuBLASLt (SGEMM for f32 exact, TF32 for f32 fast).
@@ -120,10 +140,7 @@ void run_case(BenchEnv& env, const DenseBenchCase& c) {
   // llmm and the baseline in alternating rounds, so drift during the run hits both alike.
   auto [t, tb] = time_pair(
       s,
-      [&](int i) {
-        auto v = views(i);
-        receipt = matmul(env.ctx, v[0], v[1], v[2], o);
-      },
+      call,
       [&](int i) {
         cuda_dense::DenseArgs gi = g;
         std::size_t j = static_cast<std::size_t>(i % copies);
@@ -182,6 +199,22 @@ void run_dense(BenchEnv& env) {
     if (hopper)  // f32 Exact on the engine (3xTF32) against SGEMM
       cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::TiledSm90});
   }
+  // The engine's 16-bit tile widths beyond 64/128/256 (kTiledDenseWidths): DiT-sized token
+  // counts on a 3072-wide and a 6144-wide weight, where the plan takes 224, 192 or 144 to fill
+  // whole waves; cuBLASLt in the same run is the baseline.
+  if (hopper && !env.quick)
+    for (const L& l : std::vector<L>{{"dit_m1024", 1024, 3072, 3072}, {"dit_m2048", 2048, 3072, 3072},
+                                     {"qkv6144_m1536", 1536, 6144, 4096}})
+      cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, DType::BF16, Precision::Exact, DenseRoute::TiledSm90});
+  // The width rule's calibration: the engine at every 16-bit tile width on shapes of 1.1 to 10
+  // waves, and one at a quarter of the K (a tile's fixed cost against its per-stage cost)
+  // (`_bn<w>` rows; the plan's pick is the `_tiled_sm90` row of the same shape).
+  if (hopper && !env.quick)
+    for (const L& l : std::vector<L>{{"dit_out", 1536, 3072, 3072}, {"dit_out_k768", 1536, 3072, 768},
+                                     {"dit_m2048", 2048, 3072, 3072}, {"dit_proj", 1536, 27648, 3072}})
+      for (int bn : engine::kTiledDenseWidths)
+        cases.push_back({std::string(l.name) + "_tiled_sm90_bn" + std::to_string(bn), l.m, l.n, l.k, DType::BF16, Precision::Exact,
+                         DenseRoute::TiledSm90, bn});
   // Where the engine's f32 Exact starts to beat SGEMM (the router's gate): token counts above
   // gemv_wide's 16 on a wide and a square weight, forced, SGEMM as the baseline in the same run.
   if (hopper && !env.quick)
