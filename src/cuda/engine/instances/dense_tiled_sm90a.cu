@@ -31,11 +31,21 @@ DenseRowsParams rows_params(const DenseArgs& g, const TiledSm90Launch& l, std::s
 }
 
 template <int BN, class T>
-void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name,
+               float* slots = nullptr, std::uint32_t* counters = nullptr) {
   constexpr int es = static_cast<int>(sizeof(T));
   const CUtensorMap tm_w = tiled_sm90_operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, kTiledBM, es, name.c_str());
   const CUtensorMap tm_x = tiled_sm90_operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, es, name.c_str());
-  const DenseRowsParams p = rows_params<BN>(g, l, sizeof(T));
+  DenseRowsParams p = rows_params<BN>(g, l, sizeof(T));
+  if constexpr (BN == 256 && !std::is_same_v<T, float>) {
+    if (l.streamk) {
+      p.partials = slots, p.counters = counters;
+      constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+      launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRowsStreamK>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream,
+                        name);
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, float>) {
     Tf32x3Params wp;
     wp.x = static_cast<const float*>(g.a), wp.w = static_cast<const float*>(g.b);
@@ -51,7 +61,8 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
 
 // 16-bit: every width of kTiledDenseWidths; f32 (3xTF32): 128 and 64 (tiled_sm90_f32_shape).
 template <class T>
-void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
+void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name, float* slots,
+              std::uint32_t* counters) {
   if constexpr (std::is_same_v<T, float>) {
     switch (l.bn) {
       case 128: return launch_bn<128, T>(g, l, stream, name);
@@ -60,7 +71,7 @@ void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream,
     }
   } else {
     switch (l.bn) {
-      case 256: return launch_bn<256, T>(g, l, stream, name);
+      case 256: return launch_bn<256, T>(g, l, stream, name, slots, counters);
       case 224: return launch_bn<224, T>(g, l, stream, name);
       case 192: return launch_bn<192, T>(g, l, stream, name);
       case 160: return launch_bn<160, T>(g, l, stream, name);
@@ -76,14 +87,18 @@ void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream,
 
 }  // namespace
 
-void launch_tiled_sm90_dense(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
-  const std::string name = tiled_sm90_dense_kernel_name(g.dtype, l.bn);
+void launch_tiled_sm90_dense(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, float* slots,
+                             std::uint32_t* counters) {
+  const std::string name = l.streamk ? tiled_sm90_dense_streamk_kernel_name(g.dtype) : tiled_sm90_dense_kernel_name(g.dtype, l.bn);
   if (g.a_trans || !g.b_trans || g.k < 1 || g.k > 0x7fffffff || l.tiles < 1 || l.tiles > 0x7fffffff ||
       (g.dtype == DType::F32 && !g.exact))
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
-  if (g.dtype == DType::BF16) launch_t<__nv_bfloat16>(g, l, stream, name);
-  else if (g.dtype == DType::F16) launch_t<__half>(g, l, stream, name);
-  else if (g.dtype == DType::F32) launch_t<float>(g, l, stream, name);
+  // Stream-K: every CTA at least one tile's k-blocks (a tile cut once at most), 16-bit, bn 256.
+  if (l.streamk && (g.dtype == DType::F32 || l.bn != 256 || l.tiles < l.grid || slots == nullptr || counters == nullptr))
+    fail(ErrorCode::Internal, name, ": stream-K launch outside the instance's contract (tiles ", l.tiles, ", grid ", l.grid, ")");
+  if (g.dtype == DType::BF16) launch_t<__nv_bfloat16>(g, l, stream, name, slots, counters);
+  else if (g.dtype == DType::F16) launch_t<__half>(g, l, stream, name, slots, counters);
+  else if (g.dtype == DType::F32) launch_t<float>(g, l, stream, name, slots, counters);
   else fail(ErrorCode::Internal, name, ": unsupported dtype ", dtype_name(g.dtype));
 }
 
