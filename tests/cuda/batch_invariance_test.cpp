@@ -44,6 +44,27 @@ std::vector<unsigned char> row_bytes(const HostTensor& out, std::int64_t row, st
   return std::vector<unsigned char>(p, p + static_cast<std::size_t>(cols) * es);
 }
 
+// matmul x . w^T (w on the device, [n, k]) at batch size m with the fixed row x0 [1, k] at row
+// (m - 1) / 2 among random rows (seed + m), on `route`: that row's output bytes; the kernel in
+// *kernel.
+std::vector<unsigned char> dense_fixed_row(Context& ctx, const DeviceTensor& w, const HostTensor& x0, std::int64_t m,
+                                           std::int64_t n, std::uint64_t seed, DenseRoute route, std::string* kernel = nullptr) {
+  const DType t = x0.view.dtype;
+  const std::int64_t k = x0.view.dim(1);
+  HostTensor a = host_tensor(t, {m, k}), c = host_tensor(t, {m, n});
+  fill_random(a.view, seed + static_cast<std::uint64_t>(m));
+  const std::int64_t at = (m - 1) / 2;
+  std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
+  DeviceTensor da = to_device(a), dc = to_device(c);
+  MatmulOptions o;
+  o.transpose_b = true, o.force_route = route;
+  const Receipt r = matmul(ctx, da.view, w.view, dc.view, o);
+  if (kernel) *kernel = r.kernel;
+  ctx.synchronize();
+  to_host(dc, c);
+  return row_bytes(c, at, n, n);
+}
+
 // gemm_tq2 at batch size m with the fixed row x0 [1, k] at row (m - 1) / 2 among random rows
 // (seed + m): that row's f32 output bytes; the call's receipt in *receipt.
 std::vector<unsigned char> tq2_fixed_row(Context& ctx, const WeightHandle& wh, const HostTensor& x0, std::int64_t m,
@@ -78,19 +99,7 @@ TEST(BatchInvarianceGpu, Dense) {
       HostTensor b = host_tensor(t, {n, k}), x0 = host_tensor(t, {1, k});
       fill_random(b.view, 11), fill_random(x0.view, 12);
       DeviceTensor db = to_device(b);
-      auto row_of = [&](std::int64_t m) {
-        HostTensor a = host_tensor(t, {m, k}), c = host_tensor(t, {m, n});
-        fill_random(a.view, 100 + static_cast<std::uint64_t>(m));
-        const std::int64_t at = (m - 1) / 2;
-        std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
-        DeviceTensor da = to_device(a), dc = to_device(c);
-        MatmulOptions o;
-        o.transpose_b = true, o.force_route = r.route;
-        matmul(ctx, da.view, db.view, dc.view, o);
-        ctx.synchronize();
-        to_host(dc, c);
-        return row_bytes(c, at, n, n);
-      };
+      auto row_of = [&](std::int64_t m) { return dense_fixed_row(ctx, db, x0, m, n, 100, r.route); };
       const std::string what = std::string("matmul ") + route_name(r.route) + " " + std::string(dtype_name(t));
       const bool holds = invariant(what, r.ms, row_of);
       if (r.claimed) EXPECT_TRUE(holds) << what << " claims batch invariance";
@@ -111,17 +120,10 @@ TEST(BatchInvarianceGpu, DenseEngineAcrossTileWidths) {
     DeviceTensor db = to_device(b);
     std::vector<std::string> kernels;
     auto row_of = [&](std::int64_t m) {
-      HostTensor a = host_tensor(t, {m, k}), c = host_tensor(t, {m, n});
-      fill_random(a.view, 200 + static_cast<std::uint64_t>(m));
-      const std::int64_t at = (m - 1) / 2;
-      std::memcpy(a.bytes.data() + static_cast<std::size_t>(at * k) * dtype_size(t), x0.bytes.data(), x0.bytes.size());
-      DeviceTensor da = to_device(a), dc = to_device(c);
-      MatmulOptions o;
-      o.transpose_b = true, o.force_route = DenseRoute::TiledSm90;
-      kernels.push_back(matmul(ctx, da.view, db.view, dc.view, o).kernel);
-      ctx.synchronize();
-      to_host(dc, c);
-      return row_bytes(c, at, n, n);
+      std::string kernel;
+      std::vector<unsigned char> row = dense_fixed_row(ctx, db, x0, m, n, 200, DenseRoute::TiledSm90, &kernel);
+      kernels.push_back(kernel);
+      return row;
     };
     const std::string what = std::string("matmul tiled_sm90 widths ") + std::string(dtype_name(t));
     EXPECT_TRUE(invariant(what, {1, 1024, 1536, 2048, 4096}, row_of)) << what;
