@@ -31,7 +31,9 @@
 // the parts' slots in part order and stores the tile. Every output element is written once, by
 // one thread, from f32 accumulations over K in a fixed order: results are reproducible run to
 // run and do not depend on the grid or the other rows of the batch (the parts depend on n and k
-// only: the plan's rule).
+// only: the plan's rule). Stream-K (DenseRowsStreamK) walks its units differently (whole tiles,
+// then an even share of the last tiles' k-blocks, below) and is reproducible but not
+// batch-invariant: where a tile is cut follows the tile count.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
