@@ -50,9 +50,6 @@ namespace {
 // The tile width with the fewest waves x per-stage cost, a stage costing `bn + fixed` (fixed:
 // the part of a stage that does not scale with the tokens, in token columns), from `widths`
 // (widest first: the first of equal cost wins).
-constexpr int kTiledWidths3[] = {256, 128, 64};  // the MoE and ternary instances' widths
-constexpr int kTiledF32Widths[] = {128, 64};     // 3xTF32 (tiled_sm90_f32_shape)
-
 // The launch at tile width bn: its tiles, the grid (the SMs, or fewer tiles), the 16-bit ring.
 TiledSm90Launch launch_at(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, int bn) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
@@ -65,8 +62,8 @@ TiledSm90Launch launch_at(std::int64_t batch, std::int64_t m, std::int64_t n, in
 }
 
 template <std::size_t N>
-TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed,
-                           const int (&widths)[N]) {
+int pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed,
+               const int (&widths)[N]) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
   int best_bn = 0;
   std::int64_t best_cost = -1;
@@ -75,16 +72,15 @@ TiledSm90Launch pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, i
     const std::int64_t cost = ceil_div(tiles, sms) * (bn + fixed);
     if (best_cost < 0 || cost < best_cost) best_cost = cost, best_bn = bn;
   }
-  return launch_at(batch, m, n, sm_count, best_bn);
+  return best_bn;
 }
 
 }  // namespace
 
 TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
-  if (dtype != DType::F32) return pick_width(batch, m, n, sm_count, 32, kTiledDenseWidths);
-  TiledSm90Launch l = pick_width(batch, m, n, sm_count, 32, kTiledF32Widths);
-  l.smem_bytes = tiled_sm90_f32_shape(l.bn).fixed_smem_bytes();
-  return l;
+  const int bn = dtype == DType::F32 ? pick_width(batch, m, n, sm_count, 32, kTiledF32Widths)
+                                     : pick_width(batch, m, n, sm_count, 32, kTiledDenseWidths);
+  return tiled_sm90_dense_launch_at(dtype, batch, m, n, sm_count, bn);
 }
 
 TiledSm90Launch tiled_sm90_dense_launch_at(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count,
@@ -230,7 +226,7 @@ TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_cou
   // Measured on the H200 (docs/performance.md, "Ternary prefill on the engine", v8): a stage
   // costs ~0.39 us + 0.002 us a token column, the decode of the 128 x 64 weights being the fixed
   // part: ~192 columns' worth, which favours wide tiles more than the dense launch does.
-  TiledSm90Launch l = pick_width(1, m, n, sm_count, 192, kTiledWidths3);
+  TiledSm90Launch l = launch_at(1, m, n, sm_count, pick_width(1, m, n, sm_count, 192, kTiledWidths3));
   l.smem_bytes = tiled_sm90_tq2_shape(l.bn).fixed_smem_bytes();
   return l;
 }

@@ -115,6 +115,9 @@ static_assert(tiled_sm90_shape(256).stages == 4 && tiled_sm90_shape(128).stages 
 // tiles = 2 waves on 132 SMs at n 3072, where 128 makes 288 = 2.2 waves). The MoE and ternary
 // instances run 256, 128 and 64 only.
 inline constexpr int kTiledDenseWidths[] = {256, 224, 192, 160, 144, 128, 96, 64};
+// The 3xTF32 (f32) instance's widths (tiled_sm90_f32_shape), and the MoE and ternary instances'.
+inline constexpr int kTiledF32Widths[] = {128, 64};
+inline constexpr int kTiledWidths3[] = {256, 128, 64};
 
 // Ternary weights: the small weight part leaves room for deeper rings.
 constexpr TiledSm90Shape tiled_sm90_tq2_shape(int bn) {

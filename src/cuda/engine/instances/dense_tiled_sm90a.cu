@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <iterator>
+#include <utility>
+
 #include "cuda/engine/launch.hpp"
 #include "cuda/engine/tiled/launch_tiled_sm90.cuh"
 #include "cuda/engine/tiled/tiled_sm90a.cuh"
@@ -59,30 +62,25 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
   }
 }
 
-// 16-bit: every width of kTiledDenseWidths; f32 (3xTF32): 128 and 64 (tiled_sm90_f32_shape).
+// The instance of l.bn among kWidths (false: none has it).
+template <class T, const auto& kWidths, std::size_t... I>
+bool launch_width(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name, float* slots,
+                  std::uint32_t* counters, std::index_sequence<I...>) {
+  return ((l.bn == kWidths[I] && (launch_bn<kWidths[I], T>(g, l, stream, name, slots, counters), true)) || ...);
+}
+
+// 16-bit: every width of kTiledDenseWidths; f32 (3xTF32): kTiledF32Widths.
 template <class T>
 void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name, float* slots,
               std::uint32_t* counters) {
-  if constexpr (std::is_same_v<T, float>) {
-    switch (l.bn) {
-      case 128: return launch_bn<128, T>(g, l, stream, name);
-      case 64: return launch_bn<64, T>(g, l, stream, name);
-      default: break;
-    }
-  } else {
-    switch (l.bn) {
-      case 256: return launch_bn<256, T>(g, l, stream, name, slots, counters);
-      case 224: return launch_bn<224, T>(g, l, stream, name);
-      case 192: return launch_bn<192, T>(g, l, stream, name);
-      case 160: return launch_bn<160, T>(g, l, stream, name);
-      case 144: return launch_bn<144, T>(g, l, stream, name);
-      case 128: return launch_bn<128, T>(g, l, stream, name);
-      case 96: return launch_bn<96, T>(g, l, stream, name);
-      case 64: return launch_bn<64, T>(g, l, stream, name);
-      default: break;
-    }
-  }
-  fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
+  bool launched;
+  if constexpr (std::is_same_v<T, float>)
+    launched = launch_width<T, kTiledF32Widths>(g, l, stream, name, slots, counters,
+                                                std::make_index_sequence<std::size(kTiledF32Widths)>{});
+  else
+    launched = launch_width<T, kTiledDenseWidths>(g, l, stream, name, slots, counters,
+                                                  std::make_index_sequence<std::size(kTiledDenseWidths)>{});
+  if (!launched) fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn);
 }
 
 }  // namespace
