@@ -81,6 +81,7 @@ struct DenseBenchCase {
   Precision precision;
   DenseRoute route;      // Auto: what users get
   int force_bn = 0;      // > 0: the Hopper engine launched directly at this tile width (calibration rows)
+  int force_bm = engine::kTiledBM;  // and weight rows (kTiledTallBM: tall tiles)
 };
 
 void run_case(BenchEnv& env, const DenseBenchCase& c) {
@@ -116,8 +117,8 @@ void run_case(BenchEnv& env, const DenseBenchCase& c) {
   // dispatcher would launch it had the plan picked the width.
   engine::TiledSm90Launch forced;
   if (c.force_bn > 0) {
-    forced = engine::tiled_sm90_dense_launch_at(c.dtype, 1, c.m, c.n, env.ctx.arch().sm_count, c.force_bn);
-    receipt.route = "tiled_sm90", receipt.kernel = engine::tiled_sm90_dense_kernel_name(c.dtype, c.force_bn);
+    forced = engine::tiled_sm90_dense_launch_at(c.dtype, 1, c.m, c.n, env.ctx.arch().sm_count, c.force_bn, c.force_bm);
+    receipt.route = "tiled_sm90", receipt.kernel = engine::tiled_sm90_dense_kernel_name(c.dtype, c.force_bn, c.force_bm);
   }
   auto call = [&](int i) {
     if (c.force_bn > 0) {
@@ -219,10 +220,16 @@ void run_dense(BenchEnv& env) {
   // (`_bn<w>` rows; the plan's pick is the `_tiled_sm90` row of the same shape).
   if (hopper && !env.quick)
     for (const L& l : std::vector<L>{{"dit_out", 1536, 3072, 3072}, {"dit_out_k768", 1536, 3072, 768},
-                                     {"dit_m2048", 2048, 3072, 3072}, {"dit_proj", 1536, 27648, 3072}})
+                                     {"dit_m2048", 2048, 3072, 3072}, {"dit_proj", 1536, 27648, 3072},
+                                     {"dit_m1024", 1024, 3072, 3072}, {"qkv6144_m1536", 1536, 6144, 4096},
+                                     {"dit_m3072", 3072, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280}}) {
       for (int bn : engine::kTiledDenseWidths)
         cases.push_back({std::string(l.name) + "_tiled_sm90_bn" + std::to_string(bn), l.m, l.n, l.k, DType::BF16, Precision::Exact,
                          DenseRoute::TiledSm90, bn});
+      for (int bn : engine::kTiledTallWidths)  // tall tiles (256 weight rows)
+        cases.push_back({std::string(l.name) + "_tiled_sm90_bm256_bn" + std::to_string(bn), l.m, l.n, l.k, DType::BF16,
+                         Precision::Exact, DenseRoute::TiledSm90, bn, engine::kTiledTallBM});
+    }
   // Where the engine's f32 Exact starts to beat SGEMM (the router's gate): token counts above
   // gemv_wide's 16 on a wide and a square weight, forced, SGEMM as the baseline in the same run.
   if (hopper && !env.quick)

@@ -94,16 +94,27 @@ TEST(TiledSm90Plan, DenseTileWidthFollowsTheWaves) {
   EXPECT_EQ(l.bn, 256);
   EXPECT_EQ(l.tiles, 16 * 112);
   EXPECT_EQ(l.grid, 132);
+  EXPECT_EQ(l.bm, kTiledBM);
   // 1536 x 3072: 6 x 24 = 144 tiles of 256 are 2 waves for 1.09 waves of work, 288 of 128 take
-  // 3 for 2.2; 11 x 24 = 264 of 144 are 2 whole waves.
+  // 3 for 2.2; 11 x 24 = 264 of 144 are 2 whole waves (cost 2 x 176), and 11 x 12 = 132 tall
+  // tiles of 144 one (cost 1 x 320).
   l = tiled_sm90_dense_launch(DType::BF16, 1, 1536, 3072, 132);
   EXPECT_EQ(l.bn, 144);
-  EXPECT_EQ(l.tiles, 264);
-  EXPECT_EQ(l.smem_bytes, tiled_sm90_shape(144).fixed_smem_bytes());
-  // 2048 x 3072: 11 x 24 = 264 tiles of 192 (2 waves) against 192 of 256 (2 waves, 1.45 of work).
-  EXPECT_EQ(tiled_sm90_dense_launch(DType::F16, 1, 2048, 3072, 132).bn, 192);
-  // 1024 x 3072: 120 tiles of 224 in one wave, cheaper than 96 of 256.
-  EXPECT_EQ(tiled_sm90_dense_launch(DType::BF16, 1, 1024, 3072, 132).bn, 224);
+  EXPECT_EQ(l.bm, kTiledTallBM);
+  EXPECT_EQ(l.tiles, 132);
+  EXPECT_EQ(l.smem_bytes, tiled_sm90_tall_shape(144).fixed_smem_bytes());
+  EXPECT_EQ(tiled_sm90_dense_launch_at(DType::BF16, 1, 1536, 3072, 132, 144).tiles, 264);
+  // 2048 x 3072: 11 x 24 = 264 tiles of 192 (2 waves) against 192 of 256 (2 waves, 1.45 of
+  // work); tall 96 (22 x 12 = 264, 2 waves of 2 x 96 + 32) ties, and 128 rows win the tie.
+  l = tiled_sm90_dense_launch(DType::F16, 1, 2048, 3072, 132);
+  EXPECT_EQ(l.bn, 192);
+  EXPECT_EQ(l.bm, kTiledBM);
+  // 1024 x 3072: 120 tiles of 224 in one wave (cost 256), 11 x 12 = 132 tall of 96 (224).
+  l = tiled_sm90_dense_launch(DType::BF16, 1, 1024, 3072, 132);
+  EXPECT_EQ(l.bn, 96);
+  EXPECT_EQ(l.bm, kTiledTallBM);
+  // Many waves: tall 128 costs what 256 does, so 128 rows stay.
+  EXPECT_EQ(tiled_sm90_dense_launch(DType::BF16, 1, 1536, 27648, 132).bm, kTiledBM);
   // One small tile: the narrowest, one CTA.
   l = tiled_sm90_dense_launch(DType::BF16, 1, 7, 33, 132);
   EXPECT_EQ(l.bn, 64);
@@ -123,6 +134,17 @@ TEST(TiledSm90Plan, DenseTileWidthFollowsTheWaves) {
   EXPECT_EQ(tiled_sm90_shape(144).stages, 6);
   EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::BF16, 256), "tiled_sm90_dense_bf16_bn256");
   EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::F16, 144), "tiled_sm90_dense_f16_bn144");
+  EXPECT_EQ(tiled_sm90_dense_kernel_name(DType::BF16, 144, kTiledTallBM), "tiled_sm90_dense_bf16_bm256_bn144");
+  for (int bn : kTiledTallWidths) {
+    const TiledSm90Shape s = tiled_sm90_tall_shape(bn);
+    EXPECT_LE(s.fixed_smem_bytes(), 232448) << bn;
+    EXPECT_GE(s.stages, 4) << bn;
+    EXPECT_EQ(s.a_bytes(), 256 * 64 * 2) << bn;
+    EXPECT_EQ(s.stage_bytes() % 1024, 0) << bn;
+  }
+  // f32 never takes tall tiles (its 3xTF32 instance has 128 rows).
+  for (std::int64_t m : {1, 1024, 1536, 25})
+    EXPECT_EQ(tiled_sm90_dense_launch(DType::F32, 1, m, 3072, 132).bm, kTiledBM) << m;
 }
 
 // Every width of the dense 16-bit instance is the plan's choice for some shape with tails (what
@@ -134,20 +156,38 @@ TEST(TiledSm90Plan, EveryDenseWidthIsReachable) {
     EXPECT_NE(s->m % bn, 0) << bn;
     EXPECT_EQ(tiled_sm90_dense_launch(DType::BF16, 1, s->m, s->n, 132).bn, bn);
   }
+  for (int bn : kTiledTallWidths) {
+    const std::optional<MN> s = tiled_sm90_width_shape(bn, 132, kTiledTallBM);
+    ASSERT_TRUE(s.has_value()) << "tall " << bn;
+    EXPECT_NE(s->m % bn, 0) << bn;
+    const TiledSm90Launch l = tiled_sm90_dense_launch(DType::F16, 1, s->m, s->n, 132);
+    EXPECT_EQ(l.bn, bn);
+    EXPECT_EQ(l.bm, kTiledTallBM);
+    EXPECT_EQ(tiled_sm90_dense_launch_at(DType::F16, 1, s->m, s->n, 132, bn, kTiledTallBM), l);
+  }
   // The launch at a given width (the bench's calibration rows) is the plan's own at its pick.
   for (std::int64_t m : {1, 700, 1536, 4096})
     for (DType t : {DType::BF16, DType::F32}) {
       const TiledSm90Launch l = tiled_sm90_dense_launch(t, 2, m, 3072, 132);
-      EXPECT_EQ(tiled_sm90_dense_launch_at(t, 2, m, 3072, 132, l.bn), l) << m;
+      EXPECT_EQ(tiled_sm90_dense_launch_at(t, 2, m, 3072, 132, l.bn, l.bm), l) << m;
     }
   EXPECT_EQ(tiled_sm90_dense_launch_at(DType::F16, 1, 1536, 3072, 132, 128).tiles, 288);
   EXPECT_THROW(tiled_sm90_dense_launch_at(DType::BF16, 1, 64, 64, 132, 80), Error);   // no such instance
   EXPECT_THROW(tiled_sm90_dense_launch_at(DType::F32, 1, 64, 64, 132, 256), Error);   // f32: 128 and 64 only
+  EXPECT_THROW(tiled_sm90_dense_launch_at(DType::F32, 1, 64, 64, 132, 128, kTiledTallBM), Error);   // no f32 tall tiles
+  EXPECT_THROW(tiled_sm90_dense_launch_at(DType::BF16, 1, 64, 64, 132, 256, kTiledTallBM), Error);  // tall: up to 160
+  EXPECT_THROW(tiled_sm90_dense_launch_at(DType::BF16, 1, 64, 64, 132, 128, 192), Error);           // no such rows
   for (std::int64_t m : {1, 63, 65, 500, 1536, 2047, 5000, 20000})
     for (std::int64_t n : {8, 300, 3072, 14336}) {
-      const int bn = tiled_sm90_dense_launch(DType::BF16, 1, m, n, 132).bn;
-      EXPECT_NE(std::find(std::begin(kTiledDenseWidths), std::end(kTiledDenseWidths), bn), std::end(kTiledDenseWidths))
-          << m << " x " << n << ": " << bn;
+      const TiledSm90Launch l = tiled_sm90_dense_launch(DType::BF16, 1, m, n, 132);
+      const int bn = l.bn;
+      if (l.bm == kTiledTallBM)
+        EXPECT_NE(std::find(std::begin(kTiledTallWidths), std::end(kTiledTallWidths), bn), std::end(kTiledTallWidths))
+            << m << " x " << n << ": tall " << bn;
+      else
+        EXPECT_NE(std::find(std::begin(kTiledDenseWidths), std::end(kTiledDenseWidths), bn), std::end(kTiledDenseWidths))
+            << m << " x " << n << ": " << bn;
+      EXPECT_TRUE(l.bm == kTiledBM || l.bm == kTiledTallBM) << l.bm;
     }
 }
 

@@ -106,9 +106,10 @@ TEST(BatchInvarianceGpu, Dense) {
     }
 }
 
-// The engine's dense 16-bit instance across its tile widths: at n 3072 the plan takes 64 (m 1),
-// 224 (m 1024), 144 (m 1536), 192 (m 2048) and 256 (m 4096) wide tiles; a row's K order is the
-// wgmmas' whatever their N, so its bits must not change with the width either.
+// The engine's dense 16-bit instance across its tiles: at n 3072 the plan takes 64 (m 1), tall
+// 96 (m 1024), tall 144 (m 1536), 192 (m 2048) and 256 (m 4096) wide tiles; a row's K order is
+// the wgmmas' whatever their N and however many a consumer issues, so its bits must not change
+// with the width or the tile's rows either.
 TEST(BatchInvarianceGpu, DenseEngineAcrossTileWidths) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -132,6 +133,10 @@ TEST(BatchInvarianceGpu, DenseEngineAcrossTileWidths) {
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     for (const std::string& kn : distinct) std::printf("  %s\n", kn.c_str());
     EXPECT_GE(distinct.size(), 4u) << what << ": the plan's widths changed; pick m that exercise several";
+    EXPECT_TRUE(std::any_of(distinct.begin(), distinct.end(), [](const std::string& kn) { return kn.find("_bm256_") != std::string::npos; }))
+        << what << ": no tall tile among the plan's picks";
+    EXPECT_TRUE(std::any_of(distinct.begin(), distinct.end(), [](const std::string& kn) { return kn.find("_bm256_") == std::string::npos; }))
+        << what << ": no 128-row tile among the plan's picks";
   }
 }
 

@@ -222,18 +222,22 @@ TEST(DenseGpu, TiledSm90Sweep) {
     }
 }
 
-// Every tile width of the engine's 16-bit instance (engine::kTiledDenseWidths), on the shape
-// the plan gives it (tests/support: m not a multiple of the width, n not of 128), k with a
-// partial k-block, odd row padding for the output (no vector stores) and even (16-byte stores):
-// the widths that are not multiples of 64 end in a partial epilogue chunk.
+// Every tile of the engine's 16-bit instance (engine::kTiledDenseWidths at 128 weight rows,
+// kTiledTallWidths at 256), on the shape the plan gives it (tests/support: m not a multiple of
+// the width, n not of 128), k with a partial k-block, odd row padding for the output (no vector
+// stores) and even (16-byte stores): the widths that are not multiples of 64 end in a partial
+// epilogue chunk, and n's tail ends inside a tall tile's first or second half.
 TEST(DenseGpu, TiledSm90EveryTileWidth) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
   std::uint64_t seed = 3300;
-  for (int bn : engine::kTiledDenseWidths) {
-    const std::optional<MN> s = tiled_sm90_width_shape(bn, ctx.arch().sm_count);
-    ASSERT_TRUE(s.has_value()) << "no shape takes width " << bn;
+  std::vector<std::pair<int, int>> tiles;  // (bn, bm)
+  for (int bn : engine::kTiledDenseWidths) tiles.emplace_back(bn, engine::kTiledBM);
+  for (int bn : engine::kTiledTallWidths) tiles.emplace_back(bn, engine::kTiledTallBM);
+  for (auto [bn, bm] : tiles) {
+    const std::optional<MN> s = tiled_sm90_width_shape(bn, ctx.arch().sm_count, bm);
+    ASSERT_TRUE(s.has_value()) << "no shape takes width " << bn << " at " << bm << " rows";
     for (DType t : {DType::F16, DType::BF16})
       for (std::int64_t extra : {0, 8}) {
         DenseCase c{t, 1, s->m, s->n, 200, false, true, pad16(200, extra)};
@@ -242,7 +246,7 @@ TEST(DenseGpu, TiledSm90EveryTileWidth) {
         DenseOutcome o = run_dense_case(ctx, c);
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
         EXPECT_TRUE(o.padding_untouched) << c.describe() << ": wrote outside the output";
-        EXPECT_EQ(o.receipt.kernel, engine::tiled_sm90_dense_kernel_name(t, bn)) << c.describe();
+        EXPECT_EQ(o.receipt.kernel, engine::tiled_sm90_dense_kernel_name(t, bn, bm)) << c.describe();
       }
   }
 }

@@ -78,10 +78,13 @@ DenseOutcome run_dense_case(Context& ctx, const DenseCase& c) {
   return r;
 }
 
-std::optional<MN> tiled_sm90_width_shape(int bn, int sm_count) {
+std::optional<MN> tiled_sm90_width_shape(int bn, int sm_count, int bm) {
   for (std::int64_t n : {130, 390, 1000, 3000})
     for (std::int64_t m = bn + 1; m <= 80 * 256; ++m)
-      if (m % bn != 0 && engine::tiled_sm90_dense_launch(DType::BF16, 1, m, n, sm_count).bn == bn) return MN{m, n};
+      if (m % bn != 0) {
+        const engine::TiledSm90Launch l = engine::tiled_sm90_dense_launch(DType::BF16, 1, m, n, sm_count);
+        if (l.bn == bn && l.bm == bm) return MN{m, n};
+      }
   return std::nullopt;
 }
 

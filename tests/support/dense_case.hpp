@@ -39,9 +39,10 @@ Tolerance dense_tolerance(DType dtype, Precision precision, std::int64_t k);
 DenseOutcome run_dense_case(Context& ctx, const DenseCase& c);
 
 // An [m, n] problem (x . w^T, 16-bit) for which the Hopper engine's plan takes tile width `bn`
-// (engine::kTiledDenseWidths) on `sm_count` SMs, with tails in both: m not a multiple of bn, n
-// not of 128; the smallest m over a few n. nullopt when there is none (a test should fail then).
+// at `bm` weight rows (engine::kTiledDenseWidths at 128, kTiledTallWidths at 256) on `sm_count`
+// SMs, with tails in both: m not a multiple of bn, n not of 128; the smallest m over a few n.
+// nullopt when there is none (a test should fail then).
 struct MN { std::int64_t m = 0, n = 0; };
-std::optional<MN> tiled_sm90_width_shape(int bn, int sm_count);
+std::optional<MN> tiled_sm90_width_shape(int bn, int sm_count, int bm = 128);
 
 }  // namespace llmm::test

@@ -47,49 +47,61 @@ std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch) 
 
 namespace {
 
-// The tile width with the fewest waves x per-stage cost, a stage costing `bn + fixed` (fixed:
-// the part of a stage that does not scale with the tokens, in token columns), from `widths`
-// (widest first: the first of equal cost wins).
-// The launch at tile width bn: its tiles, the grid (the SMs, or fewer tiles), the 16-bit ring.
-TiledSm90Launch launch_at(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, int bn) {
+// The launch at tile width bn and bm weight rows: its tiles, the grid (the SMs, or fewer
+// tiles), the 16-bit ring (tall: tiled_sm90_tall_shape).
+TiledSm90Launch launch_at(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, int bn, int bm = kTiledBM) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
   TiledSm90Launch l;
-  l.bn = bn;
-  l.tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
-  l.smem_bytes = smem_for(bn, 0);
+  l.bn = bn, l.bm = bm;
+  l.tiles = batch * ceil_div(m, bn) * ceil_div(n, bm);
+  l.smem_bytes = bm == kTiledTallBM ? tiled_sm90_tall_shape(bn).fixed_smem_bytes() : smem_for(bn, 0);
   l.grid = static_cast<int>(std::max<std::int64_t>(1, std::min(l.tiles, sms)));
   return l;
 }
 
+struct Tile {
+  int bn = 0, bm = kTiledBM;
+  std::int64_t cost = -1;  // waves x a stage's cost, -1: none yet
+};
+
+// Of `widths` at bm rows, the tile with the fewest waves x per-stage cost, a stage costing
+// `bn x bm / 128 + fixed` (fixed: the part of a stage that does not scale with the tokens, in
+// 128-row token columns), if cheaper than `best` (widest first: the first of equal cost wins).
 template <std::size_t N>
-int pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed,
-               const int (&widths)[N]) {
+Tile pick_width(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count, std::int64_t fixed, const int (&widths)[N],
+                int bm = kTiledBM, Tile best = {}) {
   const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSms;
-  int best_bn = 0;
-  std::int64_t best_cost = -1;
   for (int bn : widths) {
-    const std::int64_t tiles = batch * ceil_div(m, bn) * ceil_div(n, kTiledBM);
-    const std::int64_t cost = ceil_div(tiles, sms) * (bn + fixed);
-    if (best_cost < 0 || cost < best_cost) best_cost = cost, best_bn = bn;
+    const std::int64_t tiles = batch * ceil_div(m, bn) * ceil_div(n, bm);
+    const std::int64_t cost = ceil_div(tiles, sms) * (bn * (bm / kTiledBM) + fixed);
+    if (best.cost < 0 || cost < best.cost) best = Tile{bn, bm, cost};
   }
-  return best_bn;
+  return best;
+}
+
+template <std::size_t N>
+bool has(const int (&widths)[N], int bn) {
+  return std::find(std::begin(widths), std::end(widths), bn) != std::end(widths);
 }
 
 }  // namespace
 
 TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
-  const int bn = dtype == DType::F32 ? pick_width(batch, m, n, sm_count, 32, kTiledF32Widths)
-                                     : pick_width(batch, m, n, sm_count, 32, kTiledDenseWidths);
-  return tiled_sm90_dense_launch_at(dtype, batch, m, n, sm_count, bn);
+  if (dtype == DType::F32)
+    return tiled_sm90_dense_launch_at(dtype, batch, m, n, sm_count, pick_width(batch, m, n, sm_count, 32, kTiledF32Widths).bn);
+  const Tile wide = pick_width(batch, m, n, sm_count, 32, kTiledDenseWidths);
+  const Tile t = pick_width(batch, m, n, sm_count, 32, kTiledTallWidths, kTiledTallBM, wide);
+  return tiled_sm90_dense_launch_at(dtype, batch, m, n, sm_count, t.bn, t.bm);
 }
 
 TiledSm90Launch tiled_sm90_dense_launch_at(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count,
-                                           int bn) {
+                                           int bn, int bm) {
   const bool f32 = dtype == DType::F32;
-  const bool known = f32 ? std::find(std::begin(kTiledF32Widths), std::end(kTiledF32Widths), bn) != std::end(kTiledF32Widths)
-                         : std::find(std::begin(kTiledDenseWidths), std::end(kTiledDenseWidths), bn) != std::end(kTiledDenseWidths);
-  if (!known) fail(ErrorCode::InvalidArgument, "tiled_sm90_dense_launch_at: no ", dtype_name(dtype), " instance with bn ", bn);
-  TiledSm90Launch l = launch_at(batch, m, n, sm_count, bn);
+  const bool known = bm == kTiledBM ? (f32 ? has(kTiledF32Widths, bn) : has(kTiledDenseWidths, bn))
+                                    : bm == kTiledTallBM && !f32 && has(kTiledTallWidths, bn);
+  if (!known)
+    fail(ErrorCode::InvalidArgument, "tiled_sm90_dense_launch_at: no ", dtype_name(dtype), " instance with bn ", bn, " and bm ", bm);
+  TiledSm90Launch l = launch_at(batch, m, n, sm_count, bn, bm);
   if (f32) l.smem_bytes = tiled_sm90_f32_shape(bn).fixed_smem_bytes();
   return l;
 }
@@ -100,9 +112,9 @@ bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch) {
   return 2 * tiled_sm90_dense_launch(d.dtype, d.batch, d.m, d.n, arch.sm_count).tiles >= sms;
 }
 
-std::string tiled_sm90_dense_kernel_name(DType dtype, int bn) {
+std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm) {
   const std::string dt = dtype == DType::F32 ? "f32_3xtf32" : std::string(dtype_name(dtype));
-  return "tiled_sm90_dense_" + dt + "_bn" + std::to_string(bn);
+  return "tiled_sm90_dense_" + dt + (bm == kTiledBM ? "" : "_bm" + std::to_string(bm)) + "_bn" + std::to_string(bn);
 }
 
 std::string tiled_sm90_dense_streamk_refusal(const MatmulDesc& d, const ArchInfo& arch) {
@@ -226,7 +238,7 @@ TiledSm90Launch tiled_sm90_tq2_launch(std::int64_t m, std::int64_t n, int sm_cou
   // Measured on the H200 (docs/performance.md, "Ternary prefill on the engine", v8): a stage
   // costs ~0.39 us + 0.002 us a token column, the decode of the 128 x 64 weights being the fixed
   // part: ~192 columns' worth, which favours wide tiles more than the dense launch does.
-  TiledSm90Launch l = launch_at(1, m, n, sm_count, pick_width(1, m, n, sm_count, 192, kTiledWidths3));
+  TiledSm90Launch l = launch_at(1, m, n, sm_count, pick_width(1, m, n, sm_count, 192, kTiledWidths3).bn);
   l.smem_bytes = tiled_sm90_tq2_shape(l.bn).fixed_smem_bytes();
   return l;
 }

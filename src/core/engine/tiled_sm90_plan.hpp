@@ -33,6 +33,7 @@ inline constexpr std::int64_t kTiledMoePdlMaxRows = 4096;
 
 struct TiledSm90Launch {
   int bn = 0;          // tokens per tile: 64, 128 or 256 (dense 16-bit: kTiledDenseWidths)
+  int bm = kTiledBM;   // weight rows per tile: kTiledBM, or kTiledTallBM (dense 16-bit tall tiles)
   int smem_bytes = 0;  // dynamic shared memory
   int grid = 0;        // persistent CTAs
   std::int64_t tiles = 0;  // dense: the tiles; moe: an upper bound (the real count is on the device)
@@ -57,18 +58,23 @@ struct TiledSm90Launch {
 // and strides (a_vec16, b_vec16), k >= 1, m, n, k and batch <= 2^31 - 129, batched inputs whose
 // entries do not overlap (d.batches_disjoint), tiles below 2^31.
 std::string tiled_sm90_dense_refusal(const MatmulDesc& d, const ArchInfo& arch);
-// The tile width that minimises waves x (bn + 32) over the SMs (the 32 stands for the per-tile
-// cost a narrower tile does not shrink: the weight box, the epilogue); sm_count 0 = 132. f32
-// picks from 128 and 64 (its ring, tiled_sm90_f32_shape), 16-bit from kTiledDenseWidths
-// (256 down to 64 in steps that let a token count fill whole waves: 144 at m 1536, n 3072).
+// The tile that minimises waves x (bn x bm / 128 + 32) over the SMs, a stage's cost in 128-row
+// token columns (the 32 stands for the part of a stage a narrower tile does not shrink:
+// measured ~40, docs/performance.md "Tile widths that fill whole waves"); sm_count 0 = 132. f32
+// picks from 128 and 64 (its ring, tiled_sm90_f32_shape) at 128 rows; 16-bit from
+// kTiledDenseWidths at 128 rows (256 down to 64 in steps that let a token count fill whole
+// waves: 144 at m 1536, n 3072) and kTiledTallWidths at 256 rows (tall tiles: one wave of 144 at
+// m 1536, n 3072), 128 rows winning a tie.
 TiledSm90Launch tiled_sm90_dense_launch(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count);
-// The launch at a given width (one of the dtype's: kTiledDenseWidths, or 128 / 64 for f32;
-// InvalidArgument otherwise), what tiled_sm90_dense_launch returns for the width it picks: for
-// benchmarks that time every width on one shape (the width rule's calibration).
+// The launch at a given tile (bn one of the dtype's widths at bm: kTiledDenseWidths, or 128 / 64
+// for f32, at kTiledBM; kTiledTallWidths at kTiledTallBM, 16-bit only; InvalidArgument
+// otherwise), what tiled_sm90_dense_launch returns for the tile it picks: for benchmarks that
+// time every tile on one shape (the rule's calibration).
 TiledSm90Launch tiled_sm90_dense_launch_at(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count,
-                                           int bn);
-// tiled_sm90_dense_<dt>_bn<bn>, e.g. tiled_sm90_dense_bf16_bn256, tiled_sm90_dense_f32_3xtf32_bn128
-std::string tiled_sm90_dense_kernel_name(DType dtype, int bn);
+                                           int bn, int bm = kTiledBM);
+// tiled_sm90_dense_<dt>_bn<bn>, e.g. tiled_sm90_dense_bf16_bn256, tiled_sm90_dense_f32_3xtf32_bn128;
+// tall tiles tiled_sm90_dense_<dt>_bm256_bn<bn>.
+std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm = kTiledBM);
 // Whether plan_matmul should send f32 Exact to the engine (3xTF32) rather than cuBLASLt's SGEMM:
 // where the instance takes it and its launch has at least half as many tiles as the device has
 // SMs (sm_count 0 = 132). Measured on the H200 (docs/performance.md, "f32 Exact on the engine"):

@@ -115,6 +115,17 @@ static_assert(tiled_sm90_shape(256).stages == 4 && tiled_sm90_shape(128).stages 
 // tiles = 2 waves on 132 SMs at n 3072, where 128 makes 288 = 2.2 waves). The MoE and ternary
 // instances run 256, 128 and 64 only.
 inline constexpr int kTiledDenseWidths[] = {256, 224, 192, 160, 144, 128, 96, 64};
+// Tall tiles (dense 16-bit only): 256 weight rows, each consumer issuing two m64 wgmmas a k16
+// step on the same token columns, so a stage does twice a 128-row tile's work for one round of
+// barriers and token loads. They let a ragged tile count fill the SMs at twice the width's area
+// (1536 x 3072: 132 tiles of 256 x 144 = one wave, where 128-row tiles need 264 of 144). Up to
+// 160 tokens: a consumer holds bn accumulators a thread (2 x bn / 2), and 4 stages fit the ring.
+inline constexpr int kTiledTallBM = 256;
+inline constexpr int kTiledTallWidths[] = {160, 144, 128, 96, 64};
+constexpr TiledSm90Shape tiled_sm90_tall_shape(int bn) {
+  const int stage = TiledSm90Shape{bn, 1, kTiledTallBM * kTiledBK * 2}.stage_bytes(), fit = kTiledRingBudget / stage;
+  return TiledSm90Shape{bn, fit < 8 ? fit : 8, kTiledTallBM * kTiledBK * 2};
+}
 // The 3xTF32 (f32) instance's widths (tiled_sm90_f32_shape), and the MoE and ternary instances'.
 inline constexpr int kTiledF32Widths[] = {128, 64};
 inline constexpr int kTiledWidths3[] = {256, 128, 64};
@@ -143,6 +154,11 @@ static_assert([] {
     if (tiled_sm90_shape(bn).fixed_smem_bytes() > kTiledMaxSmem || tiled_sm90_shape(bn).stages < 4) return false;
   return true;
 }(), "a dense ring does not fit, or is shallower than 4 stages");
+static_assert([] {
+  for (int bn : kTiledTallWidths)
+    if (tiled_sm90_tall_shape(bn).fixed_smem_bytes() > kTiledMaxSmem || tiled_sm90_tall_shape(bn).stages < 4) return false;
+  return true;
+}(), "a tall ring does not fit, or is shallower than 4 stages");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");

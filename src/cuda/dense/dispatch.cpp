@@ -92,7 +92,7 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
     case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
     case DenseRoute::TiledSm90:
       sm90 = engine::tiled_sm90_dense_launch(g.dtype, g.batch, g.m, g.n, ctx.arch().sm_count);
-      name = engine::tiled_sm90_dense_kernel_name(g.dtype, sm90.bn);
+      name = engine::tiled_sm90_dense_kernel_name(g.dtype, sm90.bn, sm90.bm);
       break;
     case DenseRoute::TiledSm90StreamK:
       sm90 = engine::tiled_sm90_dense_streamk_launch(g.batch, g.m, g.n, ctx.arch().sm_count);

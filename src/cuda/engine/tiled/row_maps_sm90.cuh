@@ -60,8 +60,11 @@ struct DenseRows {
   __device__ int total_tiles() const { return p.total_tiles; }
 
   // Tile t: batch entry t / (tiles_tok * tiles_feat); inside it, groups of kTiledFeatureGroup
-  // feature blocks, each swept over all token blocks (token block fastest within a group).
-  __device__ TileCoord tile(int t) const {
+  // feature blocks (of BM rows), each swept over all token blocks (token block fastest within a
+  // group).
+  __device__ TileCoord tile(int t) const { return tile_of<kTiledBM>(t); }
+  template <int BM>
+  __device__ TileCoord tile_of(int t) const {
     const int per_batch = p.tiles_tok * p.tiles_feat;
     TileCoord c;
     c.group = t / per_batch;
@@ -70,7 +73,7 @@ struct DenseRows {
     const int within = r - fg * kTiledFeatureGroup * p.tiles_tok;
     const int width = min(kTiledFeatureGroup, p.tiles_feat - fg * kTiledFeatureGroup);
     const int tok_tile = within / width;
-    c.feat0 = (fg * kTiledFeatureGroup + (within - tok_tile * width)) * kTiledBM;
+    c.feat0 = (fg * kTiledFeatureGroup + (within - tok_tile * width)) * BM;
     c.tok0 = tok_tile * BN;
     c.rows = min(BN, p.m - c.tok0);
     c.bn = BN;
@@ -102,6 +105,24 @@ struct DenseRowsStreamK : DenseRows<BN> {
   static constexpr bool kStreamK = true;
   using DenseRows<BN>::DenseRows;
 };
+
+// DenseRows in tall tiles: kTiledTallBM weight rows a tile (each consumer 128: two m64 wgmmas a
+// k16 step on the same token columns; tiled_sm90_tall_shape), Params::tiles_feat counted in
+// them. K whole (no parts).
+template <int BN>
+struct DenseRowsTall : DenseRows<BN> {
+  static constexpr int kBM = kTiledTallBM;
+  static constexpr bool kSplitK = false;
+  using DenseRows<BN>::DenseRows;
+  __device__ TileCoord tile(int t) const { return this->template tile_of<kTiledTallBM>(t); }
+};
+
+// Weight rows a tile of a row map (kBM), kTiledBM for those without the member.
+template <class Map>
+constexpr int tile_rows_v = [] {
+  if constexpr (requires { Map::kBM; }) return Map::kBM;
+  else return kTiledBM;
+}();
 
 // Whether a row map walks its work stream-K (kStreamK), false for those without the member.
 template <class Map>

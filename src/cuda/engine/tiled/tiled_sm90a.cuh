@@ -131,7 +131,16 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr int kConsumerRegs = 232;
   static_assert(128 * (kLaunchRegs - kProducerRegs) >= 256 * (kConsumerRegs - kLaunchRegs),
                 "the consumers would wait for registers the producer never releases");
-  constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN) : kSplit ? tiled_sm90_f32_shape(BN) : tiled_sm90_shape(BN);
+  // Tall tiles (DenseRowsTall): each consumer owns kHalves x 64 weight rows, two m64 wgmmas a
+  // k16 step into two accumulator halves; plain dense rows and 16-bit weights only.
+  constexpr int kHalves = tile_rows_v<RowMap> / kTiledBM;
+  static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !RowMap::kGather && !RowMap::kScatter &&
+                                 !RowMap::kRowTma && !RowMap::kSplitK && !stream_k_v<RowMap> && RowMap::kMid == 0 && BN <= 160),
+                "tall tiles run 16-bit dense rows of whole K, at most 160 tokens wide (bn accumulators a thread)");
+  constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN)
+                               : kSplit         ? tiled_sm90_f32_shape(BN)
+                               : kHalves == 2   ? tiled_sm90_tall_shape(BN)
+                                                : tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
   constexpr int kBK = kSplit ? kTiledF32BK : kTiledBK;  // K elements a stage (one 128-byte row)
   extern __shared__ std::uint8_t smem_raw[];
@@ -359,9 +368,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   const int ctid = tid - 128 * wg;  // 0..127 within the warpgroup
   const int warp = ctid >> 5, lane = ctid & 31;
   float* const stage_out = epi + cw * kTiledEpiTokens * kTiledEpiStride;
-  float acc[BN / 2];
+  float acc[kHalves * BN / 2];  // tall tiles: half h's at h BN / 2
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kHalves * BN / 2; ++i) acc[i] = 0.0f;
   float alpha = 1.0f;  // Tq2Weights: the activation's power-of-two scale, undone at the store
   bool alpha_rows = false;  // or one scale per token row (alpha_of below)
   if constexpr (Weights::kDecode) {
@@ -484,11 +493,22 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const int s = it % kStages;
         ptx::mbar_wait(&full[s], (it / kStages) & 1);
         const std::uint8_t* const st = ring + s * S.stage_bytes();
-        const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * (64 * 128));
+        const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * kHalves * (64 * 128));
         const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
         // Each path fences and commits its own wgmmas: ptxas serializes wgmmas whose warpgroup
         // arrive it has to insert itself inside a branch (C7520).
-        if (c.bn == BN) {
+        if constexpr (kHalves == 2) {  // tall: both halves a k16 step (alternate accumulators)
+          float(&a0)[BN / 2] = *reinterpret_cast<float(*)[BN / 2]>(acc);
+          float(&a1)[BN / 2] = *reinterpret_cast<float(*)[BN / 2]>(acc + BN / 2);
+          const std::uint64_t da1 = ptx::wgmma_desc_sw128(st + (2 * cw + 1) * (64 * 128));
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kTiledBK / 16; ++kk) {
+            Mma::mma(a0, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
+            Mma::mma(a1, da1 + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
+          }
+          ptx::wgmma_commit();
+        } else if (c.bn == BN) {
           ptx::wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
@@ -559,7 +579,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     // ---- epilogue: 32 tokens at a time through shared memory, then whole output rows
     const int fr = 16 * warp + (lane >> 2);  // feature row of acc[4j], +8 for acc[4j + 2]
     const int q2 = 2 * (lane & 3);           // token column of acc[4j], +1 for acc[4j + 1]
-    const int feat_base = c.feat0 + cw * 64;
+    const int feat_base = c.feat0 + cw * kHalves * 64;  // tall: two halves of 64
     OutT* const out = static_cast<OutT*>(p.out);
     // K in parts: this part's 64 x BN sums go to its slot ([token][64 features] f32) instead.
     constexpr std::int64_t kSlot = 64 * BN;  // floats
@@ -576,118 +596,124 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     constexpr bool kEpi16 = sizeof(OutT) == 2;
     bool epi16 = false;
     if constexpr (kEpi16) epi16 = !to_slot;
-    if (epi16) {
-      if constexpr (kEpi16) {
-        const std::uint32_t st16 = ptx::smem_addr(epi) + cw * kTiledEpi16Bytes;
-        // This lane's stmatrix row: matrix mi = lane / 8 holds features 8 (mi % 2) of the warp's 16
-        // for tokens 8 (mi / 2) of an n8 pair, stored row mr = lane % 8 its token.
-        const int mi = lane >> 3, mr = lane & 7;
-        const int unit = 2 * warp + (mi & 1);
+    // Tall tiles: each half's 64 feature rows in turn, through the same staging.
 #pragma unroll
-        for (int chunk = 0; chunk < (BN + kTiledEpi16Tokens - 1) / kTiledEpi16Tokens; ++chunk) {
-          if (chunk * kTiledEpi16Tokens >= c.bn) break;  // a mid or narrow tile's columns end here (uniform)
-          ptx::named_barrier_sync(2 + cw, 128);          // the previous chunk (and tile) has been read
+    for (int half = 0; half < kHalves; ++half) {
+      const int feat_h = feat_base + 64 * half;
+      float* const acc_h = acc + half * (BN / 2);
+      if (epi16) {
+        if constexpr (kEpi16) {
+          const std::uint32_t st16 = ptx::smem_addr(epi) + cw * kTiledEpi16Bytes;
+          // This lane's stmatrix row: matrix mi = lane / 8 holds features 8 (mi % 2) of the warp's 16
+          // for tokens 8 (mi / 2) of an n8 pair, stored row mr = lane % 8 its token.
+          const int mi = lane >> 3, mr = lane & 7;
+          const int unit = 2 * warp + (mi & 1);
+#pragma unroll
+          for (int chunk = 0; chunk < (BN + kTiledEpi16Tokens - 1) / kTiledEpi16Tokens; ++chunk) {
+            if (chunk * kTiledEpi16Tokens >= c.bn) break;  // a mid or narrow tile's columns end here (uniform)
+            ptx::named_barrier_sync(2 + cw, 128);          // the previous chunk (and tile) has been read
+            if constexpr (RowMap::kScatter)
+              if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
+#pragma unroll
+            for (int jj = 0; jj < kTiledEpi16Tokens / 8; jj += 2) {
+              const int j = chunk * (kTiledEpi16Tokens / 8) + jj;
+              if (8 * j >= BN) break;  // a width that is not a multiple of 64 (e.g. 144): its last chunk is partial
+              float v[8];
+#pragma unroll
+              for (int e = 0; e < 8; ++e) v[e] = acc_h[4 * j + e];
+              if constexpr (Weights::kDecode) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                  for (int q = 0; q < 2; ++q) {  // token column 8 (j + h) + q2 + q: acc_h[4 (j + h) + q], [+ 2]
+                    const int tok = 8 * (j + h) + q2 + q;
+                    const float a = tok < c.rows ? alpha_of(c, tok) : 1.0f;
+                    v[4 * h + q] *= a, v[4 * h + q + 2] *= a;
+                  }
+              }
+              std::uint32_t r[4];
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
+                  const __nv_bfloat162 h2 = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+                  r[e] = *reinterpret_cast<const std::uint32_t*>(&h2);
+                } else {
+                  const __half2 h2 = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+                  r[e] = *reinterpret_cast<const std::uint32_t*>(&h2);
+                }
+              }
+              const int tl = 8 * (jj + (mi >> 1)) + mr;  // token row within the chunk
+              ptx::stmatrix_x4_trans(st16 + tl * 128 + ((unit ^ mr) << 4), r[0], r[1], r[2], r[3]);
+            }
+            ptx::named_barrier_sync(2 + cw, 128);
+#pragma unroll
+            for (int i = 0; i < kTiledEpi16Tokens * 8 / 128; ++i) {
+              const int idx = ctid + 128 * i;
+              const int row = idx >> 3, u = idx & 7;
+              const int tok = chunk * kTiledEpi16Tokens + row;
+              const int f = feat_h + 8 * u;
+              if (tok < c.rows && f < p.n) {
+                const uint4 v = ptx::ld_shared_v4(st16 + row * 128 + ((u ^ (row & 7)) << 4));
+                store8(out + map.out_row(c, tok, cw) + f, v, min(8, p.n - f), p.vec8_ok, p.vec_ok);
+              }
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int chunk = 0; chunk < (BN + kTiledEpiTokens - 1) / kTiledEpiTokens; ++chunk) {
+          if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
+          [[maybe_unused]] std::uint32_t bad = 0;      // kSplit: this thread's non-finite outputs, 4 i + j
+          ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
           if constexpr (RowMap::kScatter)
             if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
 #pragma unroll
-          for (int jj = 0; jj < kTiledEpi16Tokens / 8; jj += 2) {
-            const int j = chunk * (kTiledEpi16Tokens / 8) + jj;
-            if (8 * j >= BN) break;  // a width that is not a multiple of 64 (e.g. 144): its last chunk is partial
-            float v[8];
-#pragma unroll
-            for (int e = 0; e < 8; ++e) v[e] = acc[4 * j + e];
-            if constexpr (Weights::kDecode) {
-#pragma unroll
-              for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {  // token column 8 (j + h) + q2 + q: acc[4 (j + h) + q], [+ 2]
-                  const int tok = 8 * (j + h) + q2 + q;
-                  const float a = tok < c.rows ? alpha_of(c, tok) : 1.0f;
-                  v[4 * h + q] *= a, v[4 * h + q + 2] *= a;
-                }
-            }
-            std::uint32_t r[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
-                const __nv_bfloat162 h2 = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
-                r[e] = *reinterpret_cast<const std::uint32_t*>(&h2);
-              } else {
-                const __half2 h2 = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
-                r[e] = *reinterpret_cast<const std::uint32_t*>(&h2);
-              }
-            }
-            const int tl = 8 * (jj + (mi >> 1)) + mr;  // token row within the chunk
-            ptx::stmatrix_x4_trans(st16 + tl * 128 + ((unit ^ mr) << 4), r[0], r[1], r[2], r[3]);
+          for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
+            const int j = chunk * (kTiledEpiTokens / 8) + jj;
+            if (8 * j >= BN) break;  // BN not a multiple of 32: the last chunk is partial
+            float* const r0 = stage_out + (8 * jj + q2) * kTiledEpiStride + fr;
+            r0[0] = acc_h[4 * j + 0];
+            r0[kTiledEpiStride] = acc_h[4 * j + 1];
+            r0[8] = acc_h[4 * j + 2];
+            r0[kTiledEpiStride + 8] = acc_h[4 * j + 3];
           }
           ptx::named_barrier_sync(2 + cw, 128);
 #pragma unroll
-          for (int i = 0; i < kTiledEpi16Tokens * 8 / 128; ++i) {
+          for (int i = 0; i < kTiledEpiTokens * 16 / 128; ++i) {
             const int idx = ctid + 128 * i;
-            const int row = idx >> 3, u = idx & 7;
-            const int tok = chunk * kTiledEpi16Tokens + row;
-            const int f = feat_base + 8 * u;
+            const int row = idx >> 4, col = (idx & 15) * 4;
+            const int tok = chunk * kTiledEpiTokens + row;
+            const int f = feat_h + col;
             if (tok < c.rows && f < p.n) {
-              const uint4 v = ptx::ld_shared_v4(st16 + row * 128 + ((u ^ (row & 7)) << 4));
-              store8(out + map.out_row(c, tok, cw) + f, v, min(8, p.n - f), p.vec8_ok, p.vec_ok);
+              float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
+              if (to_slot) {
+                __stcg(reinterpret_cast<float4*>(slots + part * 2 * kSlot + tok * 64 + col), v);
+                continue;
+              }
+              if constexpr (Weights::kDecode) {
+                const float a = alpha_of(c, tok);
+                v.x *= a, v.y *= a, v.z *= a, v.w *= a;
+              }
+              if constexpr (kSplit) {  // outputs the split cannot carry: recomputed below
+                const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                  if (!isfinite(e[j])) bad |= 1u << (4 * i + j);
+              }
+              store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
             }
           }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int chunk = 0; chunk < (BN + kTiledEpiTokens - 1) / kTiledEpiTokens; ++chunk) {
-        if (chunk * kTiledEpiTokens >= c.bn) break;  // a narrow tile's columns end here (uniform)
-        [[maybe_unused]] std::uint32_t bad = 0;      // kSplit: this thread's non-finite outputs, 4 i + j
-        ptx::named_barrier_sync(2 + cw, 128);  // the previous chunk (and tile) has been read
-        if constexpr (RowMap::kScatter)
-          if (chunk == 0) map.publish_out_rows(cw, ctid, out_ids);
-#pragma unroll
-        for (int jj = 0; jj < kTiledEpiTokens / 8; ++jj) {
-          const int j = chunk * (kTiledEpiTokens / 8) + jj;
-          if (8 * j >= BN) break;  // BN not a multiple of 32: the last chunk is partial
-          float* const r0 = stage_out + (8 * jj + q2) * kTiledEpiStride + fr;
-          r0[0] = acc[4 * j + 0];
-          r0[kTiledEpiStride] = acc[4 * j + 1];
-          r0[8] = acc[4 * j + 2];
-          r0[kTiledEpiStride + 8] = acc[4 * j + 3];
-        }
-        ptx::named_barrier_sync(2 + cw, 128);
-#pragma unroll
-        for (int i = 0; i < kTiledEpiTokens * 16 / 128; ++i) {
-          const int idx = ctid + 128 * i;
-          const int row = idx >> 4, col = (idx & 15) * 4;
-          const int tok = chunk * kTiledEpiTokens + row;
-          const int f = feat_base + col;
-          if (tok < c.rows && f < p.n) {
-            float4 v = *reinterpret_cast<const float4*>(stage_out + row * kTiledEpiStride + col);
-            if (to_slot) {
-              __stcg(reinterpret_cast<float4*>(slots + part * 2 * kSlot + tok * 64 + col), v);
-              continue;
-            }
-            if constexpr (Weights::kDecode) {
-              const float a = alpha_of(c, tok);
-              v.x *= a, v.y *= a, v.z *= a, v.w *= a;
-            }
-            if constexpr (kSplit) {  // outputs the split cannot carry: recomputed below
-              const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int j = 0; j < 4; ++j)
-                if (!isfinite(e[j])) bad |= 1u << (4 * i + j);
-            }
-            store4(out + map.out_row(c, tok, cw) + f, v, min(4, p.n - f), p.vec_ok);
-          }
-        }
-        if constexpr (kSplit) {
-          // In IEEE f32, one output at a time (rare: non-finite inputs or a part past FLT_MAX), in
-          // a loop kept out of the unrolled stores above so that it exists once a chunk.
+          if constexpr (kSplit) {
+            // In IEEE f32, one output at a time (rare: non-finite inputs or a part past FLT_MAX), in
+            // a loop kept out of the unrolled stores above so that it exists once a chunk.
 #pragma unroll 1
-          while (bad) {
-            const int b = __ffs(bad) - 1;
-            bad &= bad - 1;
-            const int idx = ctid + 128 * (b >> 2), tok = chunk * kTiledEpiTokens + (idx >> 4);
-            const int f = feat_base + (idx & 15) * 4 + (b & 3);
-            if (f < p.n) out[map.out_row(c, tok, cw) + f] = Weights::ieee_dot(wp, c.group, c.tok0 + tok, f);
+            while (bad) {
+              const int b = __ffs(bad) - 1;
+              bad &= bad - 1;
+              const int idx = ctid + 128 * (b >> 2), tok = chunk * kTiledEpiTokens + (idx >> 4);
+              const int f = feat_h + (idx & 15) * 4 + (b & 3);
+              if (f < p.n) out[map.out_row(c, tok, cw) + f] = Weights::ieee_dot(wp, c.group, c.tok0 + tok, f);
+            }
           }
         }
       }
