@@ -3,7 +3,8 @@
 //
 // One CTA = 3 warpgroups: a producer (TMA / cp.async, few registers) and two consumers. Weights
 // are always the wgmma A operand: each consumer owns 64 weight rows (output features), so a tile
-// is 128 features x BN activation rows (tokens); K moves in slices of one 128-byte swizzle row
+// is 128 features x BN activation rows (tokens), or (tall dense tiles, kTiledTallBM) 128 rows a
+// consumer in two 64-row halves, 256 a tile; K moves in slices of one 128-byte swizzle row
 // (64 16-bit or 32 f32 elements) through a ring of `stages` shared-memory stages.
 #pragma once
 #include <cstdint>

@@ -9,8 +9,10 @@
 //                 of stages with full/empty mbarriers;
 //   warpgroups 1-2 consumers (232 registers): 64 weight rows each x BN tokens, four
 //                 m64nBNk16 wgmmas a stage with one stage in flight (ternary: one k16 slice a
-//                 group, three in flight while the next is decoded), f32 accumulators; then the
-//                 epilogue: 16-bit outputs converted in registers and written by stmatrix, 64
+//                 group, three in flight while the next is decoded; tall dense tiles,
+//                 DenseRowsTall: 128 weight rows each, eight wgmmas a stage in two halves),
+//                 f32 accumulators; then the epilogue (a tall tile's halves in turn):
+//                 16-bit outputs converted in registers and written by stmatrix, 64
 //                 tokens x 64 features at a time, then 16-byte stores of whole output rows; f32
 //                 outputs (and K parts' slots) staged 32 tokens x 64 features of f32 at a time
 //                 and stored 4 columns a thread (vectorized where aligned).
