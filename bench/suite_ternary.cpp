@@ -144,8 +144,11 @@ void run_gpu(BenchEnv& env) {
                                {"llama8b_down", 4096, 14336}};
   // Held-out decode shapes (issue #13): BitNet-b1.58-2B-like (hidden 2560, FFN 6912, gate and up
   // fused; q, k, v fused) and Llama-3-70B-like (hidden 8192, FFN 28672).
+  // The unfused BitNet-2B projections too, as examples/ternary_layer.py calls them (q and o
+  // 2560 x 2560, k and v 640 x 2560, gate and up 6912 x 2560): small calls, fixed-cost bound.
   for (Shape x : {Shape{"bitnet2b_gate_up", 13824, 2560}, Shape{"bitnet2b_down", 2560, 6912}, Shape{"bitnet2b_qkv", 3840, 2560},
-                  Shape{"llama70b_up", 28672, 8192}, Shape{"llama70b_down", 8192, 28672}})
+                  Shape{"llama70b_up", 28672, 8192}, Shape{"llama70b_down", 8192, 28672}, Shape{"bitnet2b_q", 2560, 2560},
+                  Shape{"bitnet2b_kv", 640, 2560}, Shape{"bitnet2b_gate", 6912, 2560}})
     shapes.push_back(x);
   if (env.quick) shapes = {{"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
   for (const Shape& sh : shapes) {
