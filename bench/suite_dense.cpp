@@ -200,14 +200,6 @@ void run_dense(BenchEnv& env) {
     if (hopper)  // f32 Exact on the engine (3xTF32) against SGEMM
       cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::TiledSm90});
   }
-  // Stream-K on the engine (bf16): wherever there are at least as many 256-wide tiles as SMs.
-  if (hopper && !env.quick)
-    for (const L& l : std::vector<L>{{"dit_proj", 1536, 27648, 3072}, {"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280},
-                                     {"llama_ffn_prefill", 4096, 14336, 4096}, {"dit_m2048", 2048, 3072, 3072},
-                                     {"qkv6144_m1536", 1536, 6144, 4096}, {"dit_m3072", 3072, 3072, 3072}})
-      if (engine::tiled_sm90_dense_streamk_launch(1, l.m, l.n, env.ctx.arch().sm_count).tiles >= env.ctx.arch().sm_count)
-        cases.push_back({std::string(l.name) + "_tiled_sm90_streamk", l.m, l.n, l.k, DType::BF16, Precision::Exact,
-                         DenseRoute::TiledSm90StreamK});
   // The engine's 16-bit tile widths beyond 64/128/256 (kTiledDenseWidths): DiT-sized token
   // counts on a 3072-wide and a 6144-wide weight, where the plan takes 224, 192 or 144 to fill
   // whole waves; cuBLASLt in the same run is the baseline.

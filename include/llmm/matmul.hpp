@@ -22,11 +22,6 @@ enum class DenseRoute {
   Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
   TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
              // 3xTF32, x . w^T on sm_90
-  TiledSm90StreamK,  // the same engine, whole 256-wide tiles for all but the last wave or two,
-             // whose k-blocks its CTAs split evenly (f16/bf16, at least as many tiles as SMs):
-             // reproducible run to run, not batch-invariant (where a tile is cut moves with m);
-             // a context-owned workspace (~34 MB; the first call outside graph capture). Slower
-             // than TiledSm90 on the H200 so far: by name only, never Auto's
   CublasLt,  // vendor GEMM, for the shapes where it measures faster
 };
 const char* route_name(DenseRoute r) noexcept;

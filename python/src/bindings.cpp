@@ -323,11 +323,10 @@ Precision precision_of(nb::handle h, const char* op) {
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
   for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide,
-                       DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::TiledSm90, DenseRoute::TiledSm90StreamK,
-                       DenseRoute::CublasLt})
+                       DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, naive, gemv, gemv_wide, skinny_mma, tiled, tiled_sm90, tiled_sm90_streamk, cublaslt)");
+       "' (auto, cpu, naive, gemv, gemv_wide, skinny_mma, tiled, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {

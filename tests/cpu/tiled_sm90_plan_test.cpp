@@ -191,36 +191,6 @@ TEST(TiledSm90Plan, EveryDenseWidthIsReachable) {
     }
 }
 
-// Stream-K (matmul's tiled_sm90_streamk): 16-bit, at least as many 256-wide tiles as SMs (so a
-// tile is cut between two CTAs at most), bn 256 on every SM, its workspace's size.
-TEST(TiledSm90Plan, DenseStreamK) {
-  EXPECT_EQ(tiled_sm90_dense_streamk_refusal(xwt(1536, 3072, 3072), h200()), "");  // 144 tiles
-  EXPECT_EQ(tiled_sm90_dense_streamk_refusal(xwt(1024, 4224, 64, DType::F16), h200()), "");  // 4 x 33 = 132
-  const std::string few = tiled_sm90_dense_streamk_refusal(xwt(1024, 4096, 64), h200());  // 4 x 32 = 128
-  EXPECT_NE(few.find("128 < 132"), std::string::npos) << few;
-  EXPECT_NE(tiled_sm90_dense_streamk_refusal(xwt(1536, 3072, 3072, DType::F32), h200()), "");
-  MatmulDesc notrans = xwt(1536, 3072, 3072);
-  notrans.transpose_b = false;
-  EXPECT_NE(tiled_sm90_dense_streamk_refusal(notrans, h200()), "");  // the engine's own refusals first
-  ArchInfo a100 = h200();
-  a100.cc_major = 8;
-  EXPECT_NE(tiled_sm90_dense_streamk_refusal(xwt(1536, 3072, 3072), a100), "");
-  const TiledSm90Launch l = tiled_sm90_dense_streamk_launch(1, 1536, 3072, 132);
-  EXPECT_TRUE(l.streamk);
-  EXPECT_EQ(l.bn, 256);
-  EXPECT_EQ(l.tiles, 144);
-  EXPECT_EQ(l.grid, 132);
-  EXPECT_EQ(l.smem_bytes, tiled_sm90_shape(256).fixed_smem_bytes());
-  EXPECT_EQ(tiled_sm90_dense_streamk_slot_bytes(l), 132ull * 2 * 2 * 64 * 256 * 4);
-  EXPECT_EQ(tiled_sm90_dense_streamk_counter_bytes(l), 144ull * 2 * 4);
-  EXPECT_EQ(tiled_sm90_dense_streamk_kernel_name(DType::BF16), "tiled_sm90_dense_bf16_bn256_streamk");
-  // Through the router: forced only (Auto never picks it without a measured gate), refused with the reason.
-  EXPECT_EQ(plan_matmul(xwt(1536, 3072, 3072), h200(), DenseRoute::TiledSm90StreamK).route, DenseRoute::TiledSm90StreamK);
-  EXPECT_NE(plan_matmul(xwt(1536, 3072, 3072), h200()).route, DenseRoute::TiledSm90StreamK);
-  EXPECT_THROW(plan_matmul(xwt(64, 64, 64), h200(), DenseRoute::TiledSm90StreamK), Error);
-  EXPECT_STREQ(route_name(DenseRoute::TiledSm90StreamK), "tiled_sm90_streamk");
-}
-
 // f32 (3xTF32): 128- or 64-wide tiles only (a consumer holds two accumulators), its own ring.
 TEST(TiledSm90Plan, DenseF32TilesAreAtMost128Wide) {
   TiledSm90Launch l = tiled_sm90_dense_launch(DType::F32, 1, 4096, 14336, 132);

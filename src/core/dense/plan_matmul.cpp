@@ -17,7 +17,6 @@ const char* route_name(DenseRoute r) noexcept {
     case DenseRoute::SkinnyMma: return "skinny_mma";
     case DenseRoute::Tiled: return "tiled";
     case DenseRoute::TiledSm90: return "tiled_sm90";
-    case DenseRoute::TiledSm90StreamK: return "tiled_sm90_streamk";
     case DenseRoute::CublasLt: return "cublaslt";
   }
   return "?";
@@ -57,9 +56,6 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
     case DenseRoute::TiledSm90:
       if (!cuda) return "needs a CUDA context";
       return engine::tiled_sm90_dense_refusal(d, arch);
-    case DenseRoute::TiledSm90StreamK:
-      if (!cuda) return "needs a CUDA context";
-      return engine::tiled_sm90_dense_streamk_refusal(d, arch);
     case DenseRoute::CublasLt:
       if (!cuda) return "needs a CUDA context";
       return d.k > 0 ? "" : "k == 0 is not a cuBLASLt problem";

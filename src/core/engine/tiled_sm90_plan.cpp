@@ -117,37 +117,6 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm) {
   return "tiled_sm90_dense_" + dt + (bm == kTiledBM ? "" : "_bm" + std::to_string(bm)) + "_bn" + std::to_string(bn);
 }
 
-std::string tiled_sm90_dense_streamk_refusal(const MatmulDesc& d, const ArchInfo& arch) {
-  std::string why = tiled_sm90_dense_refusal(d, arch);
-  if (!why.empty()) return why;
-  if (!is16(d.dtype)) return "stream-K runs f16 and bf16 only";
-  const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : kDefaultSms;
-  const std::int64_t tiles = d.batch * ceil_div(d.m, 256) * ceil_div(d.n, kTiledBM);
-  if (tiles < sms) return "needs at least as many 256-wide tiles as SMs (" + std::to_string(tiles) + " < " + std::to_string(sms) + ")";
-  if (tiles > (std::int64_t{1} << 40) / ceil_div(d.k, kTiledBK)) return "more than 2^40 k-blocks in all";
-  return "";
-}
-
-TiledSm90Launch tiled_sm90_dense_streamk_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count) {
-  TiledSm90Launch l = launch_at(batch, m, n, sm_count, 256);
-  l.streamk = true;
-  return l;
-}
-
-std::uint64_t tiled_sm90_dense_streamk_slot_bytes(const TiledSm90Launch& l) {
-  constexpr const char* kWhat = "tiled_sm90_dense_streamk_slot_bytes";
-  return checked_mul(to_u64(l.grid, kWhat), checked_mul(4u * 64u * 4u, to_u64(l.bn, kWhat), kWhat), kWhat);
-}
-
-std::uint64_t tiled_sm90_dense_streamk_counter_bytes(const TiledSm90Launch& l) {
-  constexpr const char* kWhat = "tiled_sm90_dense_streamk_counter_bytes";
-  return checked_mul(to_u64(l.tiles, kWhat), 8u, kWhat);
-}
-
-std::string tiled_sm90_dense_streamk_kernel_name(DType dtype) {
-  return "tiled_sm90_dense_" + std::string(dtype_name(dtype)) + "_bn256_streamk";
-}
-
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch) {
   if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
   if (!is16(g.w_dtype) || g.in_dtype != g.w_dtype) return "needs f16 or bf16 weights and an input of the same dtype";

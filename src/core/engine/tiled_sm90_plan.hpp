@@ -47,8 +47,6 @@ struct TiledSm90Launch {
   bool pdl = false;
   // moe: the engine sorts the routed rows itself (ExpertRowsFused): the route is this one kernel.
   bool fused = false;
-  // dense: stream-K (DenseRowsStreamK): the grid's CTAs split the tiles' k-blocks evenly.
-  bool streamk = false;
   friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
 };
 
@@ -82,27 +80,6 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm = kTiledBM)
 // 32000-row lm head); 0.40-0.79x at 24-48 tiles, where one wave of long-K tiles is latency-bound
 // and SGEMM streams the weight on every SM.
 bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch);
-
-// ---- dense with stream-K (matmul's tiled_sm90_streamk route)
-// The CTAs (one a SM) take whole 256-wide tiles for the first tiles / SMs - 1 waves, then split
-// the remaining tiles' k-blocks evenly, so a tile count that is not a multiple of the SMs leaves
-// no SM idle (1536 x 3072: 144 tiles = 1.09 waves); a tile cut between two CTAs is summed from
-// their two f32 parts (a two-term sum: the same bits whichever finishes second, reproducible run
-// to run, but the cuts move with m: not batch-invariant, unlike tiled_sm90). Measured on the H200
-// (docs/performance.md, "Stream-K on the engine", session 24): 0.78-0.98x cuBLASLt, slower than
-// tiled_sm90's width rule on every suite shape, so Auto never takes it; an A/B route by name.
-// Why it cannot take `d` ("" when it can): tiled_sm90_dense_refusal's reasons, 16-bit only, at
-// least as many tiles as SMs (every CTA then holds at least one tile's worth of the streamed
-// part, so a tile is cut at most once), and the k-blocks of all tiles below 2^40. sm_count 0 = 132.
-std::string tiled_sm90_dense_streamk_refusal(const MatmulDesc& d, const ArchInfo& arch);
-// Its launch: bn 256, the grid the SMs, streamk set.
-TiledSm90Launch tiled_sm90_dense_streamk_launch(std::int64_t batch, std::int64_t m, std::int64_t n, int sm_count);
-// Its workspace: the f32 parts [grid][2][2][64 x 256] and the counters [tiles][2] (u32, zero
-// when allocated; each launch leaves them zero). Overflow-checked (InvalidArgument).
-std::uint64_t tiled_sm90_dense_streamk_slot_bytes(const TiledSm90Launch& l);
-std::uint64_t tiled_sm90_dense_streamk_counter_bytes(const TiledSm90Launch& l);
-// tiled_sm90_dense_<dt>_bn256_streamk
-std::string tiled_sm90_dense_streamk_kernel_name(DType dtype);
 
 // ---- moe (grouped route)
 // Why the moe instance cannot take `g` ("" when it can): sm_90, weights and input of one 16-bit

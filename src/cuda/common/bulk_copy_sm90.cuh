@@ -86,14 +86,6 @@ __device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
 
 // Named barrier over `threads` threads (a multiple of 32) of the block, id 1..15 (0 is
 // __syncthreads'): lets the consumer warps meet without the producer.
-// A 32-bit load with acquire semantics at GPU scope: what another CTA wrote before its release
-// (a __threadfence() and then this word) is visible after it.
-__device__ __forceinline__ std::uint32_t ld_acquire_gpu(const std::uint32_t* p) {
-  std::uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

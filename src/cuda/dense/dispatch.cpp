@@ -10,7 +10,6 @@
 #include "core/ranges.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/dense/launch.hpp"
-#include "cuda/dense/streamk_workspace.hpp"
 #include "cuda/engine/launch.hpp"
 #include "llmm/error.hpp"
 
@@ -68,7 +67,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   cuda_dense::GemvWideConfig wide{};
   cuda_dense::SkinnyMmaConfig skinny{};
   engine::TiledSm90Launch sm90{};
-  cuda_dense::StreamKWorkspace sk{};
   const cuda_dense::CublasLtGemm* lt = nullptr;
   void* workspace = nullptr;
   switch (plan.route) {  // resolve: may throw, nothing enqueued yet
@@ -94,11 +92,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
       sm90 = engine::tiled_sm90_dense_launch(g.dtype, g.batch, g.m, g.n, ctx.arch().sm_count);
       name = engine::tiled_sm90_dense_kernel_name(g.dtype, sm90.bn, sm90.bm);
       break;
-    case DenseRoute::TiledSm90StreamK:
-      sm90 = engine::tiled_sm90_dense_streamk_launch(g.batch, g.m, g.n, ctx.arch().sm_count);
-      name = engine::tiled_sm90_dense_streamk_kernel_name(g.dtype);
-      sk = cuda_dense::streamk_workspace(ctx, sm90);
-      break;
     case DenseRoute::CublasLt:
       lt = &lt_plan(ctx, g);
       workspace = ctx.cublaslt_workspace();
@@ -114,21 +107,12 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
     case DenseRoute::SkinnyMma: cuda_dense::launch_skinny_mma(g, skinny, s); break;
     case DenseRoute::Tiled: cuda_dense::launch_gemm_mma(g, s); break;
     case DenseRoute::TiledSm90: engine::launch_tiled_sm90_dense(g, sm90, s); break;
-    case DenseRoute::TiledSm90StreamK: engine::launch_tiled_sm90_dense(g, sm90, s, sk.slots, sk.counters); break;
     case DenseRoute::CublasLt: lt->run(g, workspace, s); break;
     default: break;
   }
   // gemm_mma launches once per 65535 batch entries (gridDim.z); every other route launches once.
   int launches = plan.route == DenseRoute::Tiled ? static_cast<int>((g.batch + 65534) / 65535) : 1;
-  for (int i = 0; i < launches; ++i)
-    ctx.note_launch(name, [&] {
-      LaunchRanges r = dense_ranges(g, workspace);
-      if (sk.base) {  // the stream-K route's parts and counters
-        r.reads.push_back({sk.base, static_cast<std::size_t>(sk.bytes)});
-        r.writes.push_back({sk.base, static_cast<std::size_t>(sk.bytes)});
-      }
-      return r;
-    });
+  for (int i = 0; i < launches; ++i) ctx.note_launch(name, [&] { return dense_ranges(g, workspace); });
   return Receipt{route_name(plan.route), name, launches};
 }
 

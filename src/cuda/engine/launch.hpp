@@ -14,10 +14,8 @@
 namespace llmm::engine {
 
 // c[b] = a[b] . b[b]^T (DenseArgs with !a_trans, b_trans, f16/bf16, or f32 with exact: 3xTF32);
-// `l` from tiled_sm90_dense_launch, or tiled_sm90_dense_streamk_launch with `slots` and
-// `counters` (tiled_sm90_dense_streamk_slot_bytes / _counter_bytes; the counters zero).
-void launch_tiled_sm90_dense(const cuda_dense::DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream,
-                             float* slots = nullptr, std::uint32_t* counters = nullptr);
+// `l` from tiled_sm90_dense_launch (or _launch_at).
+void launch_tiled_sm90_dense(const cuda_dense::DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream);
 
 // The grouped route's GEMM, after launch_moe_map on the same stream (counts and rows written);
 // `l` from tiled_sm90_moe_launch.

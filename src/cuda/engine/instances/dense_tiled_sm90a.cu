@@ -34,8 +34,7 @@ DenseRowsParams rows_params(const DenseArgs& g, const TiledSm90Launch& l, std::s
 }
 
 template <int BN, class T, int BM = kTiledBM>
-void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name,
-               float* slots = nullptr, std::uint32_t* counters = nullptr) {
+void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
   constexpr int es = static_cast<int>(sizeof(T));
   const CUtensorMap tm_w = tiled_sm90_operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, BM, es, name.c_str());
   const CUtensorMap tm_x = tiled_sm90_operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, es, name.c_str());
@@ -45,15 +44,6 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
     constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRowsTall>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
     return;
-  }
-  if constexpr (BN == 256 && !std::is_same_v<T, float>) {
-    if (l.streamk) {
-      p.partials = slots, p.counters = counters;
-      constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-      launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRowsStreamK>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream,
-                        name);
-      return;
-    }
   }
   if constexpr (std::is_same_v<T, float>) {
     Tf32x3Params wp;
@@ -70,26 +60,25 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
 
 // The instance of l.bn among kWidths at BM rows (false: none has it).
 template <class T, const auto& kWidths, int BM, std::size_t... I>
-bool launch_width(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name, float* slots,
-                  std::uint32_t* counters, std::index_sequence<I...>) {
-  return ((l.bn == kWidths[I] && (launch_bn<kWidths[I], T, BM>(g, l, stream, name, slots, counters), true)) || ...);
+bool launch_width(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name,
+                  std::index_sequence<I...>) {
+  return ((l.bn == kWidths[I] && (launch_bn<kWidths[I], T, BM>(g, l, stream, name), true)) || ...);
 }
 
 // 16-bit: every width of kTiledDenseWidths, and at 256 rows of kTiledTallWidths; f32 (3xTF32):
 // kTiledF32Widths.
 template <class T>
-void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name, float* slots,
-              std::uint32_t* counters) {
+void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
   bool launched = false;
   if constexpr (std::is_same_v<T, float>) {
     if (l.bm == kTiledBM)
-      launched = launch_width<T, kTiledF32Widths, kTiledBM>(g, l, stream, name, slots, counters,
+      launched = launch_width<T, kTiledF32Widths, kTiledBM>(g, l, stream, name,
                                                             std::make_index_sequence<std::size(kTiledF32Widths)>{});
   } else if (l.bm == kTiledTallBM) {
-    launched = launch_width<T, kTiledTallWidths, kTiledTallBM>(g, l, stream, name, slots, counters,
+    launched = launch_width<T, kTiledTallWidths, kTiledTallBM>(g, l, stream, name,
                                                                std::make_index_sequence<std::size(kTiledTallWidths)>{});
   } else if (l.bm == kTiledBM) {
-    launched = launch_width<T, kTiledDenseWidths, kTiledBM>(g, l, stream, name, slots, counters,
+    launched = launch_width<T, kTiledDenseWidths, kTiledBM>(g, l, stream, name,
                                                             std::make_index_sequence<std::size(kTiledDenseWidths)>{});
   }
   if (!launched) fail(ErrorCode::Internal, name, ": no instance with bn ", l.bn, " and bm ", l.bm);
@@ -97,19 +86,14 @@ void launch_t(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream,
 
 }  // namespace
 
-void launch_tiled_sm90_dense(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream, float* slots,
-                             std::uint32_t* counters) {
-  const std::string name =
-      l.streamk ? tiled_sm90_dense_streamk_kernel_name(g.dtype) : tiled_sm90_dense_kernel_name(g.dtype, l.bn, l.bm);
+void launch_tiled_sm90_dense(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
+  const std::string name = tiled_sm90_dense_kernel_name(g.dtype, l.bn, l.bm);
   if (g.a_trans || !g.b_trans || g.k < 1 || g.k > 0x7fffffff || l.tiles < 1 || l.tiles > 0x7fffffff ||
       (g.dtype == DType::F32 && !g.exact))
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
-  // Stream-K: every CTA at least one tile's k-blocks (a tile cut once at most), 16-bit, bn 256.
-  if (l.streamk && (g.dtype == DType::F32 || l.bn != 256 || l.bm != kTiledBM || l.tiles < l.grid || slots == nullptr || counters == nullptr))
-    fail(ErrorCode::Internal, name, ": stream-K launch outside the instance's contract (tiles ", l.tiles, ", grid ", l.grid, ")");
-  if (g.dtype == DType::BF16) launch_t<__nv_bfloat16>(g, l, stream, name, slots, counters);
-  else if (g.dtype == DType::F16) launch_t<__half>(g, l, stream, name, slots, counters);
-  else if (g.dtype == DType::F32) launch_t<float>(g, l, stream, name, slots, counters);
+  if (g.dtype == DType::BF16) launch_t<__nv_bfloat16>(g, l, stream, name);
+  else if (g.dtype == DType::F16) launch_t<__half>(g, l, stream, name);
+  else if (g.dtype == DType::F32) launch_t<float>(g, l, stream, name);
   else fail(ErrorCode::Internal, name, ": unsupported dtype ", dtype_name(g.dtype));
 }
 

@@ -93,19 +93,6 @@ struct DenseRows {
   }
 };
 
-// DenseRows with stream-K (tiled_sm90a.cuh): whole tiles for the first tiles / grid - 1 waves,
-// then CTA b streams k-blocks [b T / grid, (b + 1) T / grid) of the remaining tiles' T k-blocks
-// laid end to end; a tile cut between two CTAs is completed by the second to finish it, from the
-// first's f32 part. Params::partials: [grid][2 roles][2][64 x
-// BN] f32 (role 0: the CTA's first unit, a tile's tail; 1: its last, a head), counters: [tiles][2]
-// u32, zero before the first launch (each launch leaves them zero).
-template <int BN>
-struct DenseRowsStreamK : DenseRows<BN> {
-  static constexpr bool kSplitK = false;
-  static constexpr bool kStreamK = true;
-  using DenseRows<BN>::DenseRows;
-};
-
 // DenseRows in tall tiles: kTiledTallBM weight rows a tile (each consumer 128: two m64 wgmmas a
 // k16 step on the same token columns; tiled_sm90_tall_shape), Params::tiles_feat counted in
 // them. K whole (no parts).
@@ -122,13 +109,6 @@ template <class Map>
 constexpr int tile_rows_v = [] {
   if constexpr (requires { Map::kBM; }) return Map::kBM;
   else return kTiledBM;
-}();
-
-// Whether a row map walks its work stream-K (kStreamK), false for those without the member.
-template <class Map>
-constexpr bool stream_k_v = [] {
-  if constexpr (requires { Map::kStreamK; }) return Map::kStreamK;
-  else return false;
 }();
 
 // ---------------------------------------------------------------------------------------------

@@ -33,9 +33,9 @@
 // the parts' slots in part order and stores the tile. Every output element is written once, by
 // one thread, from f32 accumulations over K in a fixed order: results are reproducible run to
 // run and do not depend on the grid or the other rows of the batch (the parts depend on n and k
-// only: the plan's rule). Stream-K (DenseRowsStreamK) walks its units differently (whole tiles,
-// then an even share of the last tiles' k-blocks, below) and is reproducible but not
-// batch-invariant: where a tile is cut follows the tile count.
+// only: the plan's rule). (Stream-K, whole tiles then an even share of the last tiles'
+// k-blocks, was a row map here in sessions 24-25: it lost to the tile widths and tall tiles on
+// every shape and was retired; docs/performance.md, "Stream-K on the engine".)
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // k16 step into two accumulator halves; plain dense rows and 16-bit weights only.
   constexpr int kHalves = tile_rows_v<RowMap> / kTiledBM;
   static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !RowMap::kGather && !RowMap::kScatter &&
-                                 !RowMap::kRowTma && !RowMap::kSplitK && !stream_k_v<RowMap> && RowMap::kMid == 0 && BN <= 160),
+                                 !RowMap::kRowTma && !RowMap::kSplitK && RowMap::kMid == 0 && BN <= 160),
                 "tall tiles run 16-bit dense rows of whole K, at most 160 tokens wide (bn accumulators a thread)");
   constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN)
                                : kSplit         ? tiled_sm90_f32_shape(BN)
@@ -182,53 +182,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   if constexpr (RowMap::kSplitK)
     if (p.parts > 1) parts = p.parts, kb_per_part = p.kb_per_part;
   const int units = total * parts;
-  // Stream-K (a row map with kStreamK: DenseRowsStreamK), after whole tiles: with W = tiles /
-  // grid (>= 1: the plan's rule), CTA b first takes whole tiles b, b + grid, ... of the first
-  // W - 1 waves (neighbouring CTAs on neighbouring tiles, as without stream-K: what they read is
-  // shared in L2), then k-blocks [r0, r1) of the remaining tiles' k-blocks laid end to end (r0 =
-  // b x their k-blocks / grid): the tiles that range touches, each clipped to it. Every CTA gets
-  // at least one tile's worth there, so a tile is cut between at most two CTAs (its head ends
-  // one CTA's range, its tail starts the next's); the second of the two to finish completes it
-  // (before the epilogue). (All tiles stream-K, session 24 run 4: CTAs spread over every tile at
-  // once, L2 hit rate 74.6 -> 52.5% and L2 at 96% on llama_ffn, 19% slower.)
-  constexpr bool kStreamK = stream_k_v<RowMap>;
-  static_assert(!kStreamK || (!kSplit && !Weights::kDecode && !RowMap::kSplitK), "stream-K runs 16-bit dense rows only");
-  [[maybe_unused]] std::int64_t sk_r0 = 0, sk_r1 = 0;
-  [[maybe_unused]] int sk_dp = 0, sk_u0 = 0, sk_units = 0;
-  if constexpr (kStreamK) {
-    sk_dp = (total / static_cast<int>(gridDim.x) - 1);  // whole tiles of each CTA
-    const std::int64_t first = static_cast<std::int64_t>(sk_dp) * gridDim.x;  // the first tile streamed by k-blocks
-    const std::int64_t all = (total - first) * kblocks;
-    sk_r0 = first * kblocks + all * blockIdx.x / gridDim.x, sk_r1 = first * kblocks + all * (blockIdx.x + 1) / gridDim.x;
-    sk_u0 = static_cast<int>(sk_r0 / kblocks);
-    sk_units = sk_dp + (sk_r1 > sk_r0 ? static_cast<int>((sk_r1 - 1) / kblocks) + 1 - sk_u0 : 0);
-  }
-  // This CTA's units: u = first_unit(); u < unit_end(); u += unit_step().
-  auto first_unit = [&]() -> int {
-    if constexpr (kStreamK) return 0;
-    else return blockIdx.x;
-  };
-  auto unit_end = [&]() -> int {
-    if constexpr (kStreamK) return sk_units;
-    else return units;
-  };
-  auto unit_step = [&]() -> int {
-    if constexpr (kStreamK) return 1;
-    else return gridDim.x;
-  };
+  // This CTA's units: u = blockIdx.x; u < units; u += gridDim.x.
   auto unit_k = [&](int u, int& t, int& part, int& kb0, int& kb1) {
-    if constexpr (kStreamK) {
-      part = 0;
-      if (u < sk_dp) {  // a whole tile of the first waves
-        t = static_cast<int>(blockIdx.x) + u * static_cast<int>(gridDim.x), kb0 = 0, kb1 = kblocks;
-        return;
-      }
-      t = sk_u0 + (u - sk_dp);
-      const std::int64_t base = static_cast<std::int64_t>(t) * kblocks;
-      kb0 = static_cast<int>(sk_r0 > base ? sk_r0 - base : 0);
-      kb1 = static_cast<int>(sk_r1 - base < kblocks ? sk_r1 - base : kblocks);
-      return;
-    }
     t = u / parts;
     part = u - t * parts;
     kb0 = part * kb_per_part;
@@ -274,7 +229,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           const int t = ptid - 32;
           const std::uint32_t ring_addr = ptx::smem_addr(ring);
           int it = 0;
-          for (int u = first_unit(); u < unit_end(); u += unit_step()) {
+          for (int u = blockIdx.x; u < units; u += gridDim.x) {
             int tt, part, kb0, kb1;
             unit_k(u, tt, part, kb0, kb1);
             for (int kb = kb0; kb < kb1; ++kb, ++it) {
@@ -292,7 +247,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       }
       if (ptid != 0) return;
       int it = 0;
-      for (int u = first_unit(); u < unit_end(); u += unit_step()) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int t, part, kb0, kb1;
         unit_k(u, t, part, kb0, kb1);
         const TileCoord c = map.tile(t);
@@ -388,7 +343,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   };
 
   int it = 0;
-  for (int u = first_unit(); u < unit_end(); u += unit_step()) {
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int t, part, kb0, kb1;
     unit_k(u, t, part, kb0, kb1);
     const TileCoord c = map.tile(t);
@@ -540,44 +495,6 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       ptx::wgmma_fence_regs(acc);
       if (lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
     }
-    if constexpr (kStreamK) {
-      if (kb0 > 0 || kb1 < kblocks) {
-        // A tile cut between this CTA and a neighbour: this CTA holds its head (k-blocks from 0:
-        // this CTA's last unit) or its tail (to the end: its first unit). Each publishes its f32
-        // accumulators in its own slot (unless the other has already) and counts in on the
-        // tile's counter; the second adds the other's part to its registers and stores the
-        // tile. A sum of two terms: the same bits whichever CTA is second. No CTA waits on
-        // another. The second sets the counter back to 0 for the next launch.
-        const bool head = kb0 == 0;
-        constexpr std::int64_t kPart = 64 * BN;  // floats: one consumer's accumulators
-        auto slot = [&](std::int64_t cta, int role) { return p.partials + ((cta * 2 + role) * 2 + cw) * kPart; };
-        float4* const own = reinterpret_cast<float4*>(slot(blockIdx.x, head ? 1 : 0));
-        const float4* const other = reinterpret_cast<const float4*>(head ? slot(blockIdx.x + 1, 0) : slot(blockIdx.x - 1, 1));
-        std::uint32_t* const ctr = p.counters + 2 * static_cast<std::int64_t>(t) + cw;
-        volatile int* const flag = reinterpret_cast<int*>(stage_out);
-        ptx::named_barrier_sync(2 + cw, 128);  // stage_out's reads of the previous tile are done
-        if (ctid == 0) *flag = static_cast<int>(ptx::ld_acquire_gpu(ctr));
-        ptx::named_barrier_sync(2 + cw, 128);
-        if (*flag == 0) {  // the other part is not published yet: publish this one
-#pragma unroll
-          for (int q = 0; q < BN / 8; ++q)  // [q][thread] float4s: each warp's stores one 512-byte run
-            __stcg(own + q * 128 + ctid, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
-          __threadfence();
-          ptx::named_barrier_sync(2 + cw, 128);
-          if (ctid == 0) *flag = static_cast<int>(atomicAdd(ctr, 1u));
-          ptx::named_barrier_sync(2 + cw, 128);
-          if (*flag == 0) continue;  // first: the neighbour completes the tile
-        }
-        __threadfence();
-#pragma unroll
-        for (int q = 0; q < BN / 8; ++q) {
-          const float4 o = __ldcg(other + q * 128 + ctid);
-          acc[4 * q] += o.x, acc[4 * q + 1] += o.y, acc[4 * q + 2] += o.z, acc[4 * q + 3] += o.w;
-        }
-        if (ctid == 0) *ctr = 0;
-      }
-    }
-
     // ---- epilogue: 32 tokens at a time through shared memory, then whole output rows
     const int fr = 16 * warp + (lane >> 2);  // feature row of acc[4j], +8 for acc[4j + 2]
     const int q2 = 2 * (lane & 3);           // token column of acc[4j], +1 for acc[4j + 1]
