@@ -39,13 +39,8 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
   const CUtensorMap tm_w = tiled_sm90_operand_map(g.b, g.n, g.k, g.b_ld, g.b_batch, g.batch, BM, es, name.c_str());
   const CUtensorMap tm_x = tiled_sm90_operand_map(g.a, g.m, g.k, g.a_ld, g.a_batch, g.batch, BN, es, name.c_str());
   DenseRowsParams p = rows_params<BN, BM>(g, l, sizeof(T));
-  if constexpr (BM == kTiledTallBM) {
-    static_assert(!std::is_same_v<T, float>, "tall tiles are 16-bit only");
-    constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRowsTall>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
-    return;
-  }
   if constexpr (std::is_same_v<T, float>) {
+    static_assert(BM == kTiledBM, "tall tiles are 16-bit only");
     Tf32x3Params wp;
     wp.x = static_cast<const float*>(g.a), wp.w = static_cast<const float*>(g.b);
     wp.x_ld = g.a_ld, wp.x_batch = g.a_batch, wp.w_ld = g.b_ld, wp.w_batch = g.b_batch;
@@ -54,7 +49,10 @@ void launch_bn(const DenseArgs& g, const TiledSm90Launch& l, StreamHandle stream
                       name);
   } else {
     constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-    launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
+    if constexpr (BM == kTiledTallBM)
+      launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRowsTall>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
+    else
+      launch_tiled_sm90(&tiled_sm90_kernel<BN, bf16, T, DenseRows>, tm_w, tm_x, tm_x, p, TmaWeightsParams{}, l, stream, name);
   }
 }
 
