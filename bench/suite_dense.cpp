@@ -173,7 +173,8 @@ void run_dense(BenchEnv& env) {
   std::vector<DenseBenchCase> cases;
   struct W { const char* name; std::int64_t n, k; };
   std::vector<W> weights = {{"llama8b_up", 14336, 4096}, {"llama8b_down", 4096, 14336}, {"llama3_lmhead", 128256, 4096},
-                            {"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}};
+                            {"dit_proj", 27648, 3072}, {"dit_out", 3072, 3072}, {"bitnet2b_q", 2560, 2560},
+                            {"bitnet2b_gate", 6912, 2560}, {"bitnet2b_down", 2560, 6912}};
   std::vector<std::int64_t> ms = {1, 2, 4, 8, 16};
   std::vector<DType> dts = {DType::F16, DType::BF16, DType::F32};
   if (env.quick) weights = {{"llama8b_up", 14336, 4096}, {"dit_out", 3072, 3072}}, ms = {1, 8, 16};
@@ -182,11 +183,26 @@ void run_dense(BenchEnv& env) {
     for (DType t : dts)
       for (std::int64_t m : ms)
         cases.push_back({w.name + std::string("_m") + std::to_string(m), m, w.n, w.k, t, Precision::Exact, DenseRoute::Auto});
+  const bool hopper = env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0;
+  // gemv_wide forced at every decode token count and dtype (m 1 since session 26): the router's
+  // gate between it and cuBLASLt comes from these rows.
+  if (!env.quick)
+    for (const W& w : weights)
+      for (DType t : dts)
+        for (std::int64_t m : ms)
+          cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_gemv_wide", m, w.n, w.k, t, Precision::Exact,
+                           DenseRoute::GemvWide});
+  // The tiled engine at decode token counts (bf16), forced: where its weight stream stands
+  // against cuBLASLt's skinny kernels (issue 13's dense 16-bit target).
+  if (hopper && !env.quick)
+    for (const W& w : weights)
+      for (std::int64_t m : ms)
+        cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_tiled_sm90", m, w.n, w.k, DType::BF16,
+                         Precision::Exact, DenseRoute::TiledSm90});
   struct L { const char* name; std::int64_t m, n, k; };
   std::vector<L> large = {{"dit_proj", 1536, 27648, 3072}, {"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280},
                           {"llama_ffn_prefill", 4096, 14336, 4096}};
   if (env.quick) large = {{"dit_out", 1536, 3072, 3072}, {"tract_lmhead", 25, 32000, 1280}};
-  const bool hopper = env.ctx.arch().cc_major == 9 && env.ctx.arch().cc_minor == 0;
   for (const L& l : large) {
     for (DType t : {DType::F16, DType::BF16}) {
       cases.push_back({l.name, l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Auto});

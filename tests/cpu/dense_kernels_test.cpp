@@ -34,7 +34,7 @@ TEST(GemvWideConfig, GateRejectsShapesThatBelongElsewhere) {
   EXPECT_FALSE(gemv_wide_config(2, 128, 256, DType::F16, 7).has_value());  // pre-sm_80
   EXPECT_TRUE(gemv_wide_config(2, 128, 256, DType::F16, 0).has_value());   // unknown device
   EXPECT_TRUE(gemv_wide_config(2, 128, 256, DType::F16, 8).has_value());
-  EXPECT_FALSE(gemv_wide_config(1, 128, 256, DType::F16, 9).has_value());   // m == 1 -> gemv
+  EXPECT_FALSE(gemv_wide_config(0, 128, 256, DType::F16, 9).has_value());   // m == 0
   EXPECT_FALSE(gemv_wide_config(17, 128, 256, DType::F16, 9).has_value());  // 3 passes
   EXPECT_TRUE(gemv_wide_config(16, 128, 256, DType::F16, 9).has_value());
   EXPECT_FALSE(gemv_wide_config(4, 1, 256, DType::F16, 9).has_value());     // n == 1
@@ -53,7 +53,7 @@ TEST(GemvWideConfig, VectorsPerBlockAndPasses) {
     int vecs, passes, grid_x;
   };
   // One pass up to 8 vectors (kernels for 2, 4, 8), two passes of 8 up to 16.
-  const Case cases[] = {{2, 2, 1, 1},  {3, 4, 1, 1},  {4, 4, 1, 1},  {5, 8, 1, 1},
+  const Case cases[] = {{1, 1, 1, 1},  {2, 2, 1, 1},  {3, 4, 1, 1},  {4, 4, 1, 1},  {5, 8, 1, 1},
                         {8, 8, 1, 1},  {9, 8, 2, 2},  {12, 8, 2, 2}, {16, 8, 2, 2}};
   for (const Case& c : cases) {
     const auto cfg = gemv_wide_config(c.m, 128, 256, DType::F16, 9);

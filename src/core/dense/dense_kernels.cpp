@@ -43,14 +43,14 @@ std::optional<GemvWideConfig> gemv_wide_config(std::int64_t m, std::int64_t n, s
                                                DType dtype, int cc_major, int sm_count) {
   if (cc_major > 0 && cc_major < 8) return std::nullopt;
   if (!is_float(dtype)) return std::nullopt;
-  if (m < 2 || m > kGemvWideMaxM || n <= 1 || k < 0) return std::nullopt;
+  if (m < 1 || m > kGemvWideMaxM || n <= 1 || k < 0) return std::nullopt;
   const int ve = vec16_elems(dtype);
   if (k % ve != 0) return std::nullopt;  // every weight row is whole 16-byte vectors
 
   GemvWideConfig c;
   c.passes = static_cast<int>((m + kGemvWideMaxVecsPerPass - 1) / kGemvWideMaxVecsPerPass);
   const std::int64_t per_pass = (m + c.passes - 1) / c.passes;
-  c.vecs_per_block = per_pass <= 2 ? 2 : per_pass <= 4 ? 4 : 8;
+  c.vecs_per_block = per_pass <= 1 ? 1 : per_pass <= 2 ? 2 : per_pass <= 4 ? 4 : 8;
   // Both passes of a row block run side by side (neighbouring blockIdx.x), so the second
   // read of a weight row hits L2. mlx loops the passes inside one block for n >= 65536; on an
   // H200 that was 1.3-1.55x slower (f32/bf16, 16 x 128256 x 4096), so every N gets a block per

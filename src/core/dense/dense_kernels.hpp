@@ -27,7 +27,7 @@ inline constexpr int kGemvWideMaxVecsPerPass = 8;
 inline constexpr int kGemvWideMaxM = 16;
 
 struct GemvWideConfig {
-  int vecs_per_block = 0;  // vectors per pass, a kernel template value: 2, 4 or 8
+  int vecs_per_block = 0;  // vectors per pass, a kernel template value: 1, 2, 4 or 8
   int passes = 0;          // ceil(m / vecs_per_block): 1 or 2
   int k_lanes = 0;         // threads splitting K for one group of weight rows: 32, 64 or 128
   int grid_x = 0;          // blocks per weight row block, one per pass (< passes: blocks loop)
@@ -37,7 +37,7 @@ struct GemvWideConfig {
 };
 
 // The CUDA port of mlx's gemv_wide gate. nullopt when the shape belongs elsewhere:
-// m outside 2..16 (m == 1 is gemv), n <= 1, k not a multiple of one 16-byte vector of `dtype`,
+// m outside 1..16, n <= 1, k not a multiple of one 16-byte vector of `dtype`,
 // dtype not f32/f16/bf16, or cc_major 1..7 (the kernels are built for sm_80+; 0 = unknown).
 // sm_count (0 = unknown, taken as 132) decides how finely K is split to fill the device.
 std::optional<GemvWideConfig> gemv_wide_config(std::int64_t m, std::int64_t n, std::int64_t k,

@@ -39,7 +39,7 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
       if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
       if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
       if (!cuda_dense::gemv_wide_config(d.m, d.n, d.k, d.dtype, arch.cc_major, arch.sm_count))
-        return "shape outside the gemv_wide gate (m 2..16, n > 1, k a multiple of one 16-byte vector)";
+        return "shape outside the gemv_wide gate (m 1..16, n > 1, k a multiple of one 16-byte vector)";
       return "";
     }
     case DenseRoute::SkinnyMma:

@@ -1,4 +1,4 @@
-// launch_gemv_wide: 2..16 vectors against a [n, k] weight, config from gemv_wide_config.
+// launch_gemv_wide: 1..16 vectors against a [n, k] weight, config from gemv_wide_config.
 #include <algorithm>
 
 #include "cuda/dense/gemv_wide_kernels.cuh"
@@ -22,7 +22,7 @@ void launch_gemv_wide(const DenseArgs& args, const GemvWideConfig& cfg, StreamHa
   }
   const int ve = vec16_elems(args.dtype);
   const bool cfg_ok =
-      (cfg.vecs_per_block == 2 || cfg.vecs_per_block == 4 || cfg.vecs_per_block == 8) &&
+      (cfg.vecs_per_block == 1 || cfg.vecs_per_block == 2 || cfg.vecs_per_block == 4 || cfg.vecs_per_block == 8) &&
       (cfg.k_lanes == 32 || cfg.k_lanes == 64 || cfg.k_lanes == 128) && cfg.passes >= 1 &&
       std::int64_t{cfg.passes} * cfg.vecs_per_block >= args.m && cfg.grid_x >= 1 &&
       cfg.grid_x <= cfg.passes && cfg.rows_per_block == (128 / cfg.k_lanes) * kGemvWideRowsPerWarp;
@@ -39,6 +39,7 @@ void launch_gemv_wide(const DenseArgs& args, const GemvWideConfig& cfg, StreamHa
   host::with_float_type(args.dtype, [&](auto t) {
     using T = decltype(t);
     switch (cfg.vecs_per_block) {
+      case 1: launch_nv<T, 1>(p, grid, stream); break;
       case 2: launch_nv<T, 2>(p, grid, stream); break;
       case 4: launch_nv<T, 4>(p, grid, stream); break;
       default: launch_nv<T, 8>(p, grid, stream); break;
