@@ -192,6 +192,13 @@ void run_dense(BenchEnv& env) {
         for (std::int64_t m : ms)
           cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_gemv_wide", m, w.n, w.k, t, Precision::Exact,
                            DenseRoute::GemvWide});
+  // skinny_mma (tensor cores, weights straight from global memory) forced at every decode token
+  // count (bf16; f16 runs the same kernel with the other mma type).
+  if (!env.quick)
+    for (const W& w : weights)
+      for (std::int64_t m : ms)
+        cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_skinny_mma", m, w.n, w.k, DType::BF16,
+                         Precision::Exact, DenseRoute::SkinnyMma});
   // The tiled engine at decode token counts (bf16), forced: where its weight stream stands
   // against cuBLASLt's skinny kernels (issue 13's dense 16-bit target).
   if (hopper && !env.quick)

@@ -50,19 +50,36 @@ TEST(DensePlan, CpuContextUsesReference) {
 
 TEST(DensePlan, RoutesByShape) {
   ArchInfo a = h200();
-  // Matrix-vector: gemv for very long outputs (the lm head), cuBLASLt's gemv below (measured).
+  // Matrix-vector: gemv for very long 16-bit outputs (the lm head), cuBLASLt's gemv below
+  // (measured), gemv_wide on small 16-bit weights and on f32 with n >= 3072, k <= 4096.
   EXPECT_EQ(plan_matmul(desc(1, 128256, 4096), a).route, DenseRoute::Gemv);
-  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096, DType::F32), a).route, DenseRoute::Gemv);
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096, DType::F32), a).route, DenseRoute::GemvWide);
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 8192, DType::F32), a).route, DenseRoute::Gemv);  // K > 4096
   EXPECT_EQ(plan_matmul(desc(128256, 1, 4096), a).route, DenseRoute::Gemv);
   EXPECT_EQ(plan_matmul(desc(1, 65536, 64, DType::F32, false), a).route, DenseRoute::Gemv);  // vector x matrix
-  EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::CublasLt);  // 2^25.8 weights
+  EXPECT_EQ(plan_matmul(desc(1, 14336, 4096, DType::F32), a).route, DenseRoute::GemvWide);
+  EXPECT_EQ(plan_matmul(desc(1, 2560, 2560, DType::F32), a).route, DenseRoute::CublasLt);   // n < 3072
+  EXPECT_EQ(plan_matmul(desc(1, 2560, 6912, DType::F32), a).route, DenseRoute::CublasLt);   // K > 4096
   EXPECT_EQ(plan_matmul(desc(4096, 1, 4096), a).route, DenseRoute::CublasLt);
-  EXPECT_EQ(plan_matmul(desc(1, 65535, 4096, DType::F32), a).route, DenseRoute::CublasLt);
+  for (DType t : {DType::BF16, DType::F16})
+    for (int m : {1, 2}) {
+      EXPECT_EQ(plan_matmul(desc(m, 3072, 3072, t), a).route, DenseRoute::GemvWide) << m;
+      EXPECT_EQ(plan_matmul(desc(m, 2560, 6912, t), a).route, DenseRoute::GemvWide) << m;  // any K below the size
+      EXPECT_EQ(plan_matmul(desc(m, 8192, 4096, t), a).route, DenseRoute::GemvWide) << m;  // exactly 2^25
+      EXPECT_EQ(plan_matmul(desc(m, 8193, 4096, t), a).route, DenseRoute::CublasLt) << m;
+      MatmulDesc batched = desc(m, 3072, 3072, t);
+      batched.batch = 4;  // 2^25.1 weights in all
+      EXPECT_EQ(plan_matmul(batched, a).route, DenseRoute::CublasLt) << m;
+      EXPECT_EQ(plan_matmul(desc(m, 3072, 3072, t, false), a).route, DenseRoute::CublasLt) << m;  // w [K, N]
+    }
+  EXPECT_EQ(plan_matmul(desc(2, 128256, 4096), a).route, DenseRoute::GemvWide);  // the lm head at m 2
+  EXPECT_EQ(plan_matmul(desc(2, 128256, 8192), a).route, DenseRoute::CublasLt);
   for (int m = 2; m <= 16; ++m) {
-    DenseRoute half = m == 2 ? DenseRoute::GemvWide : DenseRoute::CublasLt;
-    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096), a).route, half) << m;
-    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096, DType::F16), a).route, half) << m;
-    EXPECT_EQ(plan_matmul(desc(m, 4096, 14336), a).route, DenseRoute::CublasLt) << m;  // K > 4096
+    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096), a).route, DenseRoute::CublasLt) << m;
+    EXPECT_EQ(plan_matmul(desc(m, 14336, 4096, DType::F16), a).route, DenseRoute::CublasLt) << m;
+    EXPECT_EQ(plan_matmul(desc(m, 4096, 14336), a).route, DenseRoute::CublasLt) << m;
+    if (m > 2) EXPECT_EQ(plan_matmul(desc(m, 3072, 3072), a).route, DenseRoute::CublasLt) << m;
     EXPECT_EQ(plan_matmul(desc(m, 14336, 4096, DType::F32), a).route, DenseRoute::GemvWide) << m;
   }
   EXPECT_EQ(plan_matmul(desc(8, 3072, 3072, DType::F32), a).route, DenseRoute::GemvWide);
@@ -132,6 +149,8 @@ TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::BF16, false), a, DenseRoute::GemvWide), Error);
   EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::F32), a, DenseRoute::SkinnyMma), Error);
   EXPECT_THROW(plan_matmul(desc(17, 64, 64), a, DenseRoute::SkinnyMma), Error);
+  EXPECT_THROW(plan_matmul(desc(0, 64, 64), a, DenseRoute::SkinnyMma), Error);
+  EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::SkinnyMma).route, DenseRoute::SkinnyMma);
   EXPECT_EQ(plan_matmul(desc(16, 64, 64), a, DenseRoute::SkinnyMma).route, DenseRoute::SkinnyMma);
   EXPECT_THROW(plan_matmul(desc(64, 64, 64), a, DenseRoute::Cpu), Error);
   EXPECT_THROW(plan_matmul(desc(64, 64, 0), a, DenseRoute::CublasLt), Error);
@@ -153,12 +172,27 @@ TEST(DensePlan, SkinnyMmaConfig) {
   c = skinny_mma_config(g, 9, 132);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->n_tiles, 2);
-  EXPECT_EQ(c->warps_k, 8);  // 96 row blocks (< 4 per SM): more warps split K
-  EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_f16_n16_wk8");
+  EXPECT_EQ(c->row_tiles, 1);  // 96 blocks of 32 rows would leave SMs without two: 192 of 16
+  EXPECT_EQ(c->warps_k, 8);    // 192 row blocks (< 4 per SM): more warps split K
+  EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_f16_n16_wk8_r16");
+  g.n = 8448;  // 264 blocks of 32 rows: two a SM
+  c = skinny_mma_config(g, 9, 132);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->row_tiles, 2);
+  EXPECT_EQ(c->warps_k, 8);
+  g.n = 8416;  // 263
+  EXPECT_EQ(skinny_mma_config(g, 9, 132)->row_tiles, 1);
+  g.batch = 2;  // batch entries count as blocks too
+  EXPECT_EQ(skinny_mma_config(g, 9, 132)->row_tiles, 2);
+  g.batch = 1, g.n = 3072;
   g.m = 17;
   EXPECT_FALSE(skinny_mma_config(g, 9, 132));
-  g.m = 1;
+  g.m = 0;
   EXPECT_FALSE(skinny_mma_config(g, 9, 132));
+  g.m = 1;  // one vector: an n8 tile with one live column
+  c = skinny_mma_config(g, 9, 132);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->n_tiles, 1);
   g.m = 4, g.k = 4092;  // k not a multiple of 8
   EXPECT_FALSE(skinny_mma_config(g, 9, 132));
   g.k = 4096, g.a_ld = 4100;  // row stride of 8200 bytes: not 16-byte aligned

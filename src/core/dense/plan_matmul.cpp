@@ -46,7 +46,7 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
       if (!cuda) return "needs a CUDA context";
       if (d.dtype != DType::F16 && d.dtype != DType::BF16) return "needs f16 or bf16";
       if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
-      if (d.m < 2 || d.m > cuda_dense::kSkinnyMmaMaxM) return "needs m in 2..16";
+      if (d.m < 1 || d.m > cuda_dense::kSkinnyMmaMaxM) return "needs m in 1..16";
       if (d.k % 8 != 0) return "needs k a multiple of 8";
       if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
       return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
@@ -96,6 +96,27 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
   // Gates below are calibrated on one H200 against cuBLASLt in the same run (docs/performance.md,
   // dense suite, 2026-11-30); each sends a shape to whichever measured faster.
   const bool half = d.dtype == DType::F16 || d.dtype == DType::BF16;
+  // gemv_wide (CUDA-core FMAs, K split over up to 4 warps a row group: many loads in flight from
+  // few weight rows) against cuBLASLt's skinny kernels, session 26 (H200, `llmm-bench --suite
+  // dense --filter "_m1|_m2|_m4|_m8|_m16"`, forced `_gemv_wide` rows against cuBLASLt in the same
+  // rows; docs/performance.md "Dense decode routes, recalibrated"). 16-bit: 1.00-1.31x at m <= 2
+  // on weights of <= 2^25 elements (3072 x 3072 1.27 / 1.30x, BitNet-2B 2560 x 6912 1.07 / 1.17x),
+  // 0.93-1.03x on larger ones except the 128256-row lm head at m 2 (1.02-1.03x); 0.24-0.97x at
+  // m >= 4 everywhere (its FMAs and x loads grow with m), so cuBLASLt there. f32 (cuBLAS's
+  // skinny SGEMM is weak): 1.10-2.47x at m 2..16 on every shape; at m 1 1.03-1.08x where
+  // n >= 3072 and k <= 4096 (also against our gemv on the lm head), 0.95-0.98x on the others.
+  // Weight elements of all batch entries (a broadcast weight counted per entry: an upper bound),
+  // in double so that no product of sizes can overflow.
+  const double weight_elems = static_cast<double>(d.batch) * static_cast<double>(d.n) * static_cast<double>(d.k);
+  const bool gemv_wide_ok = refusal(DenseRoute::GemvWide, d, arch).empty();
+  if (gemv_wide_ok && half && d.m <= 2 && weight_elems <= 0x1p25)
+    return with_route(DenseRoute::GemvWide, "m <= 2, 16-bit x . w^T, weight <= 2^25 elements: gemv_wide measured 1.00-1.31x cuBLASLt", d, arch);
+  if (gemv_wide_ok && half && d.m == 2 && d.n >= 65536 && d.k <= 4096)
+    return with_route(DenseRoute::GemvWide, "m == 2, 16-bit x . w^T with >= 65536 outputs a row and K <= 4096: gemv_wide measured faster", d, arch);
+  if (gemv_wide_ok && d.dtype == DType::F32 && (d.m >= 2 || (d.n >= 3072 && d.k <= 4096)))
+    return with_route(DenseRoute::GemvWide, d.m >= 2 ? "m 2..16, f32 x . w^T: stream the weight once for all rows"
+                                                     : "m == 1, f32 x . w^T, n >= 3072, K <= 4096: gemv_wide measured faster",
+                      d, arch);
   if (d.m == 1 || d.n == 1) {
     // Our gemv measured 1.02-1.04x cuBLASLt on the 128256-row lm head but 0.92-0.96x on 3k-28k
     // rows (run 4), so it takes only very long outputs; cuBLASLt's gemv the rest.
@@ -103,13 +124,6 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
     if (outputs >= 65536) return with_route(DenseRoute::Gemv, "matrix-vector with >= 65536 outputs: gemv measured faster", d, arch);
     return with_route(DenseRoute::CublasLt, "matrix-vector with < 65536 outputs: cuBLASLt measured faster", d, arch);
   }
-  // Skinny x . w^T: the weight streams once for all rows. f32 on CUDA cores: 1.1-2.3x cuBLASLt
-  // at M = 2..16. 16-bit: gemv_wide wins only at M = 2 with K <= 4096 (1.04-1.3x); elsewhere
-  // both our skinny kernels (gemv_wide, skinny_mma) measured 0.5-0.96x cuBLASLt, so cuBLASLt.
-  if (d.dtype == DType::F32 && refusal(DenseRoute::GemvWide, d, arch).empty())
-    return with_route(DenseRoute::GemvWide, "m 2..16, f32 x . w^T: stream the weight once for all rows", d, arch);
-  if (half && d.m == 2 && d.k <= 4096 && refusal(DenseRoute::GemvWide, d, arch).empty())
-    return with_route(DenseRoute::GemvWide, "m == 2, 16-bit x . w^T with K <= 4096: gemv_wide measured faster", d, arch);
   if (arch.cc_major < 8) return with_route(DenseRoute::Naive, "pre-sm_80 device: portable kernel", d, arch);
   // f32 Exact x . w^T on the Hopper engine's 3xTF32 where its tiles fill half the SMs: 1.3-2.1x
   // cuBLASLt's SGEMM there (engine/tiled_sm90_plan.hpp).
