@@ -35,18 +35,24 @@ struct SkinnyRing {
   static constexpr int kSmemBytes = kMaxWarps * kWarpBytes + kRedBytes;
 };
 
-// Chunk i of this warp into stage i % kStages of the lane's ring; past the lane's K zero-filled
-// (the source named is the row's first 16 bytes, in bounds). One commit group a chunk slot,
-// empty past the warp's last chunk, so that wait_group counts chunks.
+// Chunk i of this warp into stage i % kStages of the lane's ring; past the lane's K, and units
+// not in `live` (vectors past m: their columns are never stored), zero-filled without a read
+// (the source named is the row's first 16 bytes, in bounds; with m < 8 the clamped vector rows
+// were the same address in up to 8 lanes of one copy). One commit group a chunk slot, empty
+// past the warp's last chunk, so that wait_group counts chunks.
 template <int kUnits, int kStages, class T>
-__device__ __forceinline__ void skinny_issue(unsigned char* ring, const T* const (&src)[kUnits], std::int64_t i,
-                                             std::int64_t mine, int warp, int warps_k, int q, std::int64_t k) {
+__device__ __forceinline__ void skinny_issue(unsigned char* ring, const T* const (&src)[kUnits], unsigned live,
+                                             std::int64_t i, std::int64_t mine, int warp, int warps_k, int q,
+                                             std::int64_t k) {
   if (i < mine) {
     const std::int64_t kk = (warp + i * warps_k) * 32;
     const bool valid = kk + 8 * q < k;  // k % 8 == 0: all 8 values in or out
     unsigned char* const st = ring + static_cast<int>(i % kStages) * (kUnits * 512);
 #pragma unroll
-    for (int u = 0; u < kUnits; ++u) ptx::cp_async16(st + u * 512, valid ? src[u] + kk : src[u], valid ? 16 : 0);
+    for (int u = 0; u < kUnits; ++u) {
+      const bool read = valid && ((live >> u) & 1u);
+      ptx::cp_async16(st + u * 512, read ? src[u] + kk : src[u], read ? 16 : 0);
+    }
   }
   ptx::cp_async_commit();
 }
@@ -71,6 +77,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_mma_kernel(DenseArgs g,
       const T* w = static_cast<const T*>(g.b) + bz * g.b_batch;
       const T* x = static_cast<const T*>(g.a) + bz * g.a_batch;
       const T* src[kUnits];  // this lane's 8 k-values of each unit at chunk 0
+      unsigned live = (1u << (2 * kRowTiles)) - 1u;  // weight units always; vector units below m
 #pragma unroll
       for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
@@ -82,13 +89,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_mma_kernel(DenseArgs g,
       for (int j = 0; j < NT; ++j) {
         std::int64_t v = 8 * j + r;
         src[2 * kRowTiles + j] = x + (v < g.m ? v : g.m - 1) * g.a_ld + 8 * q;
+        if (v < g.m) live |= 1u << (2 * kRowTiles + j);
       }
       float acc[kRowTiles][NT][4] = {};
 #pragma unroll
-      for (int i = 0; i < kStages - 1; ++i) skinny_issue<kUnits, kStages>(ring, src, i, mine, warp, warps_k, q, g.k);
+      for (int i = 0; i < kStages - 1; ++i) skinny_issue<kUnits, kStages>(ring, src, live, i, mine, warp, warps_k, q, g.k);
       for (std::int64_t i = 0; i < mine; ++i) {
         // Into the stage read at i - 1 (its values consumed by its mma already).
-        skinny_issue<kUnits, kStages>(ring, src, i + kStages - 1, mine, warp, warps_k, q, g.k);
+        skinny_issue<kUnits, kStages>(ring, src, live, i + kStages - 1, mine, warp, warps_k, q, g.k);
         ptx::cp_async_wait<kStages - 1>();  // chunk i has landed (this lane's own copies)
         const unsigned char* const st = ring + static_cast<int>(i % kStages) * Ring::kStageBytes;
         uint4 v[kUnits];
