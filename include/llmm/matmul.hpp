@@ -17,8 +17,8 @@ enum class DenseRoute {
   Cpu,       // the float64 reference backend (CPU contexts)
   Naive,     // simple CUDA reference kernel, one thread per output
   Gemv,      // m == 1 or n == 1
-  GemvWide,  // x[M, K] . w[N, K]^T for M = 2..16 on CUDA cores (f32, and 16-bit when forced)
-  SkinnyMma, // x[M, K] . w[N, K]^T for M = 2..16, f16/bf16 on tensor cores (mma.sync)
+  GemvWide,  // x[M, K] . w[N, K]^T for M = 1..16 on CUDA cores (f32; 16-bit at M <= 2 on small weights)
+  SkinnyMma, // x[M, K] . w[N, K]^T for M = 1..16, f16/bf16 on tensor cores (mma.sync; forced only)
   Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
   TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
              // 3xTF32, x . w^T on sm_90
