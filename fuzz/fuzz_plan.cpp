@@ -85,9 +85,9 @@ void check_dense(FuzzedDataProvider& in) {
   const bool skinny_layout = !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16;
   if (r == DenseRoute::Gemv) FUZZ_CHECK(d.m == 1 || d.n == 1, desc());
   if (r == DenseRoute::GemvWide)
-    FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 2 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
+    FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::SkinnyMma)
-    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 2 && d.m <= 16 && d.k % 8 == 0 && arch.cc_major >= 8, desc());
+    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.k % 8 == 0 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {
     // f16/bf16, or f32 with Exact (3xTF32); the kernel's ints: sizes at most 2^31 - 129.
@@ -102,7 +102,7 @@ void check_dense(FuzzedDataProvider& in) {
   FUZZ_CHECK(gw == (p->gemv_wide_vecs != 0) && gw == (p->gemv_wide_k_lanes != 0) && gw == (p->gemv_wide_grid_x != 0), desc());
   if (gw) {
     const int v = p->gemv_wide_vecs, kl = p->gemv_wide_k_lanes, g = p->gemv_wide_grid_x;
-    FUZZ_CHECK((v == 2 || v == 4 || v == 8) && (kl == 32 || kl == 64 || kl == 128) && g >= 1 && g * v >= d.m, desc());
+    FUZZ_CHECK((v == 1 || v == 2 || v == 4 || v == 8) && (kl == 32 || kl == 64 || kl == 128) && g >= 1 && g * v >= d.m, desc());
   }
   // Auto only picks a route that accepts the problem when forced.
   if (force == DenseRoute::Auto) {

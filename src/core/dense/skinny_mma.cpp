@@ -16,10 +16,11 @@ std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& g, int cc_majo
   SkinnyMmaConfig c;
   c.n_tiles = g.m <= 8 ? 1 : 2;
   // Blocks of 32 rows while they give every SM two, else of 16 (twice the blocks).
-  c.row_tiles = (g.n + 31) / 32 * g.batch < 2 * sms ? 1 : 2;
-  const std::int64_t rows = 16 * c.row_tiles, row_blocks = (g.n + rows - 1) / rows;
+  // Block counts in double: n and batch may be anything a view allows, and no product overflows.
+  const auto blocks = [&](std::int64_t rows) { return static_cast<double>(g.n / rows + (g.n % rows != 0)) * static_cast<double>(g.batch); };
+  c.row_tiles = blocks(32) < 2.0 * static_cast<double>(sms) ? 1 : 2;
   // Few row blocks (small N): more warps split K so that enough loads are in flight.
-  c.warps_k = row_blocks * g.batch < 4 * sms ? 8 : 4;
+  c.warps_k = blocks(16 * c.row_tiles) < 4.0 * static_cast<double>(sms) ? 8 : 4;
   return c;
 }
 
