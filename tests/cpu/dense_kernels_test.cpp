@@ -52,7 +52,7 @@ TEST(GemvWideConfig, VectorsPerBlockAndPasses) {
     std::int64_t m;
     int vecs, passes, grid_x;
   };
-  // One pass up to 8 vectors (kernels for 2, 4, 8), two passes of 8 up to 16.
+  // One pass up to 8 vectors (kernels for 1, 2, 4, 8), two passes of 8 up to 16.
   const Case cases[] = {{1, 1, 1, 1},  {2, 2, 1, 1},  {3, 4, 1, 1},  {4, 4, 1, 1},  {5, 8, 1, 1},
                         {8, 8, 1, 1},  {9, 8, 2, 2},  {12, 8, 2, 2}, {16, 8, 2, 2}};
   for (const Case& c : cases) {

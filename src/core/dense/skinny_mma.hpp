@@ -13,7 +13,6 @@
 
 namespace llmm::cuda_dense {
 
-inline constexpr int kSkinnyMmaRowsPerBlock = 32;  // at most two m16 tiles of weight rows per block
 inline constexpr int kSkinnyMmaMaxM = 16;          // two n8 tiles of vectors
 
 struct SkinnyMmaConfig {
