@@ -192,8 +192,8 @@ void run_dense(BenchEnv& env) {
         for (std::int64_t m : ms)
           cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_gemv_wide", m, w.n, w.k, t, Precision::Exact,
                            DenseRoute::GemvWide});
-  // skinny_mma (tensor cores, weights straight from global memory) forced at every decode token
-  // count (bf16; f16 runs the same kernel with the other mma type).
+  // skinny_mma (tensor cores, a grid of two blocks a SM splitting rows x K) forced at every decode
+  // token count (bf16; f16 runs the same kernel with the other mma type).
   if (!env.quick)
     for (const W& w : weights)
       for (std::int64_t m : ms)

@@ -7,6 +7,7 @@
 // n < 1, k not a positive multiple of 128) for every route.
 #include <algorithm>
 
+#include "core/dense/skinny_mma.hpp"
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "fuzz_util.hpp"
 #include "llmm/matmul.hpp"
@@ -40,6 +41,41 @@ ArchInfo consume_arch(FuzzedDataProvider& in) {
 bool is_16bit_float(DType t) { return t == DType::F16 || t == DType::BF16; }
 
 // ---------------------------------------------------------------------------------------------
+// skinny_mma_config (v3's split, skinny_mma.hpp) on the same sizes: what it takes, and a grid the
+// launcher can run: clusters of 1, 2 or 4 on sm_90 only, at most two blocks a SM and no more
+// clusters than tiles, each rank of a cluster at least 8 chunks of K (one a warp), shared memory
+// for two blocks a SM; nothing but n_tiles changes with m (the sums' order).
+void check_skinny_config(const MatmulDesc& d, const ArchInfo& arch, const std::string& desc) {
+  alignas(16) static std::uint16_t buf[16];
+  cuda_dense::DenseArgs g;
+  g.dtype = d.dtype, g.batch = d.batch, g.m = d.m, g.n = d.n, g.k = d.k;
+  g.a_trans = d.transpose_a, g.b_trans = d.transpose_b;
+  g.a = d.a_vec16 ? buf : buf + 1, g.b = d.b_vec16 ? buf : buf + 1;
+  g.a_ld = 8, g.b_ld = 8;  // aligned either way (a view's strides never overflow in bytes; these sizes may)
+  const auto c = cuda_dense::skinny_mma_config(g, arch.cc_major, arch.sm_count);
+  const bool takes = (d.dtype == DType::F16 || d.dtype == DType::BF16) && d.m >= 1 && d.m <= 16 && d.n >= 1 && d.k >= 1 &&
+                     d.k % 8 == 0 && d.batch >= 1 && !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16 &&
+                     arch.cc_major >= 8;
+  FUZZ_CHECK(c.has_value() == takes, "skinny_mma_config takes ", c.has_value(), " want ", takes, ": ", desc);
+  if (!c) return;
+  const std::int64_t sms = arch.sm_count <= 0 ? 132 : arch.sm_count > 65536 ? 65536 : arch.sm_count;
+  const std::int64_t rows = 16 * c->row_tiles;
+  const double tiles = static_cast<double>(d.n / rows + (d.n % rows != 0)) * static_cast<double>(d.batch);
+  FUZZ_CHECK(c->n_tiles == (d.m <= 8 ? 1 : 2) && (c->row_tiles == 1 || c->row_tiles == 2), desc);
+  FUZZ_CHECK(c->cluster == 1 || c->cluster == 2 || c->cluster == 4, desc);
+  FUZZ_CHECK(c->cluster == 1 || (arch.cc_major >= 9 && d.k / 32 + (d.k % 32 != 0) >= 8 * c->cluster), "cluster ", c->cluster, ": ", desc);
+  FUZZ_CHECK(c->blocks >= c->cluster && c->blocks % c->cluster == 0 && c->blocks <= 2 * sms, "blocks ", c->blocks, ": ", desc);
+  FUZZ_CHECK(static_cast<double>(c->blocks / c->cluster) <= tiles, "more clusters than tiles: ", desc);
+  FUZZ_CHECK(cuda_dense::skinny_mma_smem(c->n_tiles, c->row_tiles, c->cluster).bytes <= 113 * 1024, desc);
+  for (std::int64_t m : {1, 8, 9, 16}) {
+    g.m = m;
+    const auto cm = cuda_dense::skinny_mma_config(g, arch.cc_major, arch.sm_count);
+    FUZZ_CHECK(cm && cm->row_tiles == c->row_tiles && cm->cluster == c->cluster && cm->blocks == c->blocks,
+               "skinny_mma_config's split changes with m (", m, "): ", desc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 void check_dense(FuzzedDataProvider& in) {
   MatmulDesc d;
   d.batch = fuzz::edgy<std::int64_t>(in), d.m = fuzz::edgy<std::int64_t>(in);
@@ -60,6 +96,7 @@ void check_dense(FuzzedDataProvider& in) {
            std::to_string(arch.cc()) + " force " + route_name(force);
   };
 
+  if (cuda) check_skinny_config(d, arch, desc());
   fuzz::Refusal why;
   auto p = attempt([&] { return plan_matmul(d, arch, force); }, &why);
   // Negative sizes are InvalidArgument, other dtypes Unsupported; Auto refuses nothing else.

@@ -18,7 +18,7 @@ enum class DenseRoute {
   Naive,     // simple CUDA reference kernel, one thread per output
   Gemv,      // m == 1 or n == 1
   GemvWide,  // x[M, K] . w[N, K]^T for M = 1..16 on CUDA cores (f32; 16-bit at M <= 2 on small weights)
-  SkinnyMma, // x[M, K] . w[N, K]^T for M = 1..16, f16/bf16 on tensor cores (mma.sync; forced only)
+  SkinnyMma, // x[M, K] . w[N, K]^T for M = 1..16, f16/bf16 on tensor cores (mma.sync, clusters on sm_90; forced only)
   Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
   TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
              // 3xTF32, x . w^T on sm_90

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/dense/skinny_mma.hpp"
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "llmm/buffer.hpp"
 #include "llmm/error.hpp"
@@ -179,6 +180,72 @@ TEST(DenseGpu, SkinnyMmaSweep) {
       c.route = DenseRoute::SkinnyMma;
       c.seed = ++seed;
       expect_good(ctx, c, "skinny_mma");
+    }
+  // The plan's splits on 132 SMs (tests/cpu/dense_plan_test.cpp): 32-row tiles in clusters of 2
+  // (n 4096, k 2056), 16-row tiles in clusters of 4 (n 3000), 32-row in clusters of 4 (batch 2),
+  // and tiles of both sizes without clusters (K too short to split, many rows).
+  struct S { std::int64_t batch, m, n, k; };
+  for (DType t : {DType::F16, DType::BF16})
+    for (S s : {S{1, 3, 4096, 2056}, S{1, 16, 4096, 2056}, S{1, 7, 3000, 1032}, S{2, 12, 3001, 2048}, S{1, 9, 20000, 256},
+                S{3, 1, 4099, 1024}})
+      for (int bc = 0; bc < (s.batch > 1 ? 3 : 1); ++bc) {
+        DenseCase c{t, s.batch, s.m, s.n, s.k, false, true, 8, bc == 1, bc == 2};
+        c.route = DenseRoute::SkinnyMma;
+        c.seed = ++seed;
+        expect_good(ctx, c, "skinny_mma");
+      }
+}
+
+// The sums do not depend on how many clusters run (skinny_mma.hpp): the planned grid, one cluster
+// owning every tile (rounds of kSkinnyMmaPartTiles tiles through the cluster's shared memory) and
+// three clusters give the same bytes.
+TEST(DenseGpu, SkinnyMmaAnyClusterCount) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 800;
+  struct S { std::int64_t batch, m, n, k; };
+  for (DType t : {DType::F16, DType::BF16})
+    for (S s : {S{1, 5, 3000, 2056}, S{1, 16, 4096, 2056}, S{2, 8, 1000, 1024}, S{1, 1, 700, 4096}}) {
+      HostTensor x = host_tensor_3d(t, s.batch, s.m, s.k), w = host_tensor_3d(t, s.batch, s.n, s.k),
+                 out = host_tensor_3d(t, s.batch, s.m, s.n);
+      fill_random(x.view, ++seed), fill_random(w.view, ++seed);
+      DeviceTensor dx = to_device(x), dw = to_device(w);
+      cuda_dense::DenseArgs g;
+      g.dtype = t, g.batch = s.batch, g.m = s.m, g.n = s.n, g.k = s.k;
+      g.a = dx.buffer.data(), g.a_ld = s.k, g.a_batch = s.m * s.k;
+      g.b = dw.buffer.data(), g.b_ld = s.k, g.b_batch = s.n * s.k, g.b_trans = true;
+      g.c_ld = s.n, g.c_batch = s.m * s.n;
+      auto plan = cuda_dense::skinny_mma_config(g, ctx.arch().cc_major, ctx.arch().sm_count);
+      ASSERT_TRUE(plan);
+      std::vector<std::vector<unsigned char>> results;
+      for (int clusters : {0, 1, 3}) {
+        cuda_dense::SkinnyMmaConfig c = *plan;
+        if (clusters > 0) c.blocks = clusters * c.cluster;
+        poison(out.view);
+        DeviceTensor dout = to_device(out);
+        g.c = dout.buffer.data();
+        cuda_dense::launch_skinny_mma(g, c, ctx.stream());
+        ctx.synchronize();
+        to_host(dout, out);
+        const auto* p = static_cast<const unsigned char*>(out.view.data);
+        results.emplace_back(p, p + s.batch * s.m * s.n * static_cast<std::int64_t>(dtype_size(t)));
+      }
+      const std::string what = std::string(dtype_name(t)) + " batch " + std::to_string(s.batch) + " m " + std::to_string(s.m) +
+                               " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + " " +
+                               cuda_dense::skinny_mma_kernel_name(g, *plan);
+      EXPECT_EQ(results[1], results[0]) << what << ": one cluster";
+      EXPECT_EQ(results[2], results[0]) << what << ": three clusters";
+      // and the planned grid's result is right (the sweep checks the route against float64 too)
+      HostTensor ref = host_tensor_3d(t, s.batch, s.m, s.n);
+      DeviceTensor dref = to_device(ref);
+      MatmulOptions o;
+      o.force_route = DenseRoute::SkinnyMma;
+      o.transpose_b = true;
+      matmul(ctx, dx.view, dw.view, dref.view, o);
+      ctx.synchronize();
+      to_host(dref, ref);
+      const auto* q = static_cast<const unsigned char*>(ref.view.data);
+      EXPECT_EQ(std::vector<unsigned char>(q, q + results[0].size()), results[0]) << what << ": matmul's own launch";
     }
 }
 

@@ -1,32 +1,50 @@
 #include "core/dense/skinny_mma.hpp"
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/vec16.hpp"
 
 namespace llmm::cuda_dense {
+
 std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& g, int cc_major, int sm_count) {
   if (g.dtype != DType::F16 && g.dtype != DType::BF16) return std::nullopt;
-  if (g.m < 1 || g.m > kSkinnyMmaMaxM || g.n < 1 || g.k < 1 || g.k % 8 != 0) return std::nullopt;
+  if (g.m < 1 || g.m > kSkinnyMmaMaxM || g.n < 1 || g.k < 1 || g.k % 8 != 0 || g.batch < 1) return std::nullopt;
   if (g.a_trans || !g.b_trans) return std::nullopt;
   if (!detail::rows_vec16(g.a, g.a_ld, g.a_batch, g.dtype) || !detail::rows_vec16(g.b, g.b_ld, g.b_batch, g.dtype))
     return std::nullopt;
   if (cc_major != 0 && cc_major < 8) return std::nullopt;
-  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
-  SkinnyMmaConfig c;
-  c.n_tiles = g.m <= 8 ? 1 : 2;
-  // Blocks of 32 rows while they give every SM two, else of 16 (twice the blocks).
-  // Block counts in double: n and batch may be anything a view allows, and no product overflows.
-  const auto blocks = [&](std::int64_t rows) { return static_cast<double>(g.n / rows + (g.n % rows != 0)) * static_cast<double>(g.batch); };
-  c.row_tiles = blocks(32) < 2.0 * static_cast<double>(sms) ? 1 : 2;
-  // Few row blocks (small N): more warps split K so that enough loads are in flight.
-  c.warps_k = blocks(16 * c.row_tiles) < 4.0 * static_cast<double>(sms) ? 8 : 4;
-  return c;
+  // sm_count 0 (unknown): an H200's 132; more than 65536 is no GPU (the grid's int stays in range).
+  const std::int64_t sms = sm_count <= 0 ? 132 : sm_count > 65536 ? 65536 : sm_count;
+  const std::int64_t slots = 2 * sms;  // two blocks a SM (skinny_mma_smem keeps every layout <= 110 KB)
+  const std::int64_t chunks = g.k / 32 + (g.k % 32 != 0);  // k + 31 could overflow
+  SkinnyMmaConfig best;
+  best.n_tiles = g.m <= 8 ? 1 : 2;
+  // The (tile rows, cluster) that gives the busiest block the fewest weight bytes: ceil(tiles /
+  // clusters) tiles of 16 rt rows, K / cluster each. Ties: 32-row tiles (half the vector copies a
+  // weight byte), then fewer blocks a cluster. Counts in double: n and batch may be anything a
+  // view allows. Nothing here depends on m, so neither does any sum's order.
+  double best_cost = 0.0;
+  for (int rt : {2, 1})
+    for (int c : {1, 2, 4}) {
+      if (c > 1 && (cc_major < 9 || chunks < 8 * c)) continue;  // clusters: sm_90; every warp of a block a chunk
+      const double tiles = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * static_cast<double>(g.batch);
+      const double clusters = static_cast<double>(slots / c);
+      const double per_cluster = std::ceil(tiles / clusters);
+      if (c > 1 && per_cluster > kSkinnyMmaPartTiles) continue;
+      const double cost = per_cluster * rt / c;
+      if (best.blocks == 0 || cost < best_cost) {
+        best_cost = cost;
+        best.row_tiles = rt, best.cluster = c;
+        best.blocks = static_cast<int>(c * (tiles < clusters ? tiles : clusters));
+      }
+    }
+  return best;
 }
 
 std::string skinny_mma_kernel_name(const DenseArgs& g, const SkinnyMmaConfig& c) {
-  return std::string("skinny_mma_") + (g.dtype == DType::BF16 ? "bf16" : "f16") + "_n" + std::to_string(8 * c.n_tiles) +
-         "_wk" + std::to_string(c.warps_k) + (c.row_tiles == 1 ? "_r16" : "");
+  return std::string("skinny_mma_") + (g.dtype == DType::BF16 ? "bf16" : "f16") + "_n" + std::to_string(8 * c.n_tiles) + "_r" +
+         std::to_string(16 * c.row_tiles) + "_c" + std::to_string(c.cluster);
 }
 
 }  // namespace llmm::cuda_dense

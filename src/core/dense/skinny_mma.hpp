@@ -1,11 +1,21 @@
 // skinny_mma: x[M, K] . w[N, K]^T for M = 1..16 in f16/bf16 on tensor cores (mma.sync m16n8k16).
-// Host-side facts (pure): which problems it takes, its configuration and kernel name.
+// Host-side facts (pure): which problems it takes, its configuration, shared-memory layout and
+// kernel name.
 //
 // Why tensor cores: at M = 16 a CUDA-core kernel needs 16 FMAs (plus conversions) per weight
 // element, as much ALU time as the weight's memory time on an H200, so it cannot stream the
 // weight at full bandwidth. With mma.sync the weight tile is the A operand (16 rows x 16 k) and
 // the M vectors are B (k x 8 columns), so the arithmetic is nearly free.
+//
+// v3 (session 27): a grid of exactly two blocks a SM. The weight is cut into tiles of 16 or 32
+// rows (batch entries counted); cluster i of the grid's clusters takes a contiguous range of
+// tiles, its `cluster` blocks split K in equal chunk ranges, and a block's 8 warps split its
+// range further (warp w: chunks w, w + 8, ...). Sums: a warp's chunks in order, then the warps in
+// order (shared memory), then the cluster's blocks in rank order (DSMEM): fixed for given n, k,
+// batch and SM count, whatever m is. v2's grid of one row block a block filled 0.73 or 1.7 waves
+// of two blocks a SM (ncu, session 26).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -13,26 +23,66 @@
 
 namespace llmm::cuda_dense {
 
-inline constexpr int kSkinnyMmaMaxM = 16;          // two n8 tiles of vectors
+inline constexpr int kSkinnyMmaMaxM = 16;      // two n8 tiles of vectors
+inline constexpr int kSkinnyMmaWarps = 8;      // warps of a block, all splitting K
+inline constexpr int kSkinnyMmaPartTiles = 8;  // tiles a cluster of > 1 block may own (their sums wait in shared memory)
 
 struct SkinnyMmaConfig {
   int n_tiles = 0;    // n8 tiles of vectors: 1 for M <= 8, 2 for M <= 16
-  int warps_k = 0;    // warps of a block splitting K over the same weight rows: 4 or 8
-  int row_tiles = 2;  // m16 tiles of weight rows a block: 2 (32 rows), or 1 (16 rows) where 32-row
-                      // blocks would leave SMs without two blocks (session 26: 3072 rows were 96
-                      // blocks on 132 SMs)
+  int row_tiles = 1;  // m16 tiles of weight rows a tile: 1 (16 rows) or 2 (32)
+  int cluster = 1;    // blocks of a cluster splitting K over the same tiles: 1, 2 or 4 (sm_90)
+  int blocks = 0;     // the grid (a multiple of cluster): two blocks a SM, at most cluster x tiles
   friend bool operator==(const SkinnyMmaConfig&, const SkinnyMmaConfig&) = default;
 };
 
+// The shared-memory layout of one block (the kernel's and the planner's one formula).
+struct SkinnyMmaSmem {
+  int units = 0;        // 16-byte units a lane copies a chunk: 2 per row tile, 1 per n8 tile
+  int stages = 0;       // a warp's ring depth in chunks
+  int warp_bytes = 0;   // a warp's ring
+  int red_stride = 0;   // floats between a column's rows in the warps' sums (rows + 4: no bank conflicts)
+  int red_offset = 0, part_offset = 0, bytes = 0;
+};
+constexpr SkinnyMmaSmem skinny_mma_smem(int n_tiles, int row_tiles, int cluster) {
+  SkinnyMmaSmem l;
+  l.units = 2 * row_tiles + n_tiles;
+  // ~9-12 KB a warp: two blocks a SM with every ring, the warps' sums and the cluster's parts.
+  l.stages = l.units <= 3 ? 8 : l.units == 4 ? 5 : l.units == 5 ? 4 : 3;
+  l.warp_bytes = l.stages * l.units * 32 * 16;
+  const int rows = 16 * row_tiles, cols = 8 * n_tiles;
+  l.red_stride = rows + 4;
+  l.red_offset = kSkinnyMmaWarps * l.warp_bytes;
+  l.part_offset = l.red_offset + kSkinnyMmaWarps * cols * l.red_stride * 4;
+  l.bytes = l.part_offset + (cluster > 1 ? kSkinnyMmaPartTiles * cols * rows * 4 : 0);
+  return l;
+}
+// Two blocks a SM on an sm_90 (228 KB of shared memory a SM, 1 KB of it reserved a block).
+static_assert(skinny_mma_smem(2, 2, 4).bytes <= 113 * 1024 && skinny_mma_smem(1, 1, 4).bytes <= 113 * 1024 &&
+              skinny_mma_smem(2, 1, 4).bytes <= 113 * 1024 && skinny_mma_smem(1, 2, 4).bytes <= 113 * 1024);
+
+// The split, one formula for the kernel and the tests: part i of `parts` of [0, total) starts at
+// floor(total i / parts) (computed without the product: no overflow for any total >= 0); cluster
+// ci's tiles are [split(tiles, clusters, ci), split(.., ci + 1)), rank r's chunks of K likewise,
+// and warp w of a block takes chunks w, w + 8, ... of its rank's range.
+constexpr std::int64_t skinny_mma_split(std::int64_t total, std::int64_t parts, std::int64_t i) {
+  return total / parts * i + total % parts * i / parts;
+}
+constexpr std::int64_t skinny_mma_warp_chunks(std::int64_t rank_chunks, int warp) {
+  return rank_chunks > warp ? (rank_chunks - 1 - warp) / kSkinnyMmaWarps + 1 : 0;
+}
+
 // nullopt unless: f16/bf16, 1 <= m <= 16, n >= 1, k >= 1 and k % 8 == 0, a not transposed, b
 // transposed ([n, k] rows), a and b base pointers, row strides and batch strides 16-byte
-// aligned, and cc_major >= 8 (0 = unknown is accepted). sm_count 0 = unknown (132).
+// aligned, and cc_major >= 8 (0 = unknown is accepted; clusters only where cc_major >= 9).
+// sm_count <= 0 = unknown (132), capped at 65536. Only n_tiles depends on m.
 std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& args, int cc_major, int sm_count);
 
-// skinny_mma_<f16|bf16>_n<8|16>_wk<4|8>, with _r16 for blocks of 16 weight rows
+// skinny_mma_<f16|bf16>_n<8|16>_r<16|32>_c<1|2|4>
 std::string skinny_mma_kernel_name(const DenseArgs& args, const SkinnyMmaConfig& config);
 
-// Launcher (src/cuda/dense/skinny_mma.cu): throws ErrorCode::Cuda if the launch fails.
+// Launcher (src/cuda/dense/skinny_mma.cu): throws ErrorCode::Cuda if the launch fails. Runs
+// fewer clusters than config.blocks / config.cluster where fewer fit the device at once (the
+// tiles' ranges change, their sums do not).
 void launch_skinny_mma(const DenseArgs& args, const SkinnyMmaConfig& config, StreamHandle stream);
 
 }  // namespace llmm::cuda_dense
