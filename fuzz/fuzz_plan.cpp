@@ -124,7 +124,8 @@ void check_dense(FuzzedDataProvider& in) {
   if (r == DenseRoute::GemvWide)
     FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::SkinnyMma)
-    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.k % 8 == 0 && arch.cc_major >= 8, desc());
+    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.k >= 1 && d.k % 8 == 0 && arch.cc_major >= 8,
+               desc());
   if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {
     // f16/bf16, or f32 with Exact (3xTF32); the kernel's ints: sizes at most 2^31 - 129.
@@ -135,6 +136,21 @@ void check_dense(FuzzedDataProvider& in) {
                desc());
   }
   if (r == DenseRoute::CublasLt) FUZZ_CHECK(d.k > 0, "cuBLASLt with k <= 0: ", desc());
+  // skinny_mma's configuration travels in the plan (the launcher takes it as is): the sizes'
+  // config, zeros elsewhere.
+  const bool sk = r == DenseRoute::SkinnyMma;
+  FUZZ_CHECK(again.skinny_n_tiles == p->skinny_n_tiles && again.skinny_row_tiles == p->skinny_row_tiles &&
+                 again.skinny_cluster == p->skinny_cluster && again.skinny_blocks == p->skinny_blocks,
+             "plan_matmul is not deterministic (skinny_mma): ", desc());
+  if (sk && d.n >= 1 && d.batch >= 1) {
+    const auto c = cuda_dense::skinny_mma_config(d.dtype, d.batch, d.m, d.n, d.k, arch.cc_major, arch.sm_count);
+    FUZZ_CHECK(c && p->skinny_n_tiles == c->n_tiles && p->skinny_row_tiles == c->row_tiles && p->skinny_cluster == c->cluster &&
+                   p->skinny_blocks == c->blocks,
+               "the plan's skinny_mma config is not skinny_mma_config's: ", desc());
+  } else {
+    FUZZ_CHECK(p->skinny_n_tiles == 0 && p->skinny_row_tiles == 0 && p->skinny_cluster == 0 && p->skinny_blocks == 0,
+               "a skinny_mma config on route ", route_name(r), ": ", desc());
+  }
   const bool gw = r == DenseRoute::GemvWide;
   FUZZ_CHECK(gw == (p->gemv_wide_vecs != 0) && gw == (p->gemv_wide_k_lanes != 0) && gw == (p->gemv_wide_grid_x != 0), desc());
   if (gw) {

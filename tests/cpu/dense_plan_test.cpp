@@ -133,6 +133,21 @@ TEST(DensePlan, GemvWideConfigTravelsInThePlan) {
   EXPECT_FALSE(p.reason.empty());
 }
 
+TEST(DensePlan, SkinnyMmaConfigTravelsInThePlan) {
+  using namespace llmm::cuda_dense;
+  DensePlan p = plan_matmul(desc(9, 3072, 4096), h200(), DenseRoute::SkinnyMma);
+  ASSERT_EQ(p.route, DenseRoute::SkinnyMma);
+  auto c = skinny_mma_config(DType::BF16, 1, 9, 3072, 4096, 9, 132);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(p.skinny_n_tiles, c->n_tiles);
+  EXPECT_EQ(p.skinny_row_tiles, c->row_tiles);
+  EXPECT_EQ(p.skinny_cluster, c->cluster);
+  EXPECT_EQ(p.skinny_blocks, c->blocks);
+  EXPECT_EQ(p.skinny_cluster, 4);
+  DensePlan q = plan_matmul(desc(9, 3072, 4096), h200(), DenseRoute::CublasLt);  // other routes carry none
+  EXPECT_EQ(q.skinny_n_tiles + q.skinny_row_tiles + q.skinny_cluster + q.skinny_blocks, 0);
+}
+
 TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   ArchInfo a = h200();
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Tiled).route, DenseRoute::Tiled);
@@ -150,6 +165,8 @@ TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::F32), a, DenseRoute::SkinnyMma), Error);
   EXPECT_THROW(plan_matmul(desc(17, 64, 64), a, DenseRoute::SkinnyMma), Error);
   EXPECT_THROW(plan_matmul(desc(0, 64, 64), a, DenseRoute::SkinnyMma), Error);
+  // k = 0 was planned, then refused inside the dispatcher as an internal error (fuzz_plan, session 27)
+  EXPECT_THROW(plan_matmul(desc(4, 64, 0), a, DenseRoute::SkinnyMma), Error);
   EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::SkinnyMma).route, DenseRoute::SkinnyMma);
   EXPECT_EQ(plan_matmul(desc(16, 64, 64), a, DenseRoute::SkinnyMma).route, DenseRoute::SkinnyMma);
   EXPECT_THROW(plan_matmul(desc(64, 64, 64), a, DenseRoute::Cpu), Error);

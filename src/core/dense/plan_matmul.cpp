@@ -47,7 +47,7 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
       if (d.dtype != DType::F16 && d.dtype != DType::BF16) return "needs f16 or bf16";
       if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
       if (d.m < 1 || d.m > cuda_dense::kSkinnyMmaMaxM) return "needs m in 1..16";
-      if (d.k % 8 != 0) return "needs k a multiple of 8";
+      if (d.k < 1 || d.k % 8 != 0) return "needs k a positive multiple of 8";
       if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
       return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
     case DenseRoute::Tiled:
@@ -72,6 +72,13 @@ DensePlan with_route(DenseRoute r, std::string reason, const MatmulDesc& d, cons
     p.gemv_wide_vecs = c->vecs_per_block;
     p.gemv_wide_k_lanes = c->k_lanes;
     p.gemv_wide_grid_x = c->grid_x;
+  }
+  if (r == DenseRoute::SkinnyMma) {
+    // route_refusal took the layout and m, k; n or batch 0 (an empty problem) has no config.
+    if (auto c = cuda_dense::skinny_mma_config(d.dtype, d.batch, d.m, d.n, d.k, arch.cc_major, arch.sm_count)) {
+      p.skinny_n_tiles = c->n_tiles, p.skinny_row_tiles = c->row_tiles;
+      p.skinny_cluster = c->cluster, p.skinny_blocks = c->blocks;
+    }
   }
   return p;
 }

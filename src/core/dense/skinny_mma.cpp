@@ -7,19 +7,27 @@
 
 namespace llmm::cuda_dense {
 
+bool skinny_mma_layout_ok(const DenseArgs& g) {
+  return !g.a_trans && g.b_trans && detail::rows_vec16(g.a, g.a_ld, g.a_batch, g.dtype) &&
+         detail::rows_vec16(g.b, g.b_ld, g.b_batch, g.dtype);
+}
+
 std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& g, int cc_major, int sm_count) {
-  if (g.dtype != DType::F16 && g.dtype != DType::BF16) return std::nullopt;
-  if (g.m < 1 || g.m > kSkinnyMmaMaxM || g.n < 1 || g.k < 1 || g.k % 8 != 0 || g.batch < 1) return std::nullopt;
-  if (g.a_trans || !g.b_trans) return std::nullopt;
-  if (!detail::rows_vec16(g.a, g.a_ld, g.a_batch, g.dtype) || !detail::rows_vec16(g.b, g.b_ld, g.b_batch, g.dtype))
-    return std::nullopt;
+  if (!skinny_mma_layout_ok(g)) return std::nullopt;
+  return skinny_mma_config(g.dtype, g.batch, g.m, g.n, g.k, cc_major, sm_count);
+}
+
+std::optional<SkinnyMmaConfig> skinny_mma_config(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n,
+                                                 std::int64_t k, int cc_major, int sm_count) {
+  if (dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
+  if (m < 1 || m > kSkinnyMmaMaxM || n < 1 || k < 1 || k % 8 != 0 || batch < 1) return std::nullopt;
   if (cc_major != 0 && cc_major < 8) return std::nullopt;
   // sm_count 0 (unknown): an H200's 132; more than 65536 is no GPU (the grid's int stays in range).
   const std::int64_t sms = sm_count <= 0 ? 132 : sm_count > 65536 ? 65536 : sm_count;
   const std::int64_t slots = 2 * sms;  // two blocks a SM (skinny_mma_smem keeps every layout <= 110 KB)
-  const std::int64_t chunks = g.k / 32 + (g.k % 32 != 0);  // k + 31 could overflow
+  const std::int64_t chunks = k / 32 + (k % 32 != 0);  // k + 31 could overflow
   SkinnyMmaConfig best;
-  best.n_tiles = g.m <= 8 ? 1 : 2;
+  best.n_tiles = m <= 8 ? 1 : 2;
   // The (tile rows, cluster) that gives the busiest block the fewest weight bytes: ceil(tiles /
   // clusters) tiles of 16 rt rows, K / cluster each. Ties: 32-row tiles (half the vector copies a
   // weight byte), then fewer blocks a cluster. Counts in double: n and batch may be anything a
@@ -28,7 +36,7 @@ std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& g, int cc_majo
   for (int rt : {2, 1})
     for (int c : {1, 2, 4}) {
       if (c > 1 && (cc_major < 9 || chunks < 8 * c)) continue;  // clusters: sm_90; every warp of a block a chunk
-      const double tiles = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * static_cast<double>(g.batch);
+      const double tiles = static_cast<double>(n / (16 * rt) + (n % (16 * rt) != 0)) * static_cast<double>(batch);
       const double clusters = static_cast<double>(slots / c);
       const double per_cluster = std::ceil(tiles / clusters);
       if (c > 1 && per_cluster > kSkinnyMmaPartTiles) continue;

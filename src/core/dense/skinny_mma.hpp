@@ -71,10 +71,15 @@ constexpr std::int64_t skinny_mma_warp_chunks(std::int64_t rank_chunks, int warp
   return rank_chunks > warp ? (rank_chunks - 1 - warp) / kSkinnyMmaWarps + 1 : 0;
 }
 
-// nullopt unless: f16/bf16, 1 <= m <= 16, n >= 1, k >= 1 and k % 8 == 0, a not transposed, b
-// transposed ([n, k] rows), a and b base pointers, row strides and batch strides 16-byte
-// aligned, and cc_major >= 8 (0 = unknown is accepted; clusters only where cc_major >= 9).
-// sm_count <= 0 = unknown (132), capped at 65536. Only n_tiles depends on m.
+// Sizes only (what plan_matmul carries): nullopt unless f16/bf16, 1 <= m <= 16, n >= 1, k >= 1,
+// k % 8 == 0, batch >= 1 and cc_major >= 8 (0 = unknown is accepted; clusters only where
+// cc_major >= 9). sm_count <= 0 = unknown (132), capped at 65536. Only n_tiles depends on m.
+std::optional<SkinnyMmaConfig> skinny_mma_config(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n,
+                                                 std::int64_t k, int cc_major, int sm_count);
+// The layout the kernel reads: a not transposed, b transposed ([n, k] rows), a and b base
+// pointers, row strides and batch strides 16-byte aligned.
+bool skinny_mma_layout_ok(const DenseArgs& args);
+// Both of the above on one problem.
 std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& args, int cc_major, int sm_count);
 
 // skinny_mma_<f16|bf16>_n<8|16>_r<16|32>_c<1|2|4>

@@ -80,13 +80,13 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
       name = cuda_dense::gemv_wide_kernel_name(g, wide);
       break;
     }
-    case DenseRoute::SkinnyMma: {
-      auto c = cuda_dense::skinny_mma_config(g, ctx.arch().cc_major, ctx.arch().sm_count);
-      if (!c) fail(ErrorCode::Internal, "matmul: skinny_mma planned for a problem it does not take");
-      skinny = *c;
+    case DenseRoute::SkinnyMma:  // the plan's configuration, launched as planned
+      skinny.n_tiles = plan.skinny_n_tiles, skinny.row_tiles = plan.skinny_row_tiles;
+      skinny.cluster = plan.skinny_cluster, skinny.blocks = plan.skinny_blocks;
+      if (skinny.blocks <= 0 || !cuda_dense::skinny_mma_layout_ok(g))
+        fail(ErrorCode::Internal, "matmul: skinny_mma planned for a problem it does not take");
       name = cuda_dense::skinny_mma_kernel_name(g, skinny);
       break;
-    }
     case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
     case DenseRoute::TiledSm90:
       sm90 = engine::tiled_sm90_dense_launch(g.dtype, g.batch, g.m, g.n, ctx.arch().sm_count);
