@@ -22,7 +22,9 @@
 
 #include "core/dense/skinny_mma.hpp"
 #include "cuda/common/cluster_sm90.cuh"
+#include "cuda/common/launch_pdl.cuh"
 #include "cuda/common/mma_sync.cuh"
+#include "cuda/common/pdl_device.cuh"
 #include "cuda/dense/dense_common.cuh"
 
 namespace llmm::cuda_dense {
@@ -82,8 +84,10 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
       if (v < g.m) live |= 1u << (2 * RT + j);
     }
   };
-  // One commit group an issue, empty past the warp's last chunk, so that wait_group counts chunks.
-  const auto issue = [&]() {
+  // Units [u0, u1) of the next chunk (weights: [0, 2 RT), vectors: [2 RT, kUnits)), then the
+  // cursor moves on; `commit` closes the chunk's commit group. One commit group a chunk, empty
+  // past the warp's last chunk, so that wait_group counts chunks.
+  const auto issue = [&](int u0, int u1, bool commit) {
     if (is_tile < t1 && mine > 0) {
       if (is_i == 0) bind(is_tile);
       const std::int64_t off = is_i * (32 * kWarps);
@@ -91,15 +95,23 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
       unsigned char* const st = ring + is_slot * (kUnits * 512);
 #pragma unroll
       for (int u = 0; u < kUnits; ++u) {
+        if (u < u0 || u >= u1) continue;
         const bool read = valid && ((live >> u) & 1u);
         ptx::cp_async16(st + u * 512, read ? src[u] + off : src[u] - kw, read ? 16 : 0);
       }
       if (++is_i == mine) is_i = 0, ++is_tile;
       if (++is_slot == stages) is_slot = 0;
     }
-    ptx::cp_async_commit();
+    if (commit) ptx::cp_async_commit();
   };
-  for (int i = 0; i < stages - 1; ++i) issue();
+  // PDL (launch_one): weights are never written by kernels, so the first stages' weight copies go
+  // out before the wait for the kernels ahead on the stream (which may still be finishing on
+  // other SMs); the vectors are their output, and every store here comes after the wait too.
+  ptx::grid_launch_dependents();
+  for (int i = 0; i < stages - 1; ++i) issue(0, 2 * RT, false);  // no commit: they join the first vectors' group
+  ptx::grid_dependency_wait();
+  is_tile = t0, is_i = 0, is_slot = 0;  // the same chunks again: their vectors, one commit group each
+  for (int i = 0; i < stages - 1; ++i) issue(2 * RT, kUnits, true);
 
   int cs_slot = 0;
   int round_tiles = 0;  // C > 1: tiles whose block sums wait in `parts`
@@ -123,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
   for (std::int64_t tile = t0; tile < t1; ++tile) {
     float acc[RT][NT][4] = {};
     for (std::int64_t i = 0; i < mine; ++i) {
-      issue();  // into the stage read one step ago (its values consumed by its mma already)
+      issue(0, kUnits, true);  // into the stage read one step ago (its values consumed by its mma already)
       ptx::cp_async_wait<stages - 1>();  // this step's chunk has landed (this lane's own copies)
       const unsigned char* const st = ring + cs_slot * (kUnits * 512);
       uint4 v[kUnits];
@@ -188,11 +200,15 @@ void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(l.bytes);
   cfg.stream = static_cast<cudaStream_t>(s);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-  cfg.attrs = C > 1 ? &attr : nullptr;
-  cfg.numAttrs = C > 1 ? 1 : 0;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n_attrs = 0;
+  if (C > 1) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = C, attrs[n_attrs].val.clusterDim.y = 1, attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  cfg.attrs = n_attrs ? attrs : nullptr;  // the occupancy query sees the cluster only
+  cfg.numAttrs = n_attrs;
   // The plan assumes two blocks a SM; where fewer clusters fit at once, run as many as fit (a
   // second wave would double the time; the sums do not change). Cached per device and kernel.
   int device = 0;
@@ -224,6 +240,11 @@ void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   int clusters = c.blocks / C;
   if (fits > 0 && fits < clusters) clusters = fits;
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * C));
+  if (cuda_common::pdl_enabled()) {  // sm_90 unless LLMM_DISABLE_PDL=1 (A/B)
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attrs, cfg.numAttrs = ++n_attrs;
+  }
   e = cudaLaunchKernelEx(&cfg, kernel, g);
   if (e != cudaSuccess) fail(ErrorCode::Cuda, "skinny_mma launch failed: ", cudaGetErrorString(e));
 }
