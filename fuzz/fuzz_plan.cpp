@@ -66,7 +66,13 @@ void check_skinny_config(const MatmulDesc& d, const ArchInfo& arch, const std::s
   FUZZ_CHECK(c->cluster == 1 || (arch.cc_major >= 9 && d.k / 32 + (d.k % 32 != 0) >= 8 * c->cluster), "cluster ", c->cluster, ": ", desc);
   FUZZ_CHECK(c->blocks >= c->cluster && c->blocks % c->cluster == 0 && c->blocks <= 2 * sms, "blocks ", c->blocks, ": ", desc);
   FUZZ_CHECK(static_cast<double>(c->blocks / c->cluster) <= tiles, "more clusters than tiles: ", desc);
-  FUZZ_CHECK(cuda_dense::skinny_mma_smem(c->n_tiles, c->row_tiles, c->cluster).bytes <= 113 * 1024, desc);
+  FUZZ_CHECK(cuda_dense::skinny_mma_smem(c->n_tiles, c->row_tiles, c->cluster).bytes <= cuda_dense::kSkinnyMmaSmemLimit, desc);
+  if (c->x_image)  // one batch entry's vectors, and room for them at two blocks a SM
+    FUZZ_CHECK(d.batch == 1 && cuda_dense::skinny_mma_smem(c->n_tiles, c->row_tiles, c->cluster, true).bytes +
+                                       cuda_dense::kSkinnyMmaWarps *
+                                           cuda_dense::skinny_mma_image_warp_bytes(c->n_tiles, d.k, c->cluster) <=
+                                   cuda_dense::kSkinnyMmaSmemLimit,
+               "x_image: ", desc);
   for (std::int64_t m : {1, 8, 9, 16}) {
     g.m = m;
     const auto cm = cuda_dense::skinny_mma_config(g, arch.cc_major, arch.sm_count);

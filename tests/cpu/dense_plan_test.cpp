@@ -233,6 +233,7 @@ TEST(DensePlan, SkinnyMmaConfig) {
   EXPECT_EQ(c->row_tiles, 1);
   EXPECT_EQ(c->cluster, 1);
   EXPECT_EQ(c->blocks, 264);  // two a SM
+  EXPECT_FALSE(c->x_image);  // K 4096 in one block: 64 KB of vector chunks do not fit beside the rings
   EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_bf16_n8_r16_c1");
   g.m = 9, g.n = 3072, g.dtype = DType::F16;
   c = skinny_mma_config(g, 9, 132);
@@ -243,7 +244,11 @@ TEST(DensePlan, SkinnyMmaConfig) {
   EXPECT_EQ(c->row_tiles, 1);
   EXPECT_EQ(c->cluster, 4);
   EXPECT_EQ(c->blocks, 264);
-  EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_f16_n16_r16_c4");
+  // Batch 1 and K / 4 = 1024 a block: the warps' vector chunks (32 KB) fit beside weight-only rings.
+  EXPECT_TRUE(c->x_image);
+  EXPECT_LE(skinny_mma_smem(2, 1, 4, true).bytes + kSkinnyMmaWarps * skinny_mma_image_warp_bytes(2, 4096, 4), kSkinnyMmaSmemLimit);
+  EXPECT_EQ(kSkinnyMmaWarps * skinny_mma_image_warp_bytes(2, 4096, 4), 32 * 1024);
+  EXPECT_EQ(skinny_mma_kernel_name(g, *c), "skinny_mma_f16_n16_r16_c4_xi");
   for (std::int64_t m : {1, 2, 5, 8, 16}) {  // only n_tiles depends on m: the sums' order does not
     g.m = m;
     auto cm = skinny_mma_config(g, 9, 132);
@@ -266,6 +271,7 @@ TEST(DensePlan, SkinnyMmaConfig) {
   EXPECT_EQ(c->row_tiles, 2);
   EXPECT_EQ(c->cluster, 4);
   EXPECT_EQ(c->blocks, 264);
+  EXPECT_FALSE(c->x_image);  // one image holds one batch entry's vectors
   g.n = 14336, g.batch = 1;  // 448 tiles of 32 rows: 7 a cluster of 4 (<= 8 wait in shared memory)
   c = skinny_mma_config(g, 9, 132);
   ASSERT_TRUE(c);

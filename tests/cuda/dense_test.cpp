@@ -196,13 +196,15 @@ TEST(DenseGpu, SkinnyMmaSweep) {
       }
 }
 
-// The sums do not depend on how many clusters run (skinny_mma.hpp): the planned grid, one cluster
-// owning every tile (rounds of kSkinnyMmaPartTiles tiles through the cluster's shared memory) and
-// three clusters give the same bytes.
+// The sums do not depend on how many clusters run, nor on where the vectors come from
+// (skinny_mma.hpp): the planned grid, one cluster owning every tile (rounds of
+// kSkinnyMmaPartTiles tiles through the cluster's shared memory), three clusters, and the planned
+// grid without the vector image give the same bytes.
 TEST(DenseGpu, SkinnyMmaAnyClusterCount) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 800;
+  int images = 0;  // plans with the vector image (the -1 run compares it with streamed vectors)
   struct S { std::int64_t batch, m, n, k; };
   for (DType t : {DType::F16, DType::BF16})
     for (S s : {S{1, 5, 3000, 2056}, S{1, 16, 4096, 2056}, S{2, 8, 1000, 1024}, S{1, 1, 700, 4096}}) {
@@ -218,9 +220,10 @@ TEST(DenseGpu, SkinnyMmaAnyClusterCount) {
       auto plan = cuda_dense::skinny_mma_config(g, ctx.arch().cc_major, ctx.arch().sm_count);
       ASSERT_TRUE(plan);
       std::vector<std::vector<unsigned char>> results;
-      for (int clusters : {0, 1, 3}) {
+      for (int clusters : {0, 1, 3, -1}) {  // -1: the planned grid with the vectors streamed (no image)
         cuda_dense::SkinnyMmaConfig c = *plan;
         if (clusters > 0) c.blocks = clusters * c.cluster;
+        if (clusters < 0) c.x_image = false;
         poison(out.view);
         DeviceTensor dout = to_device(out);
         g.c = dout.buffer.data();
@@ -235,6 +238,8 @@ TEST(DenseGpu, SkinnyMmaAnyClusterCount) {
                                cuda_dense::skinny_mma_kernel_name(g, *plan);
       EXPECT_EQ(results[1], results[0]) << what << ": one cluster";
       EXPECT_EQ(results[2], results[0]) << what << ": three clusters";
+      EXPECT_EQ(results[3], results[0]) << what << ": vectors streamed instead of the planned image";
+      images += plan->x_image ? 1 : 0;
       // and the planned grid's result is right (the sweep checks the route against float64 too)
       HostTensor ref = host_tensor_3d(t, s.batch, s.m, s.n);
       DeviceTensor dref = to_device(ref);
@@ -247,6 +252,7 @@ TEST(DenseGpu, SkinnyMmaAnyClusterCount) {
       const auto* q = static_cast<const unsigned char*>(ref.view.data);
       EXPECT_EQ(std::vector<unsigned char>(q, q + results[0].size()), results[0]) << what << ": matmul's own launch";
     }
+  EXPECT_GT(images, 0) << "no case planned the vector image (on 132 SMs: m 5 x 3000 x 2056 and m 1 x 700 x 4096)";
 }
 
 TEST(DenseGpu, TiledSweep) {
@@ -484,4 +490,11 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
         EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
       }
+  for (DType t : {DType::F16, DType::BF16}) {  // skinny_mma's clusters: the sums of K quarters through DSMEM
+    DenseCase c{t, 1, 9, 3000, 2056, false, true};
+    c.route = DenseRoute::SkinnyMma, c.nonfinite_every = 5, c.seed = ++seed;
+    DenseOutcome o = run_dense_case(ctx, c);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+    EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
+  }
 }

@@ -24,7 +24,7 @@ std::optional<SkinnyMmaConfig> skinny_mma_config(DType dtype, std::int64_t batch
   if (cc_major != 0 && cc_major < 8) return std::nullopt;
   // sm_count 0 (unknown): an H200's 132; more than 65536 is no GPU (the grid's int stays in range).
   const std::int64_t sms = sm_count <= 0 ? 132 : sm_count > 65536 ? 65536 : sm_count;
-  const std::int64_t slots = 2 * sms;  // two blocks a SM (skinny_mma_smem keeps every layout <= 110 KB)
+  const std::int64_t slots = 2 * sms;  // two blocks a SM (every layout within kSkinnyMmaSmemLimit)
   const std::int64_t chunks = k / 32 + (k % 32 != 0);  // k + 31 could overflow
   SkinnyMmaConfig best;
   best.n_tiles = m <= 8 ? 1 : 2;
@@ -47,12 +47,19 @@ std::optional<SkinnyMmaConfig> skinny_mma_config(DType dtype, std::int64_t batch
         best.blocks = static_cast<int>(c * (tiles < clusters ? tiles : clusters));
       }
     }
+  // The vector image: one batch entry's vectors, beside weight-only rings, where it fits two blocks
+  // a SM. It changes where the vectors come from, not one sum (the same values meet the same mmas).
+  if (batch == 1 && k <= (std::int64_t{1} << 24)) {  // (a longer K's image never fits)
+    const double image = static_cast<double>(kSkinnyMmaWarps) *
+                         static_cast<double>(skinny_mma_image_warp_bytes(best.n_tiles, k, best.cluster));
+    best.x_image = skinny_mma_smem(best.n_tiles, best.row_tiles, best.cluster, true).bytes + image <= kSkinnyMmaSmemLimit;
+  }
   return best;
 }
 
 std::string skinny_mma_kernel_name(const DenseArgs& g, const SkinnyMmaConfig& c) {
   return std::string("skinny_mma_") + (g.dtype == DType::BF16 ? "bf16" : "f16") + "_n" + std::to_string(8 * c.n_tiles) + "_r" +
-         std::to_string(16 * c.row_tiles) + "_c" + std::to_string(c.cluster);
+         std::to_string(16 * c.row_tiles) + "_c" + std::to_string(c.cluster) + (c.x_image ? "_xi" : "");
 }
 
 }  // namespace llmm::cuda_dense

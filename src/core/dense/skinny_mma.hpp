@@ -32,33 +32,42 @@ struct SkinnyMmaConfig {
   int row_tiles = 1;  // m16 tiles of weight rows a tile: 1 (16 rows) or 2 (32)
   int cluster = 1;    // blocks of a cluster splitting K over the same tiles: 1, 2 or 4 (sm_90)
   int blocks = 0;     // the grid (a multiple of cluster): two blocks a SM, at most cluster x tiles
+  bool x_image = false;  // each warp copies its chunks of the vector rows into shared memory once,
+                         // for all of its tiles, and streams only weights (batch 1, where it fits)
   friend bool operator==(const SkinnyMmaConfig&, const SkinnyMmaConfig&) = default;
 };
 
-// The shared-memory layout of one block (the kernel's and the planner's one formula).
+// The shared-memory layout of one block (the kernel's and the planner's one formula): the warps'
+// rings, their sums, the cluster's parts, then (x_image) the warps' vector chunks.
 struct SkinnyMmaSmem {
-  int units = 0;        // 16-byte units a lane copies a chunk: 2 per row tile, 1 per n8 tile
+  int units = 0;        // 16-byte units a lane copies a chunk into its ring: 2 per row tile, 1 per n8 tile (not with x_image)
   int stages = 0;       // a warp's ring depth in chunks
   int warp_bytes = 0;   // a warp's ring
   int red_stride = 0;   // floats between a column's rows in the warps' sums (rows + 4: no bank conflicts)
-  int red_offset = 0, part_offset = 0, bytes = 0;
+  int red_offset = 0, part_offset = 0;
+  int image_offset = 0;  // the vector image (x_image): kSkinnyMmaWarps x skinny_mma_image_warp_bytes
+  int bytes = 0;         // all but the image
 };
-constexpr SkinnyMmaSmem skinny_mma_smem(int n_tiles, int row_tiles, int cluster) {
+constexpr SkinnyMmaSmem skinny_mma_smem(int n_tiles, int row_tiles, int cluster, bool x_image = false) {
   SkinnyMmaSmem l;
-  l.units = 2 * row_tiles + n_tiles;
-  // ~9-12 KB a warp: two blocks a SM with every ring, the warps' sums and the cluster's parts.
-  l.stages = l.units <= 3 ? 8 : l.units == 4 ? 5 : l.units == 5 ? 4 : 3;
+  l.units = 2 * row_tiles + (x_image ? 0 : n_tiles);
+  // ~6-12 KB a warp: two blocks a SM with every ring, the warps' sums and the cluster's parts
+  // (and room for an image of up to 47 KB beside weight-only rings of 16-row tiles).
+  l.stages = l.units == 2 ? 6 : l.units == 3 ? 8 : l.units == 4 ? (x_image ? 4 : 5) : l.units == 5 ? 4 : 3;
   l.warp_bytes = l.stages * l.units * 32 * 16;
   const int rows = 16 * row_tiles, cols = 8 * n_tiles;
   l.red_stride = rows + 4;
   l.red_offset = kSkinnyMmaWarps * l.warp_bytes;
   l.part_offset = l.red_offset + kSkinnyMmaWarps * cols * l.red_stride * 4;
-  l.bytes = l.part_offset + (cluster > 1 ? kSkinnyMmaPartTiles * cols * rows * 4 : 0);
+  l.image_offset = l.part_offset + (cluster > 1 ? kSkinnyMmaPartTiles * cols * rows * 4 : 0);
+  l.bytes = l.image_offset;
   return l;
 }
-// Two blocks a SM on an sm_90 (228 KB of shared memory a SM, 1 KB of it reserved a block).
-static_assert(skinny_mma_smem(2, 2, 4).bytes <= 113 * 1024 && skinny_mma_smem(1, 1, 4).bytes <= 113 * 1024 &&
-              skinny_mma_smem(2, 1, 4).bytes <= 113 * 1024 && skinny_mma_smem(1, 2, 4).bytes <= 113 * 1024);
+// The most shared memory a block may take for two blocks a SM on an sm_90 (228 KB a SM, 1 KB of
+// it reserved a block).
+inline constexpr int kSkinnyMmaSmemLimit = 113 * 1024;
+static_assert(skinny_mma_smem(2, 2, 4).bytes <= kSkinnyMmaSmemLimit && skinny_mma_smem(1, 1, 4).bytes <= kSkinnyMmaSmemLimit &&
+              skinny_mma_smem(2, 1, 4).bytes <= kSkinnyMmaSmemLimit && skinny_mma_smem(1, 2, 4).bytes <= kSkinnyMmaSmemLimit);
 
 // The split, one formula for the kernel and the tests: part i of `parts` of [0, total) starts at
 // floor(total i / parts) (computed without the product: no overflow for any total >= 0); cluster
@@ -69,6 +78,12 @@ constexpr std::int64_t skinny_mma_split(std::int64_t total, std::int64_t parts, 
 }
 constexpr std::int64_t skinny_mma_warp_chunks(std::int64_t rank_chunks, int warp) {
   return rank_chunks > warp ? (rank_chunks - 1 - warp) / kSkinnyMmaWarps + 1 : 0;
+}
+// One warp's slot of the vector image: its chunks at the busiest rank (warp 0 of ceil(chunks / C)
+// chunks), n_tiles 16-byte units a lane each. k as the kernel takes it (k >= 1).
+constexpr std::int64_t skinny_mma_image_warp_bytes(int n_tiles, std::int64_t k, int cluster) {
+  const std::int64_t chunks = k / 32 + (k % 32 != 0);
+  return skinny_mma_warp_chunks(chunks / cluster + (chunks % cluster != 0), 0) * n_tiles * 32 * 16;
 }
 
 // Sizes only (what plan_matmul carries): nullopt unless f16/bf16, 1 <= m <= 16, n >= 1, k >= 1,
@@ -82,7 +97,7 @@ bool skinny_mma_layout_ok(const DenseArgs& args);
 // Both of the above on one problem.
 std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& args, int cc_major, int sm_count);
 
-// skinny_mma_<f16|bf16>_n<8|16>_r<16|32>_c<1|2|4>
+// skinny_mma_<f16|bf16>_n<8|16>_r<16|32>_c<1|2|4>, with _xi for the vector image
 std::string skinny_mma_kernel_name(const DenseArgs& args, const SkinnyMmaConfig& config);
 
 // Launcher (src/cuda/dense/skinny_mma.cu): throws ErrorCode::Cuda if the launch fails. Runs

@@ -12,13 +12,16 @@
 // Each warp streams all of its (tile, chunk) pairs through its own ring of cp.async stages (a
 // lane reads back only the bytes it copied: no barrier in the loop), across tile boundaries:
 // v2 drained the ring at every row block. Units past m (vectors) or n (rows) and past K are
-// zero-filled without a read.
+// zero-filled without a read. With the vector image (XI; batch 1, where it fits) a warp copies
+// its vector chunks once, for all of its tiles, and its ring carries weights only: the vectors
+// are read from L2 once a block instead of once a tile (session 26's ncu of v2: L2 76% busy).
 // Sums: a warp's chunks in order, the warps in order (shared memory, a block barrier a tile),
 // then the cluster's blocks in rank order (DSMEM, a cluster barrier per round of <= 8 tiles).
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
-#include <unordered_map>
+#include <utility>
 
 #include "core/dense/skinny_mma.hpp"
 #include "cuda/common/cluster_sm90.cuh"
@@ -37,18 +40,21 @@ struct SkinnyShape {
   static constexpr int kUnits = 2 * RT + NT, kRows = 16 * RT, kCols = 8 * NT;
 };
 
-template <class T, int NT, int RT, int C>
+// XI: the vector image (skinny_mma.hpp): each warp's vector chunks copied once, weight-only rings.
+template <class T, int NT, int RT, int C, bool XI>
 __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
   using S = SkinnyShape<NT, RT>;
   constexpr int kUnits = S::kUnits, kRows = S::kRows, kCols = S::kCols;
-  constexpr SkinnyMmaSmem l = skinny_mma_smem(NT, RT, C);
-  constexpr int stages = l.stages;
+  constexpr SkinnyMmaSmem l = skinny_mma_smem(NT, RT, C, XI);
+  constexpr int stages = l.stages, kRingUnits = l.units;  // ring units: weights (XI), or weights and vectors
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int r = lane >> 2, q = lane & 3;
   unsigned char* const ring = smem + warp * l.warp_bytes + lane * 16;
   float* const red = reinterpret_cast<float*>(smem + l.red_offset);    // [warp][col][red_stride]
   float* const parts = reinterpret_cast<float*>(smem + l.part_offset);  // [tile of the round][col][row] (C > 1)
+  // XI: this lane's units of the warp's vector chunks, [chunk i][n8 tile j] 512 bytes apart.
+  unsigned char* const xim = smem + l.image_offset + warp * static_cast<int>(skinny_mma_image_warp_bytes(NT, g.k, C)) + lane * 16;
 
   const std::int64_t tiles_n = (g.n + kRows - 1) / kRows, tiles = tiles_n * g.batch;
   const std::int64_t clusters = gridDim.x / C, ci = blockIdx.x / C;
@@ -92,9 +98,9 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
       if (is_i == 0) bind(is_tile);
       const std::int64_t off = is_i * (32 * kWarps);
       const bool valid = kw + off < g.k;  // k % 8 == 0: a lane's 8 values all in or all out
-      unsigned char* const st = ring + is_slot * (kUnits * 512);
+      unsigned char* const st = ring + is_slot * (kRingUnits * 512);
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
+      for (int u = 0; u < kRingUnits; ++u) {
         if (u < u0 || u >= u1) continue;
         const bool read = valid && ((live >> u) & 1u);
         ptx::cp_async16(st + u * 512, read ? src[u] + off : src[u] - kw, read ? 16 : 0);
@@ -110,8 +116,23 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
   ptx::grid_launch_dependents();
   for (int i = 0; i < stages - 1; ++i) issue(0, 2 * RT, false);  // no commit: they join the first vectors' group
   ptx::grid_dependency_wait();
-  is_tile = t0, is_i = 0, is_slot = 0;  // the same chunks again: their vectors, one commit group each
-  for (int i = 0; i < stages - 1; ++i) issue(2 * RT, kUnits, true);
+  if constexpr (XI) {  // every vector chunk of the warp (batch 1: the same for all its tiles; bound at t0 above)
+    if (mine > 0)
+      for (std::int64_t i = 0; i < mine; ++i) {
+        const std::int64_t off = i * (32 * kWarps);
+        const bool valid = kw + off < g.k;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int u = 2 * RT + j;
+          const bool read = valid && ((live >> u) & 1u);
+          ptx::cp_async16(xim + static_cast<int>(i * NT + j) * 512, read ? src[u] + off : src[u] - kw, read ? 16 : 0);
+        }
+      }
+  }
+  // The same chunks again: their vectors (none with XI), one commit group each (the first also
+  // holds the weights above and the image).
+  is_tile = t0, is_i = 0, is_slot = 0;
+  for (int i = 0; i < stages - 1; ++i) issue(2 * RT, kRingUnits, true);
 
   int cs_slot = 0;
   int round_tiles = 0;  // C > 1: tiles whose block sums wait in `parts`
@@ -137,10 +158,13 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
     for (std::int64_t i = 0; i < mine; ++i) {
       issue(0, kUnits, true);  // into the stage read one step ago (its values consumed by its mma already)
       ptx::cp_async_wait<stages - 1>();  // this step's chunk has landed (this lane's own copies)
-      const unsigned char* const st = ring + cs_slot * (kUnits * 512);
+      const unsigned char* const st = ring + cs_slot * (kRingUnits * 512);
       uint4 v[kUnits];
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) v[u] = *reinterpret_cast<const uint4*>(st + u * 512);
+      for (int u = 0; u < kRingUnits; ++u) v[u] = *reinterpret_cast<const uint4*>(st + u * 512);
+      if constexpr (XI)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) v[2 * RT + j] = *reinterpret_cast<const uint4*>(xim + static_cast<int>(i * NT + j) * 512);
 #pragma unroll
       for (int t = 0; t < RT; ++t)
 #pragma unroll
@@ -186,19 +210,23 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
   ptx::cp_async_wait<0>();  // the empty groups past the last chunk
 }
 
-template <class T, int NT, int RT, int C>
+template <class T, int NT, int RT, int C, bool XI>
 void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
-  auto* const kernel = &skinny_mma_kernel<T, NT, RT, C>;
-  constexpr SkinnyMmaSmem l = skinny_mma_smem(NT, RT, C);
+  auto* const kernel = &skinny_mma_kernel<T, NT, RT, C, XI>;
+  constexpr SkinnyMmaSmem l = skinny_mma_smem(NT, RT, C, XI);
+  const std::int64_t image = XI ? kWarps * skinny_mma_image_warp_bytes(NT, g.k, C) : 0;
+  if (XI && (g.batch != 1 || l.bytes + image > kSkinnyMmaSmemLimit))
+    fail(ErrorCode::Internal, "skinny_mma: a vector image of ", image, " bytes for batch ", g.batch, " planned");
+  const int smem_bytes = l.bytes + static_cast<int>(image);
   // Per device and cheap (not a stream operation, fine under graph capture): set every launch.
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.bytes);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    fail(ErrorCode::Cuda, "skinny_mma: cannot reserve ", l.bytes, " bytes of shared memory: ", cudaGetErrorString(e));
+    fail(ErrorCode::Cuda, "skinny_mma: cannot reserve ", smem_bytes, " bytes of shared memory: ", cudaGetErrorString(e));
   }
   cudaLaunchConfig_t cfg{};
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(l.bytes);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
   cfg.stream = static_cast<cudaStream_t>(s);
   cudaLaunchAttribute attrs[2]{};
   unsigned n_attrs = 0;
@@ -214,12 +242,13 @@ void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   int device = 0;
   (void)cudaGetDevice(&device);
   static std::mutex mu;
-  static std::unordered_map<const void*, int> fit[64];
+  static std::map<std::pair<const void*, int>, int> fit[64];  // (kernel, shared memory) -> clusters or blocks
   int fits = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
     auto& m = fit[device & 63];
-    auto it = m.find(reinterpret_cast<const void*>(kernel));
+    const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), smem_bytes};
+    auto it = m.find(key);
     if (it != m.end()) {
       fits = it->second;
     } else {
@@ -228,13 +257,13 @@ void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
         if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess) fits = 0;
       } else {
         int per_sm = 0, sms = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, static_cast<std::size_t>(l.bytes)) ==
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, static_cast<std::size_t>(smem_bytes)) ==
                 cudaSuccess &&
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
           fits = per_sm * sms;
       }
       (void)cudaGetLastError();
-      m.emplace(reinterpret_cast<const void*>(kernel), fits);
+      m.emplace(key, fits);
     }
   }
   int clusters = c.blocks / C;
@@ -249,23 +278,29 @@ void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   if (e != cudaSuccess) fail(ErrorCode::Cuda, "skinny_mma launch failed: ", cudaGetErrorString(e));
 }
 
-template <class T, int NT, int RT>
+template <class T, int NT, int RT, bool XI>
 void launch_cluster(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   switch (c.cluster) {
-    case 1: launch_one<T, NT, RT, 1>(g, c, s); break;
-    case 2: launch_one<T, NT, RT, 2>(g, c, s); break;
-    default: launch_one<T, NT, RT, 4>(g, c, s); break;
+    case 1: launch_one<T, NT, RT, 1, XI>(g, c, s); break;
+    case 2: launch_one<T, NT, RT, 2, XI>(g, c, s); break;
+    default: launch_one<T, NT, RT, 4, XI>(g, c, s); break;
   }
+}
+
+template <class T, int NT, int RT>
+void launch_image(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
+  if (c.x_image) launch_cluster<T, NT, RT, true>(g, c, s);
+  else launch_cluster<T, NT, RT, false>(g, c, s);
 }
 
 template <class T>
 void launch_typed(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   if (c.row_tiles == 1) {
-    if (c.n_tiles == 1) launch_cluster<T, 1, 1>(g, c, s);
-    else launch_cluster<T, 2, 1>(g, c, s);
+    if (c.n_tiles == 1) launch_image<T, 1, 1>(g, c, s);
+    else launch_image<T, 2, 1>(g, c, s);
   } else {
-    if (c.n_tiles == 1) launch_cluster<T, 1, 2>(g, c, s);
-    else launch_cluster<T, 2, 2>(g, c, s);
+    if (c.n_tiles == 1) launch_image<T, 1, 2>(g, c, s);
+    else launch_image<T, 2, 2>(g, c, s);
   }
 }
 
