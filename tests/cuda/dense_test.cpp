@@ -181,9 +181,10 @@ TEST(DenseGpu, SkinnyMmaSweep) {
       c.seed = ++seed;
       expect_good(ctx, c, "skinny_mma");
     }
-  // The plan's splits on 132 SMs (tests/cpu/dense_plan_test.cpp): 32-row tiles in clusters of 2
-  // (n 4096, k 2056), 16-row tiles in clusters of 4 (n 3000), 32-row in clusters of 4 (batch 2),
-  // and tiles of both sizes without clusters (K too short to split, many rows).
+  // The plan's splits on 132 SMs (skinny_mma_config): 32-row tiles in clusters of 2 (n 4096,
+  // k 2056; the vector image at m 3, not at m 16), 16-row tiles in clusters of 4 with the image
+  // (n 3000), 32-row in clusters of 4 (batch 2) and of 2 (batch 3, m 1) without it, and 16-row
+  // tiles without clusters (k 256: too short to split).
   struct S { std::int64_t batch, m, n, k; };
   for (DType t : {DType::F16, DType::BF16})
     for (S s : {S{1, 3, 4096, 2056}, S{1, 16, 4096, 2056}, S{1, 7, 3000, 1032}, S{2, 12, 3001, 2048}, S{1, 9, 20000, 256},
