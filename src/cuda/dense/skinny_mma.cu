@@ -54,7 +54,9 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_mma_kernel(DenseArgs g) {
   float* const red = reinterpret_cast<float*>(smem + l.red_offset);    // [warp][col][red_stride]
   float* const parts = reinterpret_cast<float*>(smem + l.part_offset);  // [tile of the round][col][row] (C > 1)
   // XI: this lane's units of the warp's vector chunks, [chunk i][n8 tile j] 512 bytes apart.
-  unsigned char* const xim = smem + l.image_offset + warp * static_cast<int>(skinny_mma_image_warp_bytes(NT, g.k, C)) + lane * 16;
+  // (Formed for XI only: a K too long for any image would overflow the offset's int.)
+  unsigned char* const xim =
+      XI ? smem + l.image_offset + warp * static_cast<int>(skinny_mma_image_warp_bytes(NT, g.k, C)) + lane * 16 : nullptr;
 
   const std::int64_t tiles_n = (g.n + kRows - 1) / kRows, tiles = tiles_n * g.batch;
   const std::int64_t clusters = gridDim.x / C, ci = blockIdx.x / C;
