@@ -220,12 +220,12 @@ void launch_one(const DenseArgs& g, const SkinnyMmaConfig& c, StreamHandle s) {
   if (XI && (g.batch != 1 || l.bytes + image > kSkinnyMmaSmemLimit))
     fail(ErrorCode::Internal, "skinny_mma: a vector image of ", image, " bytes for batch ", g.batch, " planned");
   const int smem_bytes = l.bytes + static_cast<int>(image);
-  // Per device and cheap (not a stream operation, fine under graph capture): set every launch.
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+  // Per device and cheap (not a stream operation, fine under graph capture): set every launch,
+  // with the largest carveout so that two blocks share an SM (launch_pdl.cuh says why).
+  cuda_common::set_smem_bytes(kernel, smem_bytes);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
     fail(ErrorCode::Cuda, "skinny_mma: cannot reserve ", smem_bytes, " bytes of shared memory: ", cudaGetErrorString(e));
-  }
   cudaLaunchConfig_t cfg{};
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
