@@ -38,17 +38,19 @@ struct SkinnyMmaConfig {
 };
 
 // The shared-memory layout of one block (the kernel's and the planner's one formula): the warps'
-// rings, their sums, the cluster's parts, then (x_image) the warps' vector chunks.
+// rings, their sums, the cluster's parts, the row map's own tables (map_bytes: the MoE row map's
+// sort, core/moe/moe_skinny.hpp), then (x_image) the warps' vector chunks.
 struct SkinnyMmaSmem {
   int units = 0;        // 16-byte units a lane copies a chunk into its ring: 2 per row tile, 1 per n8 tile (not with x_image)
   int stages = 0;       // a warp's ring depth in chunks
   int warp_bytes = 0;   // a warp's ring
   int red_stride = 0;   // floats between a column's rows in the warps' sums (rows + 4: no bank conflicts)
   int red_offset = 0, part_offset = 0;
+  int map_offset = 0;    // the row map's tables (map_bytes)
   int image_offset = 0;  // the vector image (x_image): kSkinnyMmaWarps x skinny_mma_image_warp_bytes
   int bytes = 0;         // all but the image
 };
-constexpr SkinnyMmaSmem skinny_mma_smem(int n_tiles, int row_tiles, int cluster, bool x_image = false) {
+constexpr SkinnyMmaSmem skinny_mma_smem(int n_tiles, int row_tiles, int cluster, bool x_image = false, int map_bytes = 0) {
   SkinnyMmaSmem l;
   l.units = 2 * row_tiles + (x_image ? 0 : n_tiles);
   // ~6-12 KB a warp: two blocks a SM with every ring, the warps' sums and the cluster's parts
@@ -59,7 +61,8 @@ constexpr SkinnyMmaSmem skinny_mma_smem(int n_tiles, int row_tiles, int cluster,
   l.red_stride = rows + 4;
   l.red_offset = kSkinnyMmaWarps * l.warp_bytes;
   l.part_offset = l.red_offset + kSkinnyMmaWarps * cols * l.red_stride * 4;
-  l.image_offset = l.part_offset + (cluster > 1 ? kSkinnyMmaPartTiles * cols * rows * 4 : 0);
+  l.map_offset = l.part_offset + (cluster > 1 ? kSkinnyMmaPartTiles * cols * rows * 4 : 0);
+  l.image_offset = l.map_offset + map_bytes;
   l.bytes = l.image_offset;
   return l;
 }
@@ -100,7 +103,7 @@ std::optional<SkinnyMmaConfig> skinny_mma_config(const DenseArgs& args, int cc_m
 // skinny_mma_<f16|bf16>_n<8|16>_r<16|32>_c<1|2|4>, with _xi for the vector image
 std::string skinny_mma_kernel_name(const DenseArgs& args, const SkinnyMmaConfig& config);
 
-// Launcher (src/cuda/dense/skinny_mma.cu): throws ErrorCode::Cuda if the launch fails. Runs
+// Launcher (src/cuda/engine/instances/dense_skinny_mma.cu): throws ErrorCode::Cuda if the launch fails. Runs
 // fewer clusters than config.blocks / config.cluster where fewer fit the device at once (the
 // tiles' ranges change, their sums do not).
 void launch_skinny_mma(const DenseArgs& args, const SkinnyMmaConfig& config, StreamHandle stream);
