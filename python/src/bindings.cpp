@@ -365,10 +365,10 @@ MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
 MatmulIdGroupedKernel grouped_kernel_of(nb::handle h, const char* op) {
   const std::string s = str_arg(h, op, "grouped_kernel");
   for (MatmulIdGroupedKernel k : {MatmulIdGroupedKernel::Auto, MatmulIdGroupedKernel::MmaSync, MatmulIdGroupedKernel::TiledSm90,
-                                  MatmulIdGroupedKernel::TiledSm90Fused})
+                                  MatmulIdGroupedKernel::TiledSm90Fused, MatmulIdGroupedKernel::SkinnyMma})
     if (s == matmul_id_grouped_kernel_name(k)) return k;
-  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '", s,
-       "'");
+  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90', 'tiled_sm90_fused' or 'skinny_mma', got '",
+       s, "'");
 }
 
 DType dtype_code_of(nb::handle h, const char* op, const char* name) {
@@ -892,6 +892,7 @@ NB_MODULE(_llmm, m) {
         d["engine"] = plan.engine;
         d["staged"] = plan.staged;
         d["fused"] = plan.fused;
+        d["skinny"] = plan.skinny;
         d["reason"] = plan.reason;
         return d;
       },
@@ -899,5 +900,5 @@ NB_MODULE(_llmm, m) {
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
-      "engine, staged, fused, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
+      "engine, staged, fused, skinny, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

@@ -251,7 +251,7 @@ def test_matmul_id_grouped_kernel_by_name():
     ids = np.array([[(t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.uint32)
     scratch = llmm.matmul_id_scratch(e, m)
     want = llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel="auto")
-    for name in ("mma_sync", "tiled_sm90", "tiled_sm90_fused"):
+    for name in ("mma_sync", "tiled_sm90", "tiled_sm90_fused", "skinny_mma"):
         out = np.full((m, top_k, n), np.nan, np.float32)
         with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
             llmm.matmul_id(w, x, ids, out, route="grouped", scratch=scratch, grouped_kernel=name)
@@ -259,7 +259,7 @@ def test_matmul_id_grouped_kernel_by_name():
         with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
             llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=name)
         np.testing.assert_array_equal(llmm.matmul_id(w, x, ids, grouped_kernel=name), want)  # direct: ignored
-    with pytest.raises(llmm.Error, match="grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got 'fast'"):
+    with pytest.raises(llmm.Error, match="grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90', 'tiled_sm90_fused' or 'skinny_mma', got 'fast'"):
         llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel="fast")
 
 

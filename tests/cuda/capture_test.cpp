@@ -157,17 +157,23 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine on sm_90
-  // after moe_map, staged (Auto at m 40), the i32 one the engine sorting the rows itself (forced).
+  // after moe_map, staged (Auto at m 40), the i32 one the engine sorting the rows itself (forced);
+  // skinny_mma (forced, 160 routed rows) with u32 ids and a bf16 input.
   MatmulIdScratch scratch(ctx, 16, 40, 4, 136 * 2);
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
-    for (DType ids : {DType::U32, DType::I64, DType::I32}) {  // i64 / i32 ids with a bf16 input: the Hopper engine on sm_90
+    for (int variant = 0; variant < 4; ++variant) {  // i64 / i32 ids with a bf16 input: the Hopper engine on sm_90
+      const DType id_types[] = {DType::U32, DType::I64, DType::I32, DType::U32};
+      const DType ids = id_types[variant];
+      const bool skinny = variant == 3;
       if (ids == DType::I32 && (route == MatmulIdRoute::Direct || !ctx.arch().is_hopper())) continue;
+      if (skinny && (route == MatmulIdRoute::Direct || ctx.arch().cc_major < 8)) continue;
       MatmulIdOptions opts;
       if (ids == DType::I32) opts.grouped_kernel = MatmulIdGroupedKernel::TiledSm90Fused;
+      if (skinny) opts.grouped_kernel = MatmulIdGroupedKernel::SkinnyMma;
       MoeCase c;
       c.p.m = 40, c.p.n = 70, c.p.k = 136, c.p.top_k = 4, c.p.n_experts = 16, c.p.route = route;
       c.p.input_layout = MatmulIdInputLayout::Slotted;
-      c.w_dtype = DType::BF16, c.p.input_dtype = ids != DType::U32 ? DType::BF16 : DType::F32;
+      c.w_dtype = DType::BF16, c.p.input_dtype = ids != DType::U32 || skinny ? DType::BF16 : DType::F32;
       c.expert_pad = 24, c.input_pad = 8, c.ids_dtype = ids;
       c.out_of_range_every = 9, c.routing = Routing::Repeats;
       MoeBuffers b = make_moe_buffers(c);
@@ -178,6 +184,7 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
       ctx.synchronize();
       ctx.set_launch_recorder(nullptr);
       const std::string what = std::string(matmul_id_route_name(route)) + " ids " + std::string(dtype_name(ids)) + " " + r.kernel;
+      if (skinny) EXPECT_EQ(r.kernel.rfind("skinny_mma_moe_", 0), 0u) << what;
       fetch(gout, b.out);
       cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, DType::BF16, b.in.view.data, b.ids.view.data, b.p);
       cpu::MatmulF64 dense{1, ref.rows, ref.n, 136, ref.value, ref.abs_sum};

@@ -2,11 +2,18 @@
 //   SkinnyDenseRows   c[b] = a[b] . b[b]^T: tiles of 16 RT weight rows of each batch entry, the
 //                     M vectors of that entry; known before the grid dependency wait (PDL),
 //                     one set of vectors for every tile at batch 1 (the vector image).
+//   SkinnyExpertRows  matmul_id's grouped route: tiles of (a group of <= 8 NT routed rows of one
+//                     expert, 16 RT of its weight rows); each block sorts the routed rows
+//                     itself (core/moe/moe_skinny.hpp has the steps) after the wait, the vectors
+//                     are the group's input rows (by index), outputs go to their routed rows.
 #pragma once
 #include <cstdint>
 
 #include "core/dense/dense_args.hpp"
+#include "core/moe/moe_args.hpp"
+#include "core/moe/moe_skinny.hpp"
 #include "cuda/dense/dense_common.cuh"
+#include "cuda/moe/expert_id.cuh"
 
 namespace llmm::engine::stream {
 
@@ -41,6 +48,106 @@ struct SkinnyDenseRows {
   __device__ void store(const Tile& t, int col, int row, float s) const {
     const std::int64_t n = t.n0 + row;
     if (col < g.m && n < g.n) static_cast<T*>(g.c)[t.bz * g.c_batch + col * g.c_ld + n] = cuda_dense::dev::from_f32<T>(s);
+  }
+};
+
+template <class T, int kRows, int kCols>
+struct SkinnyExpertRows {
+  using Args = cuda_moe::MoeArgs;
+  static constexpr bool kWeightsEarly = false;  // the ids are the kernels' ahead output
+  static constexpr bool kImage = false;
+  static constexpr int kSmemBytes = cuda_moe::kSkinnyMoeMapBytes;
+  static constexpr int kMax = cuda_moe::kSkinnyMoeMaxRows;
+  struct Tile {
+    std::int64_t expert = 0, n0 = 0;  // the group's expert, the tile's first weight row
+    int start = 0, count = 1;         // the group's first place in the sorted rows, its rows
+  };
+  const Args& g;
+  std::uint32_t* const keys;    // [kMax] routed row r's key (kSkinnyMoeHead: it starts a group)
+  std::uint32_t* const sorted;  // [kMax] the routed rows in key order
+  std::uint32_t* const gexp;    // [kMax] group i's expert
+  std::uint32_t* const gpos;    // [kMax] group i's position word
+  const std::int64_t tiles_n;
+  std::int64_t groups = 0;
+  __device__ SkinnyExpertRows(const Args& a, unsigned char* tables)
+      : g(a),
+        keys(reinterpret_cast<std::uint32_t*>(tables)),
+        sorted(keys + kMax),
+        gexp(sorted + kMax),
+        gpos(gexp + kMax),
+        tiles_n((a.n + kRows - 1) / kRows) {}
+
+  // Every thread (blockDim.x >= kMax: one routed row a thread); ends with a block barrier.
+  __device__ void prologue(int tid) {
+    using namespace cuda_moe;
+    const int routed = static_cast<int>(g.m * g.top_k);  // <= kMax (skinny_mma_moe_refusal)
+    const bool mine = tid < routed;
+    std::uint32_t key = 0;
+    if (mine) {
+      const std::uint32_t e = dev::expert_of(g, tid);
+      key = skinny_moe_key(e == kNoExpert ? kSkinnyMoeNone : e, tid);
+      keys[tid] = key;
+    }
+    __syncthreads();
+    SkinnyMoeRank rk;
+    if (mine) {
+      rk = skinny_moe_rank(keys, routed, key);
+      sorted[rk.position] = static_cast<std::uint32_t>(tid);
+    }
+    const bool head = mine && skinny_moe_starts_group(key, rk, kCols);
+    __syncthreads();  // every key read unmarked
+    if (head) keys[tid] = key | kSkinnyMoeHead;
+    groups = __syncthreads_count(head);
+    if (head) {
+      const int gi = skinny_moe_group_index(keys, routed, key);
+      const int rows = rk.total - rk.before < kCols ? rk.total - rk.before : kCols;
+      gexp[gi] = skinny_moe_expert(key), gpos[gi] = skinny_moe_group_pos(rk.position, rows);
+    }
+    const int none = __syncthreads_count(mine && skinny_moe_expert(key) == kSkinnyMoeNone);  // and the tables are whole
+    // Zero rows of out-of-range ids (sorted last): a warp a row, rows spread over the grid.
+    if (none > 0) {
+      const int warps = static_cast<int>(blockDim.x >> 5), lane = tid & 31;
+      for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * warps + (tid >> 5); j < none;
+           j += static_cast<std::int64_t>(gridDim.x) * warps) {
+        const std::int64_t r = sorted[routed - none + j];
+        for (std::int64_t c = lane; c < g.n; c += 32) put(r * g.n + c, 0.0f);
+      }
+    }
+  }
+  // out[idx] = s in the output dtype (a switch uniform across the grid).
+  __device__ void put(std::int64_t idx, float s) const {
+    switch (g.out_dtype) {
+      case DType::F16: static_cast<__half*>(g.out)[idx] = __float2half_rn(s); break;
+      case DType::BF16: static_cast<__nv_bfloat16*>(g.out)[idx] = __float2bfloat16_rn(s); break;
+      default: static_cast<float*>(g.out)[idx] = s; break;
+    }
+  }
+  __device__ std::int64_t tiles() const { return groups * tiles_n; }
+  __device__ std::int64_t k() const { return g.k; }
+  __device__ Tile at(std::int64_t tile) const {
+    const std::int64_t gi = tile / tiles_n;
+    Tile t;
+    t.expert = gexp[gi], t.n0 = (tile - gi * tiles_n) * kRows;
+    const std::uint32_t pos = gpos[gi];
+    t.start = cuda_moe::skinny_moe_group_start(pos), t.count = cuda_moe::skinny_moe_group_rows(pos);
+    return t;
+  }
+  __device__ const T* weight_row(const Tile& t, int row, bool& live) const {
+    const std::int64_t n = t.n0 + row;
+    live = n < g.n;
+    return static_cast<const T*>(g.w) + t.expert * g.expert_stride + (live ? n : g.n - 1) * g.k;
+  }
+  __device__ const T* vector(const Tile& t, int v, bool& live) const {
+    live = v < t.count;
+    const std::uint32_t r = sorted[t.start + (live ? v : t.count - 1)];
+    const std::uint32_t tok = r / static_cast<std::uint32_t>(g.top_k), slot = r - tok * static_cast<std::uint32_t>(g.top_k);
+    return static_cast<const T*>(g.in) + static_cast<std::int64_t>(tok) * g.in_token_stride +
+           static_cast<std::int64_t>(slot) * g.in_slot_stride;
+  }
+  __device__ void store(const Tile& t, int col, int row, float s) const {
+    const std::int64_t n = t.n0 + row;
+    if (col >= t.count || n >= g.n) return;
+    put(static_cast<std::int64_t>(sorted[t.start + col]) * g.n + n, s);
   }
 };
 
