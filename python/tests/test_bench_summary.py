@@ -62,3 +62,30 @@ def test_dense_decode_targets_split_by_weight_size_and_fit_the_fixed_cost():
     assert "1.00-1.00x (>= 1.3: 0/2)" in auto16 and "fit -" in auto16  # flat times: no bandwidth to fit
     assert any("auto m 1:" in line and "2.00-2.00x (>= 1.3: 2/2)" in line for line in lines)
     assert bs.fit_line([(1.0, 5.0)]) is None
+
+
+def _moe(case, us, gbps=None, m=16, dtype="bf16"):
+    return {"suite": "moe", "case": case, "dtype": dtype, "m": m, "us": us, "gbps": gbps, "route": "grouped"}
+
+
+def test_moe_skinny_rows_are_compared_with_the_best_auto_route_not_counted_as_one():
+    bs = _summary()
+    rows = [
+        _moe("qwen3_gateup_hot_m16", 24.0), _moe("qwen3_gateup_hot_m16", 21.0),  # direct and grouped: best 21
+        _moe("qwen3_gateup_hot_m16_fused", 20.0),                                  # an A/B row: not auto's
+        _moe("qwen3_gateup_hot_m16_skinny", 14.0, gbps=3600.0),
+        _moe("qwen3_down_hot_m16", 12.0), _moe("qwen3_down_hot_m16_skinny", 15.0, gbps=2000.0),
+        _moe("qwen3_down_uniform_m1", 9.0), _moe("qwen3_down_uniform_m1_skinny", 6.0, gbps=3000.0),
+        _moe("qwen3_down_uniform_m1_skinny", 1.0, dtype="f16"),                    # not bf16: ignored
+    ]
+    torch = {("qwen3_gateup_hot_m16", "bf16"): {"us": 28.0}}
+    lines = bs.moe_skinny_ab(rows, torch)
+    assert len(lines) == 2
+    hot = [line for line in lines if ", hot (" in line][0]
+    assert "hot (2 cases): min 0.80x (qwen3_down_hot_m16), median 1.15x, >1.0x in 1/2" in hot
+    assert "TB/s median 2.80; vs torch._grouped_mm median 2.00x" in hot
+    uni = [line for line in lines if ", uniform (" in line][0]
+    assert "uniform (1 cases): min 1.50x" in uni and "vs torch._grouped_mm median -" in uni
+    # The skinny rows never count as a case of their own in the targets.
+    dec = bs.moe_targets(rows, torch)[0]
+    assert "(bf16, best route per case, 3 cases)" in dec
