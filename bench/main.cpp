@@ -29,7 +29,7 @@ int usage(const char* argv0, bool help = false) {
       "                 the system record); scripts/bench-summary reads it\n"
       "  --device D     auto (default: cuda where there is a GPU), cpu or cuda\n"
       "  --quick        fewer shapes per suite\n"
-      "  --decode       the ternary suite's decode rows only (m <= 16)\n"
+      "  --decode       the ternary suite's decode rows only (m <= 16), the moe suite's m <= 32\n"
       "  --prefill      the dense suite's large GEMMs, the MoE suite's m >= 16, the ternary suite's m > 16 only\n"
       "  --filter TEXT  dense, MoE and ternary: only the cases whose name contains TEXT, or one of its\n"
       "                 '|'-separated parts (e.g. \"_m16|_m64\")\n");

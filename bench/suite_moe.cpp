@@ -423,7 +423,10 @@ void run_gpu(BenchEnv& env) {
   const std::vector<std::uint32_t> all_ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
   const std::vector<Routing> all_routings = {Routing::Uniform, Routing::Hot, Routing::Zipf};
   std::vector<ModelRun> runs;
-  if (env.prefill_only) {
+  if (env.decode_only) {  // m <= 32: the direct route, the fused engine and the forced skinny_mma, A/B
+    const std::vector<std::uint32_t> ms = {1, 2, 4, 8, 16, 32};
+    for (const Model& md : {qwen_gate_up, qwen_down, mixtral, deepseek}) runs.push_back({md, DType::BF16, ms, all_routings});
+  } else if (env.prefill_only) {
     const std::vector<std::uint32_t> ms = {16, 64, 256, 1024, 4096};
     for (const Model& md : {qwen_gate_up, qwen_down, mixtral, deepseek}) runs.push_back({md, DType::BF16, ms, all_routings});
     runs.push_back({Model{"qwen3_235b_gateup", 128, 8, 4096, 3072}, DType::BF16, {64, 4096}, {Routing::Uniform}});

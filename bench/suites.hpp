@@ -12,7 +12,8 @@ struct BenchEnv {
   Reporter& out;
   bool quick = false;
   std::string device_label;  // "cuda:0 NVIDIA H200" or "cpu"
-  // --decode: the ternary suite runs only its decode rows (m <= 16), for short GPU sessions.
+  // --decode: the ternary suite runs only its decode rows (m <= 16) and the MoE suite only m <= 32,
+  // for short GPU sessions.
   bool decode_only = false;
   // --prefill: the dense suite runs only its large GEMMs and the MoE suite only M >= 16 (the
   // tiled engine's rows), for short GPU sessions.
