@@ -7,6 +7,9 @@
 
 namespace llmm::cuda_moe {
 
+// The expert map's sort takes one routed row a thread.
+static_assert(engine::stream::kSkinnyThreads >= kSkinnyMoeMaxRows);
+
 void launch_skinny_mma_moe(const MoeArgs& g, const cuda_dense::SkinnyMmaConfig& c, StreamHandle s) {
   ArchInfo any;  // the arch was checked by the plan; here the arguments only
   if (const std::string why = skinny_mma_moe_refusal(g, any); !why.empty())
