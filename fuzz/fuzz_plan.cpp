@@ -7,6 +7,7 @@
 // n < 1, k not a positive multiple of 128) for every route.
 #include <algorithm>
 
+#include "core/dense/dense_kernels.hpp"
 #include "core/dense/skinny_mma.hpp"
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "fuzz_util.hpp"
@@ -162,6 +163,9 @@ void check_dense(FuzzedDataProvider& in) {
   if (gw) {
     const int v = p->gemv_wide_vecs, kl = p->gemv_wide_k_lanes, g = p->gemv_wide_grid_x;
     FUZZ_CHECK((v == 1 || v == 2 || v == 4 || v == 8) && (kl == 32 || kl == 64 || kl == 128) && g >= 1 && g * v >= d.m, desc());
+    const auto want = cuda_dense::gemv_wide_config(d.m, d.n, d.k, d.dtype, arch.cc_major, arch.sm_count);
+    FUZZ_CHECK(want && cuda_dense::gemv_wide_config_of(v, kl, g) == *want,
+               "the config the dispatcher launches from the plan is not gemv_wide_config's: ", desc());
   }
   // Auto only picks a route that accepts the problem when forced.
   if (force == DenseRoute::Auto) {

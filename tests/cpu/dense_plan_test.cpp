@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "llmm/error.hpp"
+#include "core/dense/dense_kernels.hpp"
 #include "core/dense/skinny_mma.hpp"
 #include "llmm/matmul.hpp"
 
@@ -131,6 +132,29 @@ TEST(DensePlan, GemvWideConfigTravelsInThePlan) {
   EXPECT_GT(p.gemv_wide_k_lanes, 0);
   EXPECT_GT(p.gemv_wide_grid_x, 0);
   EXPECT_FALSE(p.reason.empty());
+}
+
+// The dispatcher launches gemv_wide_config_of(the plan's fields): it must be the whole config
+// gemv_wide_config computes for the planned shape, for every m, dtype and a spread of n, k, SMs.
+TEST(DensePlan, GemvWidePlanFieldsNameTheWholeConfig) {
+  using namespace llmm::cuda_dense;
+  int checked = 0;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (std::int64_t m = 1; m <= 16; ++m)
+      for (std::int64_t n : {2, 3, 100, 2560, 3072, 14336, 128256})
+        for (std::int64_t k : {8, 64, 256, 2560, 4096, 14336})
+          for (int sms : {1, 66, 132}) {
+            ArchInfo a = h200();
+            a.sm_count = sms;
+            const auto want = gemv_wide_config(m, n, k, dt, a.cc_major, a.sm_count);
+            if (!want) continue;
+            DensePlan p = plan_matmul(desc(m, n, k, dt), a, DenseRoute::GemvWide);
+            ASSERT_EQ(p.route, DenseRoute::GemvWide);
+            EXPECT_EQ(gemv_wide_config_of(p.gemv_wide_vecs, p.gemv_wide_k_lanes, p.gemv_wide_grid_x), *want)
+                << "m " << m << " n " << n << " k " << k << " " << dtype_name(dt) << " sms " << sms;
+            ++checked;
+          }
+  EXPECT_GT(checked, 1000);
 }
 
 TEST(DensePlan, SkinnyMmaConfigTravelsInThePlan) {

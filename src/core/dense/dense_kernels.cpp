@@ -72,6 +72,14 @@ std::optional<GemvWideConfig> gemv_wide_config(std::int64_t m, std::int64_t n, s
   return c;
 }
 
+GemvWideConfig gemv_wide_config_of(int vecs_per_block, int k_lanes, int grid_x) {
+  GemvWideConfig c;
+  c.vecs_per_block = vecs_per_block, c.k_lanes = k_lanes;
+  c.passes = grid_x, c.grid_x = grid_x;  // a block per pass (gemv_wide_config says why)
+  c.rows_per_block = k_lanes > 0 && k_lanes <= 128 ? (128 / k_lanes) * kGemvWideRowsPerWarp : 0;
+  return c;
+}
+
 bool gemv_wide_supports(const DenseArgs& a) {
   if (a.a_trans || !a.b_trans || !is_float(a.dtype)) return false;
   const bool batched = a.batch > 1;

@@ -43,6 +43,11 @@ struct GemvWideConfig {
 std::optional<GemvWideConfig> gemv_wide_config(std::int64_t m, std::int64_t n, std::int64_t k,
                                                DType dtype, int cc_major, int sm_count = 0);
 
+// The configuration a DensePlan's gemv_wide fields name (vectors a pass, K lanes, grid_x = the
+// passes): what the dispatcher launches, equal to gemv_wide_config's for the planned shape
+// (tested). Values outside the kernel's set are the launcher's to refuse.
+GemvWideConfig gemv_wide_config_of(int vecs_per_block, int k_lanes, int grid_x);
+
 // Layout and alignment gemv_wide needs beyond its shape gate: x = a row-major (not transposed),
 // w = b transposed ([n, k] rows), both K-contiguous, with 16-byte aligned base pointers, row
 // strides and batch strides (a batch stride of 0 is fine); c rows of stride c_ld.

@@ -72,14 +72,12 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   switch (plan.route) {  // resolve: may throw, nothing enqueued yet
     case DenseRoute::Naive: name = cuda_dense::gemm_naive_kernel_name(g); break;
     case DenseRoute::Gemv: name = cuda_dense::gemv_kernel_name(g); break;
-    case DenseRoute::GemvWide: {
-      auto c = cuda_dense::gemv_wide_config(g.m, g.n, g.k, g.dtype, ctx.arch().cc_major, ctx.arch().sm_count);
-      if (!c || !cuda_dense::gemv_wide_supports(g))
+    case DenseRoute::GemvWide:  // the plan's configuration, launched as planned (the launcher checks it)
+      wide = cuda_dense::gemv_wide_config_of(plan.gemv_wide_vecs, plan.gemv_wide_k_lanes, plan.gemv_wide_grid_x);
+      if (wide.passes < 1 || !cuda_dense::gemv_wide_supports(g))
         fail(ErrorCode::Internal, "matmul: gemv_wide planned for a problem it does not take");
-      wide = *c;
       name = cuda_dense::gemv_wide_kernel_name(g, wide);
       break;
-    }
     case DenseRoute::SkinnyMma:  // the plan's configuration, launched as planned
       skinny.n_tiles = plan.skinny_n_tiles, skinny.row_tiles = plan.skinny_row_tiles;
       skinny.cluster = plan.skinny_cluster, skinny.blocks = plan.skinny_blocks;
