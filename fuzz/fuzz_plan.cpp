@@ -9,6 +9,7 @@
 
 #include "core/dense/dense_kernels.hpp"
 #include "core/dense/skinny_mma.hpp"
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "fuzz_util.hpp"
 #include "llmm/matmul.hpp"
@@ -118,7 +119,8 @@ void check_dense(FuzzedDataProvider& in) {
   // Pure: the same answer again.
   auto again = plan_matmul(d, arch, force);
   FUZZ_CHECK(again.route == p->route && again.reason == p->reason && again.gemv_wide_vecs == p->gemv_wide_vecs &&
-                 again.gemv_wide_k_lanes == p->gemv_wide_k_lanes && again.gemv_wide_grid_x == p->gemv_wide_grid_x,
+                 again.gemv_wide_k_lanes == p->gemv_wide_k_lanes && again.gemv_wide_grid_x == p->gemv_wide_grid_x &&
+                 again.tiled_bn == p->tiled_bn && again.tiled_bm == p->tiled_bm,
              "plan_matmul is not deterministic: ", desc());
   FUZZ_CHECK(!p->reason.empty(), desc());
   const DenseRoute r = p->route;
@@ -166,6 +168,16 @@ void check_dense(FuzzedDataProvider& in) {
     const auto want = cuda_dense::gemv_wide_config(d.m, d.n, d.k, d.dtype, arch.cc_major, arch.sm_count);
     FUZZ_CHECK(want && cuda_dense::gemv_wide_config_of(v, kl, g) == *want,
                "the config the dispatcher launches from the plan is not gemv_wide_config's: ", desc());
+  }
+  // The tiled engine's tile travels in the plan (the dispatcher launches it): the planner's own
+  // pick for a problem with outputs, nothing on any other route or an empty problem.
+  if (r == DenseRoute::TiledSm90 && d.batch > 0 && d.m > 0 && d.n > 0) {
+    const engine::TiledSm90Launch l = engine::tiled_sm90_dense_launch(d.dtype, d.batch, d.m, d.n, arch.sm_count);
+    FUZZ_CHECK(p->tiled_bn == l.bn && p->tiled_bm == l.bm &&
+                   engine::tiled_sm90_dense_launch_at(d.dtype, d.batch, d.m, d.n, arch.sm_count, p->tiled_bn, p->tiled_bm) == l,
+               "the plan's tile is not tiled_sm90_dense_launch's: ", desc());
+  } else {
+    FUZZ_CHECK(p->tiled_bn == 0 && p->tiled_bm == 0, "a tiled_sm90 tile on route ", route_name(r), ": ", desc());
   }
   // Auto only picks a route that accepts the problem when forced.
   if (force == DenseRoute::Auto) {

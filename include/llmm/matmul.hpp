@@ -57,9 +57,10 @@ struct DensePlan {
   std::string reason;  // why this route: for receipts, logs and tests
   // Route configuration, launched as planned (zeros for other routes): gemv_wide's vectors per
   // block, K lanes and grid; skinny_mma's n8 tiles of vectors, 16-row tiles of weight rows a tile,
-  // blocks a cluster splitting K, and grid.
+  // blocks a cluster splitting K, and grid; the Hopper tiled engine's tile (tokens x weight rows).
   int gemv_wide_vecs = 0, gemv_wide_k_lanes = 0, gemv_wide_grid_x = 0;
   int skinny_n_tiles = 0, skinny_row_tiles = 0, skinny_cluster = 0, skinny_blocks = 0;
+  int tiled_bn = 0, tiled_bm = 0;
 };
 
 // Pure: picks the route for a problem on a device (arch.kind CPU gives Cpu). `force` other

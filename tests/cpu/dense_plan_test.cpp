@@ -4,6 +4,7 @@
 #include "llmm/error.hpp"
 #include "core/dense/dense_kernels.hpp"
 #include "core/dense/skinny_mma.hpp"
+#include "core/engine/tiled_sm90_plan.hpp"
 #include "llmm/matmul.hpp"
 
 using namespace llmm;
@@ -155,6 +156,31 @@ TEST(DensePlan, GemvWidePlanFieldsNameTheWholeConfig) {
             ++checked;
           }
   EXPECT_GT(checked, 1000);
+}
+
+// The dispatcher launches the tiled engine at the plan's tile: the planner's pick, on Auto's f32
+// Exact route and forced 16-bit alike; zero on other routes.
+TEST(DensePlan, TiledSm90TileTravelsInThePlan) {
+  using namespace llmm::engine;
+  int checked = 0;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (std::int64_t m : {1, 7, 64, 1024, 1536, 4096})
+      for (std::int64_t n : {33, 3072, 14336, 27648}) {
+        DensePlan p = plan_matmul(desc(m, n, 4096, dt), h200(), DenseRoute::TiledSm90);
+        ASSERT_EQ(p.route, DenseRoute::TiledSm90);
+        const TiledSm90Launch l = tiled_sm90_dense_launch(dt, 1, m, n, 132);
+        EXPECT_EQ(p.tiled_bn, l.bn) << m << " x " << n;
+        EXPECT_EQ(p.tiled_bm, l.bm) << m << " x " << n;
+        EXPECT_EQ(tiled_sm90_dense_launch_at(dt, 1, m, n, 132, p.tiled_bn, p.tiled_bm), l);
+        ++checked;
+      }
+  EXPECT_EQ(checked, 72);
+  DensePlan auto_f32 = plan_matmul(desc(4096, 14336, 4096, DType::F32), h200());
+  ASSERT_EQ(auto_f32.route, DenseRoute::TiledSm90);  // Auto's f32 Exact route on sm_90a
+  EXPECT_EQ(auto_f32.tiled_bn, tiled_sm90_dense_launch(DType::F32, 1, 4096, 14336, 132).bn);
+  DensePlan lt = plan_matmul(desc(4096, 14336, 4096), h200(), DenseRoute::CublasLt);
+  EXPECT_EQ(lt.tiled_bn, 0);
+  EXPECT_EQ(lt.tiled_bm, 0);
 }
 
 TEST(DensePlan, SkinnyMmaConfigTravelsInThePlan) {

@@ -73,6 +73,10 @@ DensePlan with_route(DenseRoute r, std::string reason, const MatmulDesc& d, cons
     p.gemv_wide_k_lanes = c->k_lanes;
     p.gemv_wide_grid_x = c->grid_x;
   }
+  if (r == DenseRoute::TiledSm90 && d.batch > 0 && d.m > 0 && d.n > 0) {  // an empty problem launches nothing
+    const engine::TiledSm90Launch l = engine::tiled_sm90_dense_launch(d.dtype, d.batch, d.m, d.n, arch.sm_count);
+    p.tiled_bn = l.bn, p.tiled_bm = l.bm;
+  }
   if (r == DenseRoute::SkinnyMma) {
     // route_refusal took the layout and m, k; n or batch 0 (an empty problem) has no config.
     if (auto c = cuda_dense::skinny_mma_config(d.dtype, d.batch, d.m, d.n, d.k, arch.cc_major, arch.sm_count)) {

@@ -86,8 +86,9 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
       name = cuda_dense::skinny_mma_kernel_name(g, skinny);
       break;
     case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
-    case DenseRoute::TiledSm90:
-      sm90 = engine::tiled_sm90_dense_launch(g.dtype, g.batch, g.m, g.n, ctx.arch().sm_count);
+    case DenseRoute::TiledSm90:  // the plan's tile, launched as planned
+      if (plan.tiled_bn <= 0 || plan.tiled_bm <= 0) fail(ErrorCode::Internal, "matmul: tiled_sm90 planned without a tile");
+      sm90 = engine::tiled_sm90_dense_launch_at(g.dtype, g.batch, g.m, g.n, ctx.arch().sm_count, plan.tiled_bn, plan.tiled_bm);
       name = engine::tiled_sm90_dense_kernel_name(g.dtype, sm90.bn, sm90.bm);
       break;
     case DenseRoute::CublasLt:
