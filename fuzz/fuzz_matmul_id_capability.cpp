@@ -181,10 +181,16 @@ void check_skinny_plan(DType w, MatmulIdParams p, const ArchInfo& arch) {
   const cuda_dense::SkinnyMmaConfig& c = plan->skinny_config;
   FUZZ_CHECK(plan->skinny && plan->kernels.size() == 1 && plan->kernels[0].rfind("skinny_mma_moe_", 0) == 0, describe(w, p));
   FUZZ_CHECK(c.n_tiles == (p.m <= 8 ? 1 : 2) && (c.row_tiles == 1 || c.row_tiles == 2) && !c.x_image, describe(w, p));
-  FUZZ_CHECK(c.cluster == 1 || (arch.cc_major >= 9 && (p.k + 31) / 32 >= 8u * c.cluster), "cluster ", c.cluster, ": ",
+  FUZZ_CHECK(c.cluster == 1 || (arch.cc_major >= 9 && (std::uint64_t{p.k} + 31) / 32 >= 8u * c.cluster), "cluster ", c.cluster, ": ",
              describe(w, p));
   FUZZ_CHECK(c.blocks >= c.cluster && c.blocks % c.cluster == 0 && c.blocks <= 2 * arch.sm_count, "blocks ", c.blocks, ": ",
              describe(w, p));
+  // Batch invariance within the route: the cluster (a row's K order) is the layer's, not m's.
+  cuda_moe::MoeArgs one = g;
+  one.m = 1;
+  FUZZ_CHECK(c.cluster == cuda_moe::skinny_mma_moe_cluster(g, arch.cc_major, arch.sm_count) &&
+                 c.cluster == cuda_moe::skinny_mma_moe_config(one, arch.cc_major, arch.sm_count).cluster,
+             "cluster ", c.cluster, " depends on m: ", describe(w, p));
   FUZZ_CHECK(cuda_dense::skinny_mma_smem(c.n_tiles, c.row_tiles, c.cluster, false, cuda_moe::kSkinnyMoeMapBytes).bytes <=
                  cuda_dense::kSkinnyMmaSmemLimit,
              describe(w, p));

@@ -177,7 +177,7 @@ TEST(MoeSkinny, ConfigIsAValidGridForEveryShape) {
 // The suite's Qwen3-30B-A3B decode shapes on an H200: the configs the bench rows will name.
 TEST(MoeSkinny, ConfigOnTheSuiteShapes) {
   const cuda_dense::SkinnyMmaConfig gate_up = skinny_mma_moe_config(decode(16, 1536, 2048), 9, 132);
-  EXPECT_EQ(skinny_mma_moe_kernel_name(decode(16, 1536, 2048), gate_up), "skinny_mma_moe_bf16_bf16_n16_r32_c2");
+  EXPECT_EQ(skinny_mma_moe_kernel_name(decode(16, 1536, 2048), gate_up), "skinny_mma_moe_bf16_bf16_n16_r32_c4");
   EXPECT_EQ(gate_up.blocks, 264);
   const cuda_dense::SkinnyMmaConfig down = skinny_mma_moe_config(decode(16, 2048, 768), 9, 132);
   EXPECT_EQ(skinny_mma_moe_kernel_name(decode(16, 2048, 768), down), "skinny_mma_moe_bf16_bf16_n16_r32_c2");
@@ -188,6 +188,30 @@ TEST(MoeSkinny, ConfigOnTheSuiteShapes) {
   EXPECT_EQ(skinny_mma_moe_groups(decode(1, 1536, 2048), 1).hi, 8);
   EXPECT_EQ(skinny_mma_moe_groups(decode(16, 1536, 2048), 2).lo, 8);
   EXPECT_EQ(skinny_mma_moe_groups(decode(16, 1536, 2048), 2).hi, 128);
+}
+
+// Batch invariance within the route: a routed row's K order depends on the cluster alone, so the
+// cluster is the layer's (n, k, top_k, experts, device), the same at every m the kernel takes.
+TEST(MoeSkinny, ClusterDoesNotDependOnM) {
+  int layers = 0, clustered = 0;
+  for (std::int64_t top_k : {1, 2, 6, 8})
+    for (std::int64_t n : {7, 96, 768, 1536, 2048, 4096, 14336})
+      for (std::int64_t k : {8, 264, 768, 2048, 2056, 4096, 7168})
+        for (int cc : {8, 9})
+          for (int sms : {0, 78, 132}) {
+            const int c = skinny_mma_moe_cluster(decode(1, n, k, top_k), cc, sms);
+            for (std::int64_t m = 1; m * top_k <= kSkinnyMoeMaxRows; ++m)
+              ASSERT_EQ(skinny_mma_moe_config(decode(m, n, k, top_k), cc, sms).cluster, c)
+                  << "m " << m << " n " << n << " k " << k << " top_k " << top_k << " cc " << cc << " sms " << sms;
+            ++layers;
+            clustered += c > 1;
+          }
+  EXPECT_EQ(layers, 4 * 7 * 7 * 2 * 3);
+  EXPECT_GT(clustered, 0);  // not trivially constant: some layers split K
+  // The suite's layers on an H200.
+  EXPECT_EQ(skinny_mma_moe_cluster(decode(1, 1536, 2048), 9, 132), 4);
+  EXPECT_EQ(skinny_mma_moe_cluster(decode(1, 2048, 768), 9, 132), 2);
+  EXPECT_EQ(skinny_mma_moe_cluster(decode(1, 1536, 2048), 8, 132), 1);  // no clusters before sm_90
 }
 
 TEST(MoeSkinny, RefusalsNameTheReason) {

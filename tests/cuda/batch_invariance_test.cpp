@@ -176,6 +176,48 @@ TEST(BatchInvarianceGpu, MatmulId) {
     }
 }
 
+// skinny_mma over the active experts (forced by name): the fixed token's rows at m 1..64 (n8
+// tiles 1 and 2, 16- and 32-row tiles, groups of other tokens' rows around it), with K split
+// over a cluster on sm_90 (the layer's cluster, the same at every m: skinny_mma_moe_cluster).
+TEST(BatchInvarianceGpu, MatmulIdSkinnyMma) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (ctx.arch().cc_major < 8) GTEST_SKIP() << "skinny_mma needs sm_80 or later";
+  MatmulIdScratch scratch(ctx, 16, 64, 4);
+  constexpr std::uint32_t kN = 96, kK = 2056, kTopK = 4, kE = 16;  // 65 K chunks: clusters of 2 or 4 usable
+  for (DType w : {DType::BF16, DType::F16}) {
+    MoeCase c0;
+    c0.p.m = 1, c0.p.n = kN, c0.p.k = kK, c0.p.top_k = kTopK, c0.p.n_experts = kE;
+    c0.p.route = MatmulIdRoute::GroupedPrefill, c0.p.input_dtype = c0.p.output_dtype = w;
+    c0.w_dtype = w, c0.seed = 9;
+    MoeBuffers fixed = make_moe_buffers(c0);
+    std::string kernels;
+    auto row_of = [&](std::int64_t m) {
+      MoeCase c = c0;
+      c.p.m = static_cast<std::uint32_t>(m), c.seed = 90 + static_cast<std::uint64_t>(m), c.routing = Routing::Zipf;
+      MoeBuffers b = make_moe_buffers(c);
+      std::memcpy(b.w.bytes.data(), fixed.w.bytes.data(), fixed.w.bytes.size());  // same experts
+      const std::int64_t at = (m - 1) / 2;
+      const std::size_t in_row = static_cast<std::size_t>(kK) * dtype_size(w);
+      std::memcpy(b.in.bytes.data() + static_cast<std::size_t>(at) * in_row, fixed.in.bytes.data(), in_row);
+      std::memcpy(b.ids.bytes.data() + static_cast<std::size_t>(at * kTopK * 4), fixed.ids.bytes.data(), kTopK * 4);
+      DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+      MatmulIdOptions o;
+      o.grouped_kernel = MatmulIdGroupedKernel::SkinnyMma;
+      const Receipt r = matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p, o);
+      ctx.synchronize();
+      to_host(dout, b.out);
+      kernels += " " + r.kernel;
+      return row_bytes(b.out, at, kTopK * kN, kTopK * kN);
+    };
+    const std::vector<std::int64_t> ms = {1, 3, 9, 16, 40, 64};
+    const std::string what = std::string("matmul_id skinny_mma ") + std::string(dtype_name(w));
+    EXPECT_TRUE(invariant(what, ms, row_of)) << what << " claims batch invariance:" << kernels;
+    if (ctx.arch().cc_major >= 9)  // the K split over a cluster is what the claim is about
+      EXPECT_TRUE(kernels.find("_c1") == std::string::npos) << "no cluster on sm_90:" << kernels;
+  }
+}
+
 namespace {
 
 // One fixed row through forced v5 on an n x k weight at each m of `ms`, f32 and bf16 input:

@@ -42,43 +42,97 @@ SkinnyMoeGroups skinny_mma_moe_groups(const MoeArgs& g, int n_tiles) {
   return s;
 }
 
-cuda_dense::SkinnyMmaConfig skinny_mma_moe_config(const MoeArgs& g, int cc_major, int sm_count) {
-  cuda_dense::SkinnyMmaConfig best;
-  best.n_tiles = g.m <= 8 ? 1 : 2;
+namespace {
+
+// The split's arithmetic for one call shape (m is the only field that varies below).
+struct MoeSplit {
+  std::int64_t slots = 0, chunks = 0;
+  int cc_major = 0;
+  bool usable(int c) const { return c == 1 || (cc_major >= 9 && chunks >= 8 * c); }
+};
+
+MoeSplit moe_split(const MoeArgs& g, int cc_major, int sm_count) {
+  MoeSplit s;
   const std::int64_t sms = sm_count <= 0 ? 132 : sm_count > 65536 ? 65536 : sm_count;
-  const std::int64_t slots = 2 * sms;
-  const std::int64_t chunks = g.k / 32 + (g.k % 32 != 0);
-  const SkinnyMoeGroups groups = skinny_mma_moe_groups(g, best.n_tiles);
-  // The busiest block's weight bytes (16-row tiles of all of K) for `p` groups under (rt, c).
-  const auto cost = [&](double p, int rt, int c) {
-    const double tiles = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * p;
-    return std::ceil(tiles / static_cast<double>(slots / c)) * rt / c;
-  };
-  const auto usable = [&](int c) { return c == 1 || (cc_major >= 9 && chunks >= 8 * c); };
-  double best_at[2] = {0.0, 0.0};  // the best cost at each end
-  for (int e = 0; e < 2; ++e) {
-    const double p = static_cast<double>(e == 0 ? groups.lo : groups.hi);
+  s.slots = 2 * sms;
+  s.chunks = g.k / 32 + (g.k % 32 != 0);
+  s.cc_major = cc_major;
+  return s;
+}
+
+int moe_n_tiles(std::int64_t m) { return m <= 8 ? 1 : 2; }
+
+// The busiest block's weight bytes (16-row tiles of all of K) for `p` groups under (rt, c).
+double moe_cost(const MoeArgs& g, const MoeSplit& s, double p, int rt, int c) {
+  const double tiles = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * p;
+  return std::ceil(tiles / static_cast<double>(s.slots / c)) * rt / c;
+}
+
+// For each end of the group count at g.m, the best cost of any usable (rt, c); and (rt, c)'s
+// worse ratio to it over the two ends.
+struct MoeEnds {
+  double p[2] = {0.0, 0.0}, best[2] = {0.0, 0.0};
+};
+MoeEnds moe_ends(const MoeArgs& g, const MoeSplit& s) {
+  MoeEnds e;
+  const SkinnyMoeGroups groups = skinny_mma_moe_groups(g, moe_n_tiles(g.m));
+  e.p[0] = static_cast<double>(groups.lo), e.p[1] = static_cast<double>(groups.hi);
+  for (int i = 0; i < 2; ++i) {
     bool any = false;
     for (int rt : {2, 1})
       for (int c : {1, 2, 4})
-        if (usable(c) && (!any || cost(p, rt, c) < best_at[e])) best_at[e] = cost(p, rt, c), any = true;
+        if (s.usable(c) && (!any || moe_cost(g, s, e.p[i], rt, c) < e.best[i])) e.best[i] = moe_cost(g, s, e.p[i], rt, c), any = true;
   }
-  double best_ratio = 0.0;
-  for (int rt : {2, 1})
-    for (int c : {1, 2, 4}) {
-      if (!usable(c)) continue;
-      const double lo = cost(static_cast<double>(groups.lo), rt, c) / best_at[0];
-      const double hi = cost(static_cast<double>(groups.hi), rt, c) / best_at[1];
-      const double ratio = lo > hi ? lo : hi;
-      // A later config (more tile rows' vector copies, or more DSMEM rounds) must win by > 1%.
-      if (best.blocks == 0 || ratio < best_ratio * 0.99) {
-        best_ratio = ratio;
-        best.row_tiles = rt, best.cluster = c;
-        const double most = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * static_cast<double>(groups.hi);
-        const double clusters = static_cast<double>(slots / c);
-        best.blocks = static_cast<int>(c * (most < clusters ? most : clusters));
-      }
+  return e;
+}
+double moe_ratio(const MoeArgs& g, const MoeSplit& s, const MoeEnds& e, int rt, int c) {
+  const double lo = moe_cost(g, s, e.p[0], rt, c) / e.best[0], hi = moe_cost(g, s, e.p[1], rt, c) / e.best[1];
+  return lo > hi ? lo : hi;
+}
+
+}  // namespace
+
+int skinny_mma_moe_cluster(const MoeArgs& g, int cc_major, int sm_count) {
+  const MoeSplit s = moe_split(g, cc_major, sm_count);
+  const std::int64_t m_max = g.top_k >= 1 && g.top_k <= kSkinnyMoeMaxRows ? kSkinnyMoeMaxRows / g.top_k : 1;
+  int best_c = 0;
+  double best_worst = 0.0;
+  for (int c : {1, 2, 4}) {
+    if (!s.usable(c)) continue;
+    double worst = 0.0;  // over every m the kernel takes for this layer: its best tile rows' ratio
+    for (std::int64_t m = 1; m <= m_max; ++m) {
+      MoeArgs at = g;
+      at.m = m;
+      const MoeEnds e = moe_ends(at, s);
+      const double r2 = moe_ratio(at, s, e, 2, c), r1 = moe_ratio(at, s, e, 1, c);
+      const double r = r2 < r1 ? r2 : r1;
+      if (r > worst) worst = r;
     }
+    // A larger cluster (more DSMEM rounds) must win by more than 1%.
+    if (best_c == 0 || worst < best_worst * 0.99) best_c = c, best_worst = worst;
+  }
+  return best_c;
+}
+
+cuda_dense::SkinnyMmaConfig skinny_mma_moe_config(const MoeArgs& g, int cc_major, int sm_count) {
+  cuda_dense::SkinnyMmaConfig best;
+  best.n_tiles = moe_n_tiles(g.m);
+  best.cluster = skinny_mma_moe_cluster(g, cc_major, sm_count);
+  const MoeSplit s = moe_split(g, cc_major, sm_count);
+  const MoeEnds e = moe_ends(g, s);
+  const SkinnyMoeGroups groups = skinny_mma_moe_groups(g, best.n_tiles);
+  const int c = best.cluster;
+  double best_ratio = 0.0;
+  for (int rt : {2, 1}) {  // 16-row tiles (twice the vector copies a weight byte) must win by > 1%
+    const double ratio = moe_ratio(g, s, e, rt, c);
+    if (best.blocks == 0 || ratio < best_ratio * 0.99) {
+      best_ratio = ratio;
+      best.row_tiles = rt;
+      const double most = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * static_cast<double>(groups.hi);
+      const double clusters = static_cast<double>(s.slots / c);
+      best.blocks = static_cast<int>(c * (most < clusters ? most : clusters));
+    }
+  }
   best.x_image = false;
   return best;
 }

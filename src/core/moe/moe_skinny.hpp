@@ -85,12 +85,20 @@ struct SkinnyMoeGroups {
 };
 SkinnyMoeGroups skinny_mma_moe_groups(const MoeArgs& g, int n_tiles);
 
+// The cluster (blocks splitting K) for a layer: a function of n, k, top_k, experts, arch and SM
+// count, never of m, because a routed row's K order depends on the cluster alone (the tile rows
+// and vectors a tile do not change it): so a row's output is bitwise the same at every m, as the
+// contract asks within a route. The choice: the smallest, over the usable clusters (1; 2 and 4 on
+// sm_90 with >= 8 K chunks a rank), of the worst ratio of the busiest block to the best split over
+// every m the kernel takes (1 .. 256 / top_k) and both ends of its group count; a larger cluster
+// must win by more than 1%.
+int skinny_mma_moe_cluster(const MoeArgs& g, int cc_major, int sm_count);
+
 // Configuration of a call it takes: n8 tiles of vectors by m (1 to m = 8, else 2: a token's
-// distinct ids give an expert at most m rows), and the tile rows and cluster whose busiest block
-// is closest to the best split at both ends of skinny_mma_moe_groups (the smallest worst ratio
-// to the best at each end; a config after another in the order 32-row tiles first, then smaller
-// clusters, must improve it by more than 1%). The busiest block's cost is dense's: ceil(tiles /
-// clusters) x rows a tile / cluster. blocks: two a SM (a multiple of the
+// distinct ids give an expert at most m rows), the layer's cluster (above), and the tile rows
+// whose busiest block is closest to the best split at both ends of skinny_mma_moe_groups (the
+// smaller worst ratio; 16-row tiles must improve on 32 by more than 1%). The busiest block's cost
+// is dense's: ceil(tiles / clusters) x rows a tile / cluster. blocks: two a SM (a multiple of the
 // cluster), at most cluster x the most tiles. Never an image (each group has its own vectors).
 cuda_dense::SkinnyMmaConfig skinny_mma_moe_config(const MoeArgs& g, int cc_major, int sm_count);
 
