@@ -83,6 +83,30 @@ std::vector<unsigned char> tq2_fixed_row(Context& ctx, const WeightHandle& wh, c
   return row_bytes(c, at, n, n);
 }
 
+
+// matmul_id at batch size m with c0's token 0 (fixed: its input row and ids, the experts) at
+// token (m - 1) / 2 among zipf-routed random tokens (seed + m): that token's output rows' bytes;
+// the receipt's kernel appended to *kernels.
+std::vector<unsigned char> moe_fixed_token_rows(Context& ctx, MatmulIdScratch& scratch, const MoeCase& c0,
+                                                const MoeBuffers& fixed, std::int64_t m, std::uint64_t seed,
+                                                const MatmulIdOptions& o, std::string* kernels = nullptr) {
+  MoeCase c = c0;
+  c.p.m = static_cast<std::uint32_t>(m), c.seed = seed + static_cast<std::uint64_t>(m), c.routing = Routing::Zipf;
+  MoeBuffers b = make_moe_buffers(c);
+  std::memcpy(b.w.bytes.data(), fixed.w.bytes.data(), fixed.w.bytes.size());  // same experts
+  const std::int64_t at = (m - 1) / 2, top_k = c.p.top_k, row = top_k * c.p.n;
+  const std::size_t in_row = static_cast<std::size_t>(c.p.k) * dtype_size(c.p.input_dtype);
+  const std::size_t id_row = static_cast<std::size_t>(top_k) * dtype_size(c.ids_dtype);
+  std::memcpy(b.in.bytes.data() + static_cast<std::size_t>(at) * in_row, fixed.in.bytes.data(), in_row);
+  std::memcpy(b.ids.bytes.data() + static_cast<std::size_t>(at) * id_row, fixed.ids.bytes.data(), id_row);
+  DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+  const Receipt r = matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p, o);
+  ctx.synchronize();
+  to_host(dout, b.out);
+  if (kernels) *kernels += " " + r.kernel;
+  return row_bytes(b.out, at, row, row);
+}
+
 }  // namespace
 
 TEST(BatchInvarianceGpu, Dense) {
@@ -156,21 +180,7 @@ TEST(BatchInvarianceGpu, MatmulId) {
       c0.w_dtype = w, c0.seed = 5;
       if (w == DType::F16) c0.p.input_dtype = c0.p.output_dtype = DType::F16;
       MoeBuffers fixed = make_moe_buffers(c0);
-      auto row_of = [&](std::int64_t m) {
-        MoeCase c = c0;
-        c.p.m = static_cast<std::uint32_t>(m), c.seed = 50 + static_cast<std::uint64_t>(m), c.routing = Routing::Zipf;
-        MoeBuffers b = make_moe_buffers(c);
-        std::memcpy(b.w.bytes.data(), fixed.w.bytes.data(), fixed.w.bytes.size());  // same experts
-        const std::int64_t at = (m - 1) / 2;
-        const std::size_t in_row = static_cast<std::size_t>(c.p.k) * dtype_size(c.p.input_dtype);
-        std::memcpy(b.in.bytes.data() + static_cast<std::size_t>(at) * in_row, fixed.in.bytes.data(), in_row);
-        std::memcpy(b.ids.bytes.data() + static_cast<std::size_t>(at * 4 * 4), fixed.ids.bytes.data(), 16);
-        DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
-        matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p);
-        ctx.synchronize();
-        to_host(dout, b.out);
-        return row_bytes(b.out, at, 4 * 96, 4 * 96);
-      };
+      auto row_of = [&](std::int64_t m) { return moe_fixed_token_rows(ctx, scratch, c0, fixed, m, 50, MatmulIdOptions{}); };
       const std::string what = std::string("matmul_id ") + matmul_id_route_name(route) + " w " + std::string(dtype_name(w));
       EXPECT_TRUE(invariant(what, ms, row_of)) << what << " claims batch invariance";
     }
@@ -192,24 +202,9 @@ TEST(BatchInvarianceGpu, MatmulIdSkinnyMma) {
     c0.w_dtype = w, c0.seed = 9;
     MoeBuffers fixed = make_moe_buffers(c0);
     std::string kernels;
-    auto row_of = [&](std::int64_t m) {
-      MoeCase c = c0;
-      c.p.m = static_cast<std::uint32_t>(m), c.seed = 90 + static_cast<std::uint64_t>(m), c.routing = Routing::Zipf;
-      MoeBuffers b = make_moe_buffers(c);
-      std::memcpy(b.w.bytes.data(), fixed.w.bytes.data(), fixed.w.bytes.size());  // same experts
-      const std::int64_t at = (m - 1) / 2;
-      const std::size_t in_row = static_cast<std::size_t>(kK) * dtype_size(w);
-      std::memcpy(b.in.bytes.data() + static_cast<std::size_t>(at) * in_row, fixed.in.bytes.data(), in_row);
-      std::memcpy(b.ids.bytes.data() + static_cast<std::size_t>(at * kTopK * 4), fixed.ids.bytes.data(), kTopK * 4);
-      DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
-      MatmulIdOptions o;
-      o.grouped_kernel = MatmulIdGroupedKernel::SkinnyMma;
-      const Receipt r = matmul_id(ctx, dw.view, din.view, dids.view, dout.view, &scratch, b.p, o);
-      ctx.synchronize();
-      to_host(dout, b.out);
-      kernels += " " + r.kernel;
-      return row_bytes(b.out, at, kTopK * kN, kTopK * kN);
-    };
+    MatmulIdOptions o;
+    o.grouped_kernel = MatmulIdGroupedKernel::SkinnyMma;
+    auto row_of = [&](std::int64_t m) { return moe_fixed_token_rows(ctx, scratch, c0, fixed, m, 90, o, &kernels); };
     const std::vector<std::int64_t> ms = {1, 3, 9, 16, 40, 64};
     const std::string what = std::string("matmul_id skinny_mma ") + std::string(dtype_name(w));
     EXPECT_TRUE(invariant(what, ms, row_of)) << what << " claims batch invariance:" << kernels;
