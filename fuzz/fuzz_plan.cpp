@@ -287,6 +287,12 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     FUZZ_CHECK(!r && why.code == ErrorCode::InvalidArgument, "plan_tq2 took invalid sizes or dtype", ctx());
     return;
   }
+  // plan_gemm_tq2: the same answer (route or refusal) with a reason.
+  fuzz::Refusal why_plan;
+  auto detailed = attempt([&] { return plan_gemm_tq2(m, n, k, dt, arch, force); }, &why_plan);
+  FUZZ_CHECK(detailed.has_value() == r.has_value() && (!r || (detailed->route == *r && !detailed->reason.empty())) &&
+                 (r || why_plan.message == why.message),
+             "plan_gemm_tq2 differs from plan_tq2", ctx());
   if (force == Tq2Route::Auto) {
     FUZZ_CHECK(r.has_value(), "plan_tq2 Auto refused: ", why.message);
     u128 macs = 1;  // saturating at 2^27: each factor < 2^63

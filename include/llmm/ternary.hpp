@@ -209,6 +209,16 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
 Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,
                   Tq2Route force = Tq2Route::Auto);
 
+// The same route with why it was chosen (for logs and receipts: LLMM_LOG prints the reason of
+// every call). gemm_tq2 itself may still send an f16 input the Hopper engine's TMA cannot read
+// (base not 16-byte aligned, row stride not a multiple of 8) to DequantLt; its log says so.
+struct Tq2Plan {
+  Tq2Route route = Tq2Route::Auto;
+  std::string reason;
+};
+Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,
+                      Tq2Route force = Tq2Route::Auto);
+
 // Device tensors: in [m, k] (f32, f16, bf16; innermost stride 1), out [m, n] (f32 or in's dtype).
 // No synchronisation; refuses (before enqueueing anything) a null or foreign handle, k or n
 // that differ from the handle's, bad dtypes, strides or overlap.

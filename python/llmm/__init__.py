@@ -355,7 +355,8 @@ def plan_tq2(m: int, n: int, k: int, like, *, out_dtype=None, precision: str = "
     """The route gemm_tq2 takes for x [m, k] with like's dtype on like's device (like: an array, or
     "cpu"/"cuda:N" for float32), and the device workspace it needs in bytes (0 for most routes;
     llmm keeps a grow-only one per device unless you pass your own at the C++ level):
-    {"route": name, "workspace_bytes": int}. out_dtype: None or float32 (default) or like's dtype.
+    {"route": name, "workspace_bytes": int, "reason": why this route}. out_dtype: None or float32
+    (default) or like's dtype.
     route: "auto" or a route to check. Pure: launches nothing."""
     code = "f32" if out_dtype is None else _dtype_code("plan_tq2", "out_dtype", out_dtype)
     return _llmm.plan_tq2(m, n, k, _where(like), out_dtype=code, precision=precision, route=route)

@@ -738,7 +738,8 @@ NB_MODULE(_llmm, m) {
         Tq2Options o;
         o.precision = precision_of(precision, op);
         const Tq2Route forced = tq2_route_of(route, op);
-        o.force_route = plan_tq2(mm, n, k, w.dtype, ctx.arch(), forced);  // refuses bad sizes and dtypes
+        const Tq2Plan plan = plan_gemm_tq2(mm, n, k, w.dtype, ctx.arch(), forced);  // refuses bad sizes and dtypes
+        o.force_route = plan.route;
         if (out_dtype != "f32" && out_dtype != dtype_name(w.dtype))
           fail(ErrorCode::InvalidArgument, "plan_tq2: out_dtype must be f32 or the input's ", dtype_name(w.dtype), ", got ",
                out_dtype);
@@ -746,12 +747,13 @@ NB_MODULE(_llmm, m) {
         nb::dict d;
         d["route"] = std::string(tq2_route_name(o.force_route));
         d["workspace_bytes"] = tq2_workspace_bytes(mm, n, k, w.dtype, out, o);
+        d["reason"] = plan.reason;
         return d;
       },
       nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("like").none(), nb::arg("out_dtype").none() = "f32",
       nb::arg("precision").none() = "exact", nb::arg("route").none() = "auto",
       "The ternary route gemm_tq2 takes for x [m, k] with like's dtype on like's device (like: an array, or 'cpu' / "
-      "'cuda:N' for float32), and the device workspace it needs: {route, workspace_bytes}. Pure.");
+      "'cuda:N' for float32), the device workspace it needs and why: {route, workspace_bytes, reason}. Pure.");
 
   // Expert-ID matmul.
   m.def(

@@ -111,7 +111,8 @@ def test_out_dtype_codes_and_names_allocate_numpy_outputs():
 
 
 def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
-    assert llmm.plan_tq2(3, 64, 256, "cpu") == {"route": "cpu", "workspace_bytes": 0}
+    assert llmm.plan_tq2(3, 64, 256, "cpu") == {
+        "route": "cpu", "workspace_bytes": 0, "reason": "CPU context: float64 reference backend"}
     assert llmm.plan_tq2(3, 64, 256, rand(2, 2), out_dtype="float32")["route"] == "cpu"
     with pytest.raises(llmm.Error, match="k a positive multiple of 128, got m 3, n 64, k 200"):
         llmm.plan_tq2(3, 64, 200, "cpu")

@@ -63,5 +63,5 @@ TEST(Log, MatmulIdAndTernaryCallsAreLoggedToo) {
   testing::internal::CaptureStderr();
   gemm_tq2(ctx, h, View::contiguous(in.data(), DType::F32, {2, 128}), View::contiguous(o.data(), DType::F32, {2, 4}));
   got = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(got, "llmm: gemm_tq2 m 2 n 4 k 128 in f32 out f32 exact -> route cpu (plan_tq2), 1 kernel: cpu_reference_tq2\n");
+  EXPECT_EQ(got, "llmm: gemm_tq2 m 2 n 4 k 128 in f32 out f32 exact -> route cpu (CPU context: float64 reference backend), 1 kernel: cpu_reference_tq2\n");
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -239,6 +240,35 @@ TEST(Tq2Pool, GrowOnlyAndCounted) {
   EXPECT_EQ(pool.capacity("in"), 4000u);
   EXPECT_EQ(BufferPool::alloc_count() - before, 3u);
   EXPECT_EQ(pool.capacity("nothing"), 0u);
+}
+
+// plan_gemm_tq2 is plan_tq2's route with a reason, on every arch and across the decode and
+// prefill rules: each reason names the route's case (a distinct reason a route at least).
+TEST(Tq2Plan, EveryPlanSaysWhy) {
+  ArchInfo cpu, sm80, h200;
+  sm80.kind = h200.kind = DeviceKind::CUDA;
+  sm80.cc_major = 8, sm80.sm_count = 108;
+  h200.cc_major = 9, h200.sm_count = 132;
+  ArchInfo volta = sm80;
+  volta.cc_major = 7;
+  std::map<Tq2Route, std::set<std::string>> reasons;
+  int plans = 0;
+  for (const ArchInfo& a : {cpu, volta, sm80, h200})
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (std::int64_t m : {0, 1, 2, 4, 6, 8, 9, 16, 17, 64, 128, 129, 512, 4096})
+        for (std::int64_t n : {64, 2560, 3072, 6912, 27648, 128256})
+          for (std::int64_t k : {128, 2560, 3072, 8192, 14336, 28672}) {
+            const Tq2Plan p = plan_gemm_tq2(m, n, k, dt, a);
+            ASSERT_EQ(p.route, plan_tq2(m, n, k, dt, a)) << m << " " << n << " " << k;
+            ASSERT_FALSE(p.reason.empty()) << tq2_route_name(p.route) << " m " << m << " n " << n << " k " << k;
+            reasons[p.route].insert(p.reason);
+            ++plans;
+          }
+  EXPECT_EQ(plans, 4 * 3 * 14 * 6 * 6);
+  for (Tq2Route r : {Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+                     Tq2Route::StreamV5, Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK})
+    EXPECT_FALSE(reasons[r].empty()) << tq2_route_name(r) << " never planned: pick shapes that reach it";
+  EXPECT_EQ(plan_gemm_tq2(1, 3072, 3072, DType::F32, h200, Tq2Route::StreamV2).reason, "forced");
 }
 
 TEST(Tq2Plan, Routes) {

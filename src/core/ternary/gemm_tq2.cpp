@@ -47,6 +47,7 @@ void check_handle(const Context& ctx, const WeightHandle& w) {
 struct Checked {
   cuda_ternary::Tq2Args args;
   Tq2Route route = Tq2Route::Cpu;
+  std::string reason;  // plan_gemm_tq2's, or why validate changed the route
 };
 
 Checked validate(const Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& o) {
@@ -90,13 +91,16 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   c.args.workspace = o.workspace, c.args.workspace_bytes = o.workspace_bytes;
   c.args.chunk_rows = o.dequant_chunk_rows;
   c.args.stream_image = o.stream_image;
-  c.route = plan_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
+  const Tq2Plan plan = plan_gemm_tq2(m, w->n(), w->k(), in.dtype, ctx.arch(), o.force_route);
+  c.route = plan.route, c.reason = plan.reason;
   // The engine reads an f16 input by TMA (16-byte aligned base, row stride a multiple of 8): the
   // router sends any other f16 input to DequantLt rather than refuse it (forced, it is refused).
   const bool engine = c.route == Tq2Route::TiledSm90 || c.route == Tq2Route::TiledSm90SplitK;
   if (engine && o.force_route == Tq2Route::Auto && in.dtype == DType::F16 &&
-      (reinterpret_cast<std::uintptr_t>(in.data) % 16 != 0 || c.args.in_ld % 8 != 0))
+      (reinterpret_cast<std::uintptr_t>(in.data) % 16 != 0 || c.args.in_ld % 8 != 0)) {
     c.route = Tq2Route::DequantLt;
+    c.reason = "an f16 input the engine's TMA cannot read (base not 16-byte aligned or row stride not a multiple of 8): DequantLt";
+  }
   if (c.route == Tq2Route::StreamV4 || c.route == Tq2Route::StreamV5)
     if (const std::string why = cuda_ternary::tq2_stream_image_refusal(c.args, c.route == Tq2Route::StreamV5); !why.empty())
       fail(ErrorCode::Unsupported, kOp, ": route ", tq2_route_name(c.route), " cannot run (m: ", m, ", n: ", w->n(), ", k: ", w->k(),
@@ -124,14 +128,14 @@ Receipt run_cpu(Context& ctx, const TernaryWeight& w, const cuda_ternary::Tq2Arg
 }
 
 // LLMM_LOG's line for a call (only when log_level() > 0).
-Receipt logged(const Checked& c, const Tq2Options& o, Receipt r) {
+Receipt logged(const Checked& c, Receipt r) {
   if (log_level() > 0) {
     const cuda_ternary::Tq2Args& g = c.args;
     detail::log_call(kOp,
                      "m " + std::to_string(g.m) + " n " + std::to_string(g.n) + " k " + std::to_string(g.k) + " in " +
                          std::string(dtype_name(g.in_dtype)) + " out " + std::string(dtype_name(g.out_dtype)) +
                          (g.exact ? " exact" : " fast"),
-                     r, o.force_route == Tq2Route::Auto ? "plan_tq2" : "forced");
+                     r, c.reason);
   }
   return r;
 }
@@ -156,7 +160,8 @@ const char* tq2_route_name(Tq2Route r) noexcept {
   return "?";
 }
 
-Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch, Tq2Route force) {
+Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch, Tq2Route force) {
+  const auto plan = [](Tq2Route r, const char* why) { return Tq2Plan{r, why}; };
   if (m < 0 || n < 1 || k < kTq2BlockWeights || k % kTq2BlockWeights != 0)
     fail(ErrorCode::InvalidArgument, "plan_tq2: needs m >= 0, n >= 1 and k a positive multiple of 128, got m ", m, ", n ",
          n, ", k ", k);
@@ -199,10 +204,10 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (why)
       fail(ErrorCode::Unsupported, "gemm_tq2: route ", tq2_route_name(force), " cannot run (m: ", m, ", n: ", n, ", k: ",
            k, ", ", dtype_name(in_dtype), "): ", why);
-    return force;
+    return plan(force, "forced");
   }
-  if (!cuda) return Tq2Route::Cpu;
-  if (arch.cc_major < 8) return Tq2Route::Naive;  // every tensor-core kernel needs sm_80
+  if (!cuda) return plan(Tq2Route::Cpu, "CPU context: float64 reference backend");
+  if (arch.cc_major < 8) return plan(Tq2Route::Naive, "before sm_80: the reference kernel (every tensor-core kernel needs sm_80)");
   // Decode (measured, docs/performance.md "Decode v4"): the sm_90 streaming engine to m = 4 where
   // its activation fits (1.1-3.5x v3 at m <= 2, 1.1-1.8x v2 at m = 4; at m = 8 it lost to v2 on
   // the large-N shapes), else the int8 kernel v3 at m <= 2 and v2 (staged from m = 3) to 16.
@@ -212,7 +217,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   // cut into parts it lost to v4 (0.58-1.0x; docs/performance.md "Decode v5").
   if (m <= 8 && sm90 && n < (std::int64_t{1} << 31) && (n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows >= cuda_ternary::kTq2V5TargetItems &&
       cuda_ternary::tq2_stream_v5_smem(m < 1 ? 1 : m, k, cuda_ternary::kTq2V5MinStages).total > 0)
-    return Tq2Route::StreamV5;
+    return plan(Tq2Route::StreamV5, "decode m <= 8 on sm_90, K whole in every super-band of 128 rows and enough of them to fill the SMs: v5");
   // Long K where neither v4's nor v5's whole image fits: v5 with the image one part of K at a time.
   // Measured (session 15 run 1): Llama-70B down (4 parts) m = 2 24.9 us (was v3 76.8), m = 4 34.0
   // (was v2 62.8); Llama-8B down m = 4 (7 parts) 16.9 us against v2's 26.1; session 16 run 1 at
@@ -223,7 +228,7 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
                        cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts <= cuda_ternary::kTq2V5MaxAutoParts;
   if (v5_runs && cuda_ternary::tq2_stream_v4_smem(mm, k, cuda_ternary::kTq2V4MinStages).total < 0 &&
       cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).sliced)
-    return Tq2Route::StreamV5;
+    return plan(Tq2Route::StreamV5, "decode m <= 8 on sm_90 at a K too long for v4's image: v5, the image one part of K at a time");
   // v4 also takes m = 5..8 on small N (n <= 4096): 1.27-1.28x v2 at m = 8 on 3072x3072 and
   // 3840x2560, where it lost at 13824 and 14336 rows (0.77-0.94x; session 9 run 5, the
   // bench-summary router audit); session 16 run 1 at m = 8: v4 9.5 / 9.3 us against v5's 11.3 / 10.9
@@ -242,16 +247,17 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
     if (sm90 && fits && n < (std::int64_t{1} << 31) && cuda_ternary::tq2_stream_v5_image_plan(mm, n, k).image_groups > 0) {
       const int v5_parts = cuda_ternary::tq2_stream_v5_parts_for(mm, n, k).parts;
       if (v4_two ? m <= 2 && v5_parts <= 2 && n * k >= cuda_ternary::kTq2V5TwoBlockMinWeights : v5_parts <= 4)
-        return Tq2Route::StreamV5;
+        return plan(Tq2Route::StreamV5, v4_two ? "decode m <= 2 on sm_90, >= 2^25 weights, K in <= 2 parts: v5 (measured ahead of v4 there)"
+                                             : "decode on sm_90 where v4 holds one block a SM, K in <= 4 parts: v5 (measured ahead of v4 there)");
     }
-    if (sm90 && fits) return Tq2Route::StreamV4;
-    if (m <= 2) return Tq2Route::StreamV3;
+    if (sm90 && fits) return plan(Tq2Route::StreamV4, "decode on sm_90 where the whole K's activation fits beside v4's ring: v4");
+    if (m <= 2) return plan(Tq2Route::StreamV3, "decode m <= 2 without the sm_90 engine: the int8 kernel v3");
   }
   // m = 3..8 where v4 does not take it: v5 wherever it runs (K whole or in parts, the image whole
   // or sliced) before v2. Session 16 run 1, m = 8, after the part-sum fix: forced v5 beat v2 on
   // every measured shape, 1.05-1.42x (Llama-8B up 19.6 vs 25.5 us and BitNet-2B gate_up 13.8 vs
   // 18.4, both 2 parts; the 5-, 6- and 14-part shapes 1.05-1.10x).
-  if (v5_runs) return Tq2Route::StreamV5;
+  if (v5_runs) return plan(Tq2Route::StreamV5, "decode m 3..8 on sm_90 where v4 does not take it: v5 (measured ahead of v2)");
   // m = 9..16: v5's wide kernels (6 or 8 n8 tiles, the image a part's slice at a time) at long K
   // (k >= kTq2V5WideMinK), where v2 is slowest, and on mid-sized shapes (kTq2V5WideMinWeights).
   // Measured at m = 16 (session 16 run 1, H200, after the part-sum fix; us, wide vs v2): Llama-8B
@@ -264,8 +270,8 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
       (k >= cuda_ternary::kTq2V5WideMinK ||
        ((n + cuda_ternary::kTq2V5Rows - 1) / cuda_ternary::kTq2V5Rows < cuda_ternary::kTq2V5TargetItems &&
         n * k >= cuda_ternary::kTq2V5WideMinWeights)))
-    return Tq2Route::StreamV5;
-  if (m <= 16) return Tq2Route::StreamV2;
+    return plan(Tq2Route::StreamV5, "decode m 9..16 on sm_90 at long K or mid-sized weights: v5's wide kernels");
+  if (m <= 16) return plan(Tq2Route::StreamV2, "decode m <= 16: v2, f16 tensor cores on the activation split once");
   // Prefill on sm_90 with a 16-bit input: the Hopper engine where its tiles fill the SMs
   // (tiled_sm90_tq2_preferred: 1.0-2.1x tq2_dequant_lt there, 0.73-0.93x where they do not). An
   // f32 input stays on tq2_dequant_lt: the precision is not known here, and the engine takes only Fast.
@@ -275,24 +281,29 @@ Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype
   if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
       engine::tiled_sm90_tq2_split_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
       engine::tiled_sm90_tq2_split_preferred(m, n, k, arch.sm_count))
-    return Tq2Route::TiledSm90SplitK;
+    return plan(Tq2Route::TiledSm90SplitK, "prefill m <= 128, 16-bit input on sm_90, few 128-row tiles: the Hopper engine with K in parts");
   if (arch.cc_major == 9 && arch.cc_minor == 0 && (in_dtype == DType::F16 || in_dtype == DType::BF16) &&
       engine::tiled_sm90_tq2_shape_refusal(m, n, k, in_dtype, in_dtype, false).empty() &&
       engine::tiled_sm90_tq2_preferred(m, n, arch.sm_count))
-    return Tq2Route::TiledSm90;
+    return plan(Tq2Route::TiledSm90, "prefill, 16-bit input on sm_90, where the engine's tiles fill the SMs: the Hopper engine");
   // tq2_tiled runs one 128 x 128 tile per SM at ~0.7 TFLOP/s (2.76 ms on 1536x27648x3072), so
   // each wave of tiles costs ~45 ns per unit of k (140 us at k = 3072) however small m is.
   // DequantLt costs ~5 launches (~15 us), the f16 weight written once and cuBLASLt's tensor-core
   // GEMMs; from ~2^27 multiply-adds (e.g. 32 x 2048 x 2048) it should win. To be calibrated.
   const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  return macs >= 0x1p27 ? Tq2Route::DequantLt : Tq2Route::Tiled;
+  return macs >= 0x1p27 ? plan(Tq2Route::DequantLt, "prefill from 2^27 multiply-adds: the weight dequantized to f16 by chunks, cuBLASLt GEMMs")
+                       : plan(Tq2Route::Tiled, "small prefill (under 2^27 multiply-adds): tq2_tiled");
+}
+
+Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch, Tq2Route force) {
+  return plan_gemm_tq2(m, n, k, in_dtype, arch, force).route;
 }
 
 Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const View& in, const View& out, const Tq2Options& opts) {
   Checked c = validate(ctx, w, in, out, opts);
   if (c.args.m == 0) return Receipt{"none", "", 0};
-  if (c.route == Tq2Route::Cpu) return logged(c, opts, run_cpu(ctx, *w, c.args));
-  return logged(c, opts, detail::run_tq2_cuda(ctx, c.route, c.args));
+  if (c.route == Tq2Route::Cpu) return logged(c, run_cpu(ctx, *w, c.args));
+  return logged(c, detail::run_tq2_cuda(ctx, c.route, c.args));
 }
 
 Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, float* host_out, std::int64_t m,
@@ -325,7 +336,7 @@ Receipt gemm_tq2(Context& ctx, const WeightHandle& w, const float* host_in, floa
   View in = View::contiguous(din, DType::F32, {m, k}, DeviceKind::CUDA, ctx.arch().device_index);
   View out = View::contiguous(dout, DType::F32, {m, n}, DeviceKind::CUDA, ctx.arch().device_index);
   Checked c = validate(ctx, w, in, out, opts);  // resolve the route before any copy
-  Receipt r = logged(c, opts, detail::run_tq2_cuda(ctx, c.route, c.args,
+  Receipt r = logged(c, detail::run_tq2_cuda(ctx, c.route, c.args,
                                                   [&] { detail::cuda_copy_async(din, host_in, in_bytes, ctx.stream()); }));
   detail::cuda_copy_async(host_out, dout, out_bytes, ctx.stream());
   ctx.synchronize();
