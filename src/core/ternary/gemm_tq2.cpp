@@ -250,7 +250,7 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
         return plan(Tq2Route::StreamV5, v4_two ? "decode m <= 2 on sm_90, >= 2^25 weights, K in <= 2 parts: v5 (measured ahead of v4 there)"
                                              : "decode on sm_90 where v4 holds one block a SM, K in <= 4 parts: v5 (measured ahead of v4 there)");
     }
-    if (sm90 && fits) return plan(Tq2Route::StreamV4, "decode on sm_90 where the whole K's activation fits beside v4's ring: v4");
+    if (sm90 && fits) return plan(Tq2Route::StreamV4, "decode m <= 4 (m <= 8 at n <= 4096) on sm_90 where the whole K's activation fits beside v4's ring: v4");
     if (m <= 2) return plan(Tq2Route::StreamV3, "decode m <= 2 without the sm_90 engine: the int8 kernel v3");
   }
   // m = 3..8 where v4 does not take it: v5 wherever it runs (K whole or in parts, the image whole
