@@ -44,9 +44,12 @@ SkinnyMoeGroups skinny_mma_moe_groups(const MoeArgs& g, int n_tiles) {
 
 namespace {
 
-// The split's arithmetic for one call shape (m is the only field that varies below).
+constexpr int kMoeClusters[3] = {1, 2, 4};
+
+// The split's arithmetic for a layer (m is the only field that varies below).
 struct MoeSplit {
   std::int64_t slots = 0, chunks = 0;
+  std::int64_t tiles_n[2] = {0, 0};  // weight-row tiles of one expert at 16 and 32 rows a tile
   int cc_major = 0;
   bool usable(int c) const { return c == 1 || (cc_major >= 9 && chunks >= 8 * c); }
 };
@@ -56,38 +59,39 @@ MoeSplit moe_split(const MoeArgs& g, int cc_major, int sm_count) {
   const std::int64_t sms = sm_count <= 0 ? 132 : sm_count > 65536 ? 65536 : sm_count;
   s.slots = 2 * sms;
   s.chunks = g.k / 32 + (g.k % 32 != 0);
+  for (int rt : {1, 2}) s.tiles_n[rt - 1] = g.n / (16 * rt) + (g.n % (16 * rt) != 0);
   s.cc_major = cc_major;
   return s;
 }
 
 int moe_n_tiles(std::int64_t m) { return m <= 8 ? 1 : 2; }
 
-// The busiest block's weight bytes (16-row tiles of all of K) for `p` groups under (rt, c).
-double moe_cost(const MoeArgs& g, const MoeSplit& s, double p, int rt, int c) {
-  const double tiles = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * p;
-  return std::ceil(tiles / static_cast<double>(s.slots / c)) * rt / c;
-}
-
-// For each end of the group count at g.m, the best cost of any usable (rt, c); and (rt, c)'s
-// worse ratio to it over the two ends.
+// At one m, for both ends of its group count: the busiest block's weight bytes (16-row tiles of
+// all of K: ceil(tiles / clusters) x rows a tile / cluster) under every (rt, c), and the best
+// usable one; ratio(rt, c) is (rt, c)'s worse ratio to the best over the two ends.
 struct MoeEnds {
-  double p[2] = {0.0, 0.0}, best[2] = {0.0, 0.0};
+  double cost[2][2][3] = {};  // [end][rt - 1][cluster index]
+  double best[2] = {0.0, 0.0};
+  double ratio(int rt, int ci) const {
+    const double lo = cost[0][rt - 1][ci] / best[0], hi = cost[1][rt - 1][ci] / best[1];
+    return lo > hi ? lo : hi;
+  }
 };
 MoeEnds moe_ends(const MoeArgs& g, const MoeSplit& s) {
   MoeEnds e;
   const SkinnyMoeGroups groups = skinny_mma_moe_groups(g, moe_n_tiles(g.m));
-  e.p[0] = static_cast<double>(groups.lo), e.p[1] = static_cast<double>(groups.hi);
-  for (int i = 0; i < 2; ++i) {
+  for (int end = 0; end < 2; ++end) {
+    const double p = static_cast<double>(end == 0 ? groups.lo : groups.hi);
     bool any = false;
     for (int rt : {2, 1})
-      for (int c : {1, 2, 4})
-        if (s.usable(c) && (!any || moe_cost(g, s, e.p[i], rt, c) < e.best[i])) e.best[i] = moe_cost(g, s, e.p[i], rt, c), any = true;
+      for (int ci = 0; ci < 3; ++ci) {
+        const int c = kMoeClusters[ci];
+        const double cost = std::ceil(static_cast<double>(s.tiles_n[rt - 1]) * p / static_cast<double>(s.slots / c)) * rt / c;
+        e.cost[end][rt - 1][ci] = cost;
+        if (s.usable(c) && (!any || cost < e.best[end])) e.best[end] = cost, any = true;
+      }
   }
   return e;
-}
-double moe_ratio(const MoeArgs& g, const MoeSplit& s, const MoeEnds& e, int rt, int c) {
-  const double lo = moe_cost(g, s, e.p[0], rt, c) / e.best[0], hi = moe_cost(g, s, e.p[1], rt, c) / e.best[1];
-  return lo > hi ? lo : hi;
 }
 
 }  // namespace
@@ -95,23 +99,22 @@ double moe_ratio(const MoeArgs& g, const MoeSplit& s, const MoeEnds& e, int rt, 
 int skinny_mma_moe_cluster(const MoeArgs& g, int cc_major, int sm_count) {
   const MoeSplit s = moe_split(g, cc_major, sm_count);
   const std::int64_t m_max = g.top_k >= 1 && g.top_k <= kSkinnyMoeMaxRows ? kSkinnyMoeMaxRows / g.top_k : 1;
-  int best_c = 0;
-  double best_worst = 0.0;
-  for (int c : {1, 2, 4}) {
-    if (!s.usable(c)) continue;
-    double worst = 0.0;  // over every m the kernel takes for this layer: its best tile rows' ratio
-    for (std::int64_t m = 1; m <= m_max; ++m) {
-      MoeArgs at = g;
-      at.m = m;
-      const MoeEnds e = moe_ends(at, s);
-      const double r2 = moe_ratio(at, s, e, 2, c), r1 = moe_ratio(at, s, e, 1, c);
-      const double r = r2 < r1 ? r2 : r1;
-      if (r > worst) worst = r;
+  double worst[3] = {0.0, 0.0, 0.0};  // per cluster, over every m the kernel takes for this layer
+  for (std::int64_t m = 1; m <= m_max; ++m) {
+    MoeArgs at = g;
+    at.m = m;
+    const MoeEnds e = moe_ends(at, s);  // once an m: its group counts' costs
+    for (int ci = 0; ci < 3; ++ci) {
+      const double r2 = e.ratio(2, ci), r1 = e.ratio(1, ci);
+      const double r = r2 < r1 ? r2 : r1;  // the cluster's best tile rows at this m
+      if (r > worst[ci]) worst[ci] = r;
     }
-    // A larger cluster (more DSMEM rounds) must win by more than 1%.
-    if (best_c == 0 || worst < best_worst * 0.99) best_c = c, best_worst = worst;
   }
-  return best_c;
+  // The smallest worst ratio; a larger cluster (more DSMEM rounds) must win by more than 1%.
+  int best = 0;
+  for (int ci = 1; ci < 3; ++ci)
+    if (s.usable(kMoeClusters[ci]) && worst[ci] < worst[best] * 0.99) best = ci;
+  return kMoeClusters[best];
 }
 
 cuda_dense::SkinnyMmaConfig skinny_mma_moe_config(const MoeArgs& g, int cc_major, int sm_count) {
@@ -120,15 +123,15 @@ cuda_dense::SkinnyMmaConfig skinny_mma_moe_config(const MoeArgs& g, int cc_major
   best.cluster = skinny_mma_moe_cluster(g, cc_major, sm_count);
   const MoeSplit s = moe_split(g, cc_major, sm_count);
   const MoeEnds e = moe_ends(g, s);
-  const SkinnyMoeGroups groups = skinny_mma_moe_groups(g, best.n_tiles);
-  const int c = best.cluster;
+  const std::int64_t groups_hi = skinny_mma_moe_groups(g, best.n_tiles).hi;
+  const int c = best.cluster, ci = c == 1 ? 0 : c == 2 ? 1 : 2;
   double best_ratio = 0.0;
   for (int rt : {2, 1}) {  // 16-row tiles (twice the vector copies a weight byte) must win by > 1%
-    const double ratio = moe_ratio(g, s, e, rt, c);
+    const double ratio = e.ratio(rt, ci);
     if (best.blocks == 0 || ratio < best_ratio * 0.99) {
       best_ratio = ratio;
       best.row_tiles = rt;
-      const double most = static_cast<double>(g.n / (16 * rt) + (g.n % (16 * rt) != 0)) * static_cast<double>(groups.hi);
+      const double most = static_cast<double>(s.tiles_n[rt - 1]) * static_cast<double>(groups_hi);
       const double clusters = static_cast<double>(s.slots / c);
       best.blocks = static_cast<int>(c * (most < clusters ? most : clusters));
     }
