@@ -57,7 +57,9 @@ void check_skinny_config(const MatmulDesc& d, const ArchInfo& arch, const std::s
   const auto c = cuda_dense::skinny_mma_config(g, arch.cc_major, arch.sm_count);
   const bool takes = (d.dtype == DType::F16 || d.dtype == DType::BF16) && d.m >= 1 && d.m <= 16 && d.n >= 1 && d.k >= 1 &&
                      d.k % 8 == 0 && d.batch >= 1 && !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16 &&
-                     arch.cc_major >= 8;
+                     arch.cc_major >= 8 && d.n <= cuda_dense::kSkinnyMmaMaxDim && d.k <= cuda_dense::kSkinnyMmaMaxDim &&
+                     static_cast<double>(d.batch) * static_cast<double>(d.n / 16 + (d.n % 16 != 0)) <=
+                         static_cast<double>(cuda_dense::kSkinnyMmaMaxTiles);
   FUZZ_CHECK(c.has_value() == takes, "skinny_mma_config takes ", c.has_value(), " want ", takes, ": ", desc);
   if (!c) return;
   const std::int64_t sms = arch.sm_count <= 0 ? 132 : arch.sm_count > 65536 ? 65536 : arch.sm_count;

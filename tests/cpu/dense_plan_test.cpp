@@ -354,5 +354,12 @@ TEST(DensePlan, SkinnyMmaConfig) {
   EXPECT_FALSE(skinny_mma_config(g, 9, 132));
   g.dtype = DType::BF16;
   EXPECT_FALSE(skinny_mma_config(g, 7, 80));  // pre-sm_80
+  // The kernel's 32-bit counts (sizes only: nothing is read).
+  EXPECT_TRUE(skinny_mma_config(DType::BF16, 1, 4, kSkinnyMmaMaxDim, 4096, 9, 132));
+  EXPECT_FALSE(skinny_mma_config(DType::BF16, 1, 4, kSkinnyMmaMaxDim + 1, 4096, 9, 132));
+  EXPECT_TRUE(skinny_mma_config(DType::BF16, 1, 4, 3072, kSkinnyMmaMaxDim, 9, 132));
+  EXPECT_FALSE(skinny_mma_config(DType::BF16, 1, 4, 3072, kSkinnyMmaMaxDim + 8, 9, 132));
+  EXPECT_TRUE(skinny_mma_config(DType::BF16, kSkinnyMmaMaxTiles / 192, 4, 3072, 4096, 9, 132));  // 192 tiles of 16 rows
+  EXPECT_FALSE(skinny_mma_config(DType::BF16, kSkinnyMmaMaxTiles / 192 + 1, 4, 3072, 4096, 9, 132));
   EXPECT_TRUE(skinny_mma_config(g, 0, 0));    // unknown device: accepted
 }

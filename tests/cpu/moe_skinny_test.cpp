@@ -32,15 +32,17 @@ struct Sorted {
 };
 
 // The kernel's prologue (SkinnyExpertRows::prologue), thread by thread: expert[r] is the id's
-// expert or kSkinnyMoeNone.
+// expert or kSkinnyMoeNone. The key table is padded to a multiple of 4 with kSkinnyMoePad and
+// every loop runs over the padded table, as the kernel's 4-key loads do.
 Sorted kernel_sort(const std::vector<std::uint32_t>& expert, int group_rows) {
-  const int routed = static_cast<int>(expert.size());
-  std::vector<std::uint32_t> keys(routed), sorted(routed, 0xdeadu), gexp(routed, 0xdeadu), gpos(routed, 0xdeadu);
+  const int routed = static_cast<int>(expert.size()), padded = (routed + 3) & ~3;
+  std::vector<std::uint32_t> keys(padded, kSkinnyMoePad), sorted(routed, 0xdeadu), gexp(routed, 0xdeadu),
+      gpos(routed, 0xdeadu);
   for (int t = 0; t < routed; ++t) keys[t] = skinny_moe_key(expert[t], t);
   std::vector<SkinnyMoeRank> rk(routed);
   std::vector<bool> head(routed);
   for (int t = 0; t < routed; ++t) {  // after the first barrier
-    rk[t] = skinny_moe_rank(keys.data(), routed, keys[t]);
+    rk[t] = skinny_moe_rank(keys.data(), padded, keys[t]);
     sorted[rk[t].position] = static_cast<std::uint32_t>(t);
     head[t] = skinny_moe_starts_group(keys[t], rk[t], group_rows);
   }
@@ -50,7 +52,7 @@ Sorted kernel_sort(const std::vector<std::uint32_t>& expert, int group_rows) {
   const int groups = static_cast<int>(std::count(head.begin(), head.end(), true));
   for (int t = 0; t < routed; ++t)
     if (head[t]) {
-      const int gi = skinny_moe_group_index(keys.data(), routed, key0[t]);
+      const int gi = skinny_moe_group_index(keys.data(), padded, key0[t]);
       EXPECT_LT(gi, groups);
       gexp[gi] = skinny_moe_expert(key0[t]);
       gpos[gi] = skinny_moe_group_pos(rk[t].position, std::min(group_rows, rk[t].total - rk[t].before));
@@ -245,6 +247,16 @@ TEST(MoeSkinny, RefusalsNameTheReason) {
     bad.push_back(b);
   }
   {
+    Bad b{"n of at most 134217711", ok};  // the kernel's 32-bit tile count (256 groups of 16-row tiles)
+    b.g.n = 134217712;
+    bad.push_back(b);
+  }
+  {
+    Bad b{"k of at most 1073741824", ok};
+    b.g.k = (std::int64_t{1} << 30) + 8;
+    bad.push_back(b);
+  }
+  {
     Bad b{"16-byte aligned weights", ok};
     b.g.expert_stride += 4;
     bad.push_back(b);
@@ -273,6 +285,8 @@ TEST(MoeSkinny, RefusalsNameTheReason) {
   // m x top_k = 256 is the most it takes.
   MoeArgs most = ok;
   most.m = 32;
+  EXPECT_EQ(skinny_mma_moe_refusal(most, h200()), "");
+  most.n = 134217711;  // the largest n (sizes only: nothing is read)
   EXPECT_EQ(skinny_mma_moe_refusal(most, h200()), "");
 }
 

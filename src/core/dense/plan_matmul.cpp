@@ -49,6 +49,9 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
       if (d.m < 1 || d.m > cuda_dense::kSkinnyMmaMaxM) return "needs m in 1..16";
       if (d.k < 1 || d.k % 8 != 0) return "needs k a positive multiple of 8";
       if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
+      if (d.n > cuda_dense::kSkinnyMmaMaxDim || d.k > cuda_dense::kSkinnyMmaMaxDim ||
+          (d.n > 0 && d.batch > cuda_dense::kSkinnyMmaMaxTiles / (d.n / 16 + (d.n % 16 != 0))))
+        return "needs n and k of at most 2^30 and batch x ceil(n / 16) below 2^31 (the kernel's 32-bit counts)";
       return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
     case DenseRoute::Tiled:
       if (!cuda) return "needs a CUDA context";

@@ -22,6 +22,8 @@ std::optional<SkinnyMmaConfig> skinny_mma_config(DType dtype, std::int64_t batch
   if (dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
   if (m < 1 || m > kSkinnyMmaMaxM || n < 1 || k < 1 || k % 8 != 0 || batch < 1) return std::nullopt;
   if (cc_major != 0 && cc_major < 8) return std::nullopt;
+  if (n > kSkinnyMmaMaxDim || k > kSkinnyMmaMaxDim || batch > kSkinnyMmaMaxTiles / (n / 16 + (n % 16 != 0)))
+    return std::nullopt;  // the kernel's 32-bit counts
   // sm_count 0 (unknown): an H200's 132; more than 65536 is no GPU (the grid's int stays in range).
   const std::int64_t sms = sm_count <= 0 ? 132 : sm_count > 65536 ? 65536 : sm_count;
   const std::int64_t slots = 2 * sms;  // two blocks a SM (every layout within kSkinnyMmaSmemLimit)

@@ -26,6 +26,10 @@ namespace llmm::cuda_dense {
 inline constexpr int kSkinnyMmaMaxM = 16;      // two n8 tiles of vectors
 inline constexpr int kSkinnyMmaWarps = 8;      // warps of a block, all splitting K
 inline constexpr int kSkinnyMmaPartTiles = 8;  // tiles a cluster of > 1 block may own (their sums wait in shared memory)
+// The kernel counts in 32-bit ints (session 30: its 64-bit divisions and offsets were most of an
+// issue-bound instruction stream): n and k at most 2^30, tiles (16-row tiles x batch) < 2^31.
+inline constexpr std::int64_t kSkinnyMmaMaxDim = std::int64_t{1} << 30;
+inline constexpr std::int64_t kSkinnyMmaMaxTiles = (std::int64_t{1} << 31) - 1;
 
 struct SkinnyMmaConfig {
   int n_tiles = 0;    // n8 tiles of vectors: 1 for M <= 8, 2 for M <= 16
@@ -89,8 +93,8 @@ constexpr std::int64_t skinny_mma_image_warp_bytes(int n_tiles, std::int64_t k, 
   return skinny_mma_warp_chunks(chunks / cluster + (chunks % cluster != 0), 0) * n_tiles * 32 * 16;
 }
 
-// Sizes only (what plan_matmul carries): nullopt unless f16/bf16, 1 <= m <= 16, n >= 1, k >= 1,
-// k % 8 == 0, batch >= 1 and cc_major >= 8 (0 = unknown is accepted; clusters only where
+// Sizes only (what plan_matmul carries): nullopt unless f16/bf16, 1 <= m <= 16, 1 <= n, k <=
+// kSkinnyMmaMaxDim, batch x ceil(n / 16) <= kSkinnyMmaMaxTiles, k % 8 == 0, batch >= 1 and cc_major >= 8 (0 = unknown is accepted; clusters only where
 // cc_major >= 9). sm_count <= 0 = unknown (132), capped at 65536. Only n_tiles depends on m.
 std::optional<SkinnyMmaConfig> skinny_mma_config(DType dtype, std::int64_t batch, std::int64_t m, std::int64_t n,
                                                  std::int64_t k, int cc_major, int sm_count);

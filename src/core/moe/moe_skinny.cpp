@@ -19,6 +19,11 @@ std::string skinny_mma_moe_refusal(const MoeArgs& g, const ArchInfo& arch) {
   if (!moe_dtypes_supported(g)) return "needs an output of f32 or the input's dtype";
   if (g.n < 1 || g.k < 1 || g.m < 1 || g.top_k < 1) return "needs n, k, m and top_k of at least 1";
   if (g.k % 8 != 0) return "needs k a multiple of 8 (16-byte rows)";
+  // The kernel's 32-bit counts: n, k <= 2^30 and all 16-row tiles of 256 groups < 2^31.
+  constexpr std::int64_t kMaxN = 16 * (cuda_dense::kSkinnyMmaMaxTiles / kSkinnyMoeMaxRows - 1) + 15;
+  if (g.n > kMaxN || g.k > cuda_dense::kSkinnyMmaMaxDim)
+    return "takes n of at most " + std::to_string(kMaxN) + " and k of at most " + std::to_string(cuda_dense::kSkinnyMmaMaxDim) +
+           " (32-bit tile counts), got n " + std::to_string(g.n) + ", k " + std::to_string(g.k);
   if (g.m > kSkinnyMoeMaxRows || g.top_k > kSkinnyMoeMaxRows || g.m * g.top_k > kSkinnyMoeMaxRows)
     return "takes at most " + std::to_string(kSkinnyMoeMaxRows) + " routed rows (m x top_k), got " + std::to_string(g.m) +
            " x " + std::to_string(g.top_k);

@@ -42,28 +42,34 @@ struct SkinnyMoeRank {
   int before = 0;    // rows of the same expert before it (its place among them)
   int total = 0;     // rows of its expert
 };
-// One routed row's rank from the block's `routed` keys (before any group mark is set).
+// A key that pads the table to a multiple of 4 (the kernel reads 4 keys a load): it is below no
+// key, of no expert and never a group's head below one (all of its bits set).
+inline constexpr std::uint32_t kSkinnyMoePad = 0xffffffffu;
+// One key kj of the table seen from row `key` (before any group mark is set).
+constexpr void skinny_moe_rank_step(SkinnyMoeRank& rk, std::uint32_t kj, std::uint32_t key) {
+  const bool below = kj < key, same = (kj >> 8) == (key >> 8);
+  rk.position += below;
+  rk.before += below && same;
+  rk.total += same;
+}
+// One routed row's rank from the block's `routed` keys (pads included or not).
 constexpr SkinnyMoeRank skinny_moe_rank(const std::uint32_t* keys, int routed, std::uint32_t key) {
   SkinnyMoeRank rk;
-  const std::uint32_t e = key >> 8;
-  for (int j = 0; j < routed; ++j) {
-    const std::uint32_t kj = keys[j];
-    const bool below = kj < key, same = (kj >> 8) == e;
-    rk.position += below;
-    rk.before += below && same;
-    rk.total += same;
-  }
+  for (int j = 0; j < routed; ++j) skinny_moe_rank_step(rk, keys[j], key);
   return rk;
 }
 // Whether the row starts a group of group_rows rows of its expert (never for an out-of-range id).
 constexpr bool skinny_moe_starts_group(std::uint32_t key, const SkinnyMoeRank& rk, int group_rows) {
   return skinny_moe_expert(key) != kSkinnyMoeNone && rk.before % group_rows == 0;
 }
+// Whether key kj (of the marked table) is a group's head below the head `key`.
+constexpr bool skinny_moe_head_below(std::uint32_t kj, std::uint32_t key) {
+  return (kj & kSkinnyMoeHead) != 0 && (kj & ~kSkinnyMoeHead) < (key & ~kSkinnyMoeHead);
+}
 // A group-starting row's group index: the marked keys below its own (after the marks are set).
 constexpr int skinny_moe_group_index(const std::uint32_t* keys, int routed, std::uint32_t key) {
   int i = 0;
-  const std::uint32_t own = key & ~kSkinnyMoeHead;
-  for (int j = 0; j < routed; ++j) i += (keys[j] & kSkinnyMoeHead) != 0 && (keys[j] & ~kSkinnyMoeHead) < own;
+  for (int j = 0; j < routed; ++j) i += skinny_moe_head_below(keys[j], key);
   return i;
 }
 // A group's position word: its first place in the sorted list, and its rows (<= group_rows).

@@ -27,6 +27,16 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
+// The cluster barrier without memory ordering: for a barrier that only has to keep blocks (and
+// their shared memory) alive until every DSMEM read before it has returned its value.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // The shared-space address `addr` (of this block's layout) in block `rank` of the cluster.
 __device__ __forceinline__ std::uint32_t cluster_map_shared(std::uint32_t addr, unsigned rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

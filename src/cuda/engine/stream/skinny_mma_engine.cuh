@@ -28,8 +28,9 @@
 //   kImage               its vectors are the same for every tile (XI allowed)
 //   kSmemBytes           its tables in shared memory (SkinnyMmaSmem::map_offset)
 //   prologue(tid)        every thread, after the grid dependency wait; ends with a block barrier
-//   tiles(), k()         the tile count (after the prologue), K
-//   Tile at(tile)        what a tile index names (decoded once a tile)
+//   tiles(), k()         the tile count (after the prologue), K (ints: the host keeps them < 2^31)
+//   Tile at(tile)        what a tile index names (may divide: once a thread)
+//   next(Tile&)          the tile after it (no division; past the last tile it names nothing read)
 //   weight_row(t, row, live) / vector(t, v, live)   a lane's unit sources (at k 0), live = read it
 //   store(t, col, row, value)                        output (col, row) of the tile, if it exists
 #pragma once
@@ -54,12 +55,24 @@ using cuda_dense::SkinnyMmaConfig;
 using cuda_dense::SkinnyMmaSmem;
 inline constexpr int kSkinnyThreads = 32 * kSkinnyMmaWarps;
 
+// part i of `parts` of [0, total) (skinny_mma_split) in 32-bit arithmetic where the product
+// total % parts * i fits (parts < 2^16), which a grid of two blocks a SM always is.
+__device__ __forceinline__ int skinny_split32(int total, int parts, int i) {
+  if (parts < 65536) {
+    const unsigned t = static_cast<unsigned>(total), p = static_cast<unsigned>(parts), u = static_cast<unsigned>(i);
+    return static_cast<int>(t / p * u + t % p * u / p);
+  }
+  return static_cast<int>(cuda_dense::skinny_mma_split(total, parts, i));
+}
+
 template <template <class, int, int> class MapT, class T, int NT, int RT, int C, bool XI>
 __global__ void __launch_bounds__(kSkinnyThreads, 2)
     skinny_mma_kernel(const __grid_constant__ typename MapT<T, 16 * RT, 8 * NT>::Args g) {
   constexpr int kWarps = kSkinnyMmaWarps, kThreads = kSkinnyThreads;
   constexpr int kUnits = 2 * RT + NT, kRows = 16 * RT, kCols = 8 * NT;
+  constexpr int kStep = 32 * kWarps;  // elements between a warp's chunks of a tile
   using Map = MapT<T, kRows, kCols>;
+  using Tile = typename Map::Tile;
   static_assert(!XI || Map::kImage, "the vector image needs vectors shared by every tile");
   constexpr SkinnyMmaSmem l = cuda_dense::skinny_mma_smem(NT, RT, C, XI, Map::kSmemBytes);
   constexpr int stages = l.stages, kRingUnits = l.units;  // ring units: weights (XI), or weights and vectors
@@ -70,65 +83,72 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2)
   float* const red = reinterpret_cast<float*>(smem + l.red_offset);    // [warp][col][red_stride]
   float* const parts = reinterpret_cast<float*>(smem + l.part_offset);  // [tile of the round][col][row] (C > 1)
   Map map(g, smem + l.map_offset);
-  const std::int64_t k = map.k();
+  // Every count and index below is 32-bit (the host keeps n, k <= kSkinnyMmaMaxDim and the tiles
+  // < 2^31): session 30's ncu/SASS of v3 found the kernel issue-bound, with 64-bit divisions in
+  // every tile decode and 64-bit offsets recomputed for every copy.
+  const int k = map.k();
   // XI: this lane's units of the warp's vector chunks, [chunk i][n8 tile j] 512 bytes apart.
-  // (Formed for XI only: a K too long for any image would overflow the offset's int.)
   unsigned char* const xim =
       XI ? smem + l.image_offset + warp * static_cast<int>(cuda_dense::skinny_mma_image_warp_bytes(NT, k, C)) + lane * 16
          : nullptr;
 
-  const std::int64_t clusters = gridDim.x / C, ci = blockIdx.x / C;
-  const int rank = static_cast<int>(blockIdx.x % C);
-  const std::int64_t chunks = (k + 31) / 32;
-  const std::int64_t c0 = cuda_dense::skinny_mma_split(chunks, C, rank), c1 = cuda_dense::skinny_mma_split(chunks, C, rank + 1);
-  const std::int64_t mine = cuda_dense::skinny_mma_warp_chunks(c1 - c0, warp);  // this warp's chunks a tile
-  const std::int64_t kw = (c0 + warp) * 32 + 8 * q;  // the lane's first k
-  std::int64_t t0 = 0, t1 = 0;  // this cluster's tiles (set once the map knows them)
+  const int clusters = static_cast<int>(gridDim.x) / C, ci = static_cast<int>(blockIdx.x) / C;
+  const int rank = static_cast<int>(blockIdx.x) % C;
+  const int chunks = (k + 31) / 32;
+  const int c0 = skinny_split32(chunks, C, rank), c1 = skinny_split32(chunks, C, rank + 1);
+  const int mine = static_cast<int>(cuda_dense::skinny_mma_warp_chunks(c1 - c0, warp));  // this warp's chunks a tile
+  const int kw = (c0 + warp) * 32 + 8 * q;  // the lane's first k
+  // The lane's chunks i of a tile with data (k values [kw + 256 i, + 8): all in or all out, k % 8 == 0).
+  const int with_data = k > kw ? (k - kw + kStep - 1) / kStep : 0;
+  int t0 = 0, t1 = 0;  // this cluster's tiles (set once the map knows them)
+  Tile first{};        // tile t0, decoded once
   const auto own_tiles = [&] {
-    const std::int64_t tiles = map.tiles();
-    t0 = cuda_dense::skinny_mma_split(tiles, clusters, ci), t1 = cuda_dense::skinny_mma_split(tiles, clusters, ci + 1);
+    const int tiles = map.tiles();
+    t0 = skinny_split32(tiles, clusters, ci), t1 = skinny_split32(tiles, clusters, ci + 1);
+    if (t0 < t1) first = map.at(t0);
   };
 
-  // The issue cursor: the next (tile, chunk) to copy, and the lane's unit sources at its tile.
-  std::int64_t is_tile = 0, is_i = 0;
-  int is_slot = 0;
+  // The issue cursor: the next (tile, chunk) to copy, its tile, the copies left, and the lane's
+  // unit sources at that chunk (advanced by kStep a chunk, rebound at each tile). A unit the map
+  // marks absent names a row that exists (the map clamps it) and copies nothing; a chunk past K
+  // zero-fills from `safe` (the tile's first weight row) without a read.
+  int is_i = 0, is_left = 0, is_off = 0;  // chunk of the tile, copies left, the stage's byte offset
+  Tile is_t{};
   const T* src[kUnits];
-  unsigned live = 0;
-  const auto bind = [&](std::int64_t tile) {
-    const typename Map::Tile t = map.at(tile);
-    live = 0;
+  bool rd[kUnits];
+  const T* safe = nullptr;
+  const auto bind = [&] {
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // rows past N name a row that exists and read nothing
-        bool ok = false;
-        src[2 * rt + h] = map.weight_row(t, 16 * rt + 8 * h + r, ok) + kw;
-        if (ok) live |= 1u << (2 * rt + h);
-      }
+      for (int h = 0; h < 2; ++h) src[2 * rt + h] = map.weight_row(is_t, 16 * rt + 8 * h + r, rd[2 * rt + h]) + kw;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      bool ok = false;
-      src[2 * RT + j] = map.vector(t, 8 * j + r, ok) + kw;
-      if (ok) live |= 1u << (2 * RT + j);
-    }
+    for (int j = 0; j < NT; ++j) src[2 * RT + j] = map.vector(is_t, 8 * j + r, rd[2 * RT + j]) + kw;
+    safe = src[0] - kw;
   };
+  const auto reset = [&] { is_i = 0, is_left = mine * (t1 - t0), is_off = 0, is_t = first; };
+  constexpr int kStageBytes = kRingUnits * 512, kRingBytes = stages * kStageBytes;
   // Units [u0, u1) of the next chunk (weights: [0, 2 RT), vectors: [2 RT, kUnits)), then the
   // cursor moves on; `commit` closes the chunk's commit group. One commit group a chunk, empty
   // past the warp's last chunk, so that wait_group counts chunks.
   const auto issue = [&](int u0, int u1, bool commit) {
-    if (is_tile < t1 && mine > 0) {
-      if (is_i == 0) bind(is_tile);
-      const std::int64_t off = is_i * (32 * kWarps);
-      const bool valid = kw + off < k;  // k % 8 == 0: a lane's 8 values all in or all out
-      unsigned char* const st = ring + is_slot * (kRingUnits * 512);
+    if (is_left > 0) {
+      if (is_i == 0) bind();
+      unsigned char* const st = ring + is_off;
+      if (is_i < with_data) {
 #pragma unroll
-      for (int u = 0; u < kRingUnits; ++u) {
-        if (u < u0 || u >= u1) continue;
-        const bool read = valid && ((live >> u) & 1u);
-        ptx::cp_async16(st + u * 512, read ? src[u] + off : src[u] - kw, read ? 16 : 0);
+        for (int u = 0; u < kRingUnits; ++u)
+          if (u >= u0 && u < u1) ptx::cp_async16(st + u * 512, src[u], rd[u] ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kRingUnits; ++u)
+          if (u >= u0 && u < u1) ptx::cp_async16(st + u * 512, safe, 0);
       }
-      if (++is_i == mine) is_i = 0, ++is_tile;
-      if (++is_slot == stages) is_slot = 0;
+#pragma unroll
+      for (int u = 0; u < kUnits; ++u) src[u] += kStep;
+      if (++is_i == mine) is_i = 0, map.next(is_t);
+      is_off = is_off + kStageBytes == kRingBytes ? 0 : is_off + kStageBytes;
+      --is_left;
     }
     if (commit) ptx::cp_async_commit();
   };
@@ -139,37 +159,46 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2)
   ptx::grid_launch_dependents();
   if constexpr (Map::kWeightsEarly) {
     own_tiles();
-    is_tile = t0;
+    reset();
     for (int i = 0; i < stages - 1; ++i) issue(0, 2 * RT, false);  // no commit: they join the first vectors' group
   }
   ptx::grid_dependency_wait();
   if constexpr (!Map::kWeightsEarly) {
     map.prologue(static_cast<int>(threadIdx.x));
     own_tiles();
-    is_tile = t0;
+    reset();
     for (int i = 0; i < stages - 1; ++i) issue(0, 2 * RT, false);
   }
-  if constexpr (XI) {  // every vector chunk of the warp (the same for all its tiles; bound at t0 above)
-    if (mine > 0 && t0 < t1)
-      for (std::int64_t i = 0; i < mine; ++i) {
-        const std::int64_t off = i * (32 * kWarps);
-        const bool valid = kw + off < k;
+  if constexpr (XI) {  // every vector chunk of the warp (the same for all its tiles), from tile t0's vectors
+    if (mine > 0 && t0 < t1) {
+      const Tile keep = is_t;
+      is_t = first;
+      const T* vsrc[NT];
+      bool vrd[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) vsrc[j] = map.vector(is_t, 8 * j + r, vrd[j]) + kw;
+      is_t = keep;
+      for (int i = 0; i < mine; ++i) {
+        const bool valid = i < with_data;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          const int u = 2 * RT + j;
-          const bool read = valid && ((live >> u) & 1u);
-          ptx::cp_async16(xim + static_cast<int>(i * NT + j) * 512, read ? src[u] + off : src[u] - kw, read ? 16 : 0);
+          const bool read = valid && vrd[j];
+          ptx::cp_async16(xim + (i * NT + j) * 512, read ? vsrc[j] + i * kStep : safe, read ? 16 : 0);
         }
       }
+    }
+    // The ring carries weights only: the cursor is where the chunks' vectors would leave it. One
+    // commit group a chunk (the first also holds the image).
+    for (int i = 0; i < stages - 1; ++i) ptx::cp_async_commit();
+  } else {
+    reset();  // the same chunks again for their vectors, one commit group each (the first also holds the weights above)
+    for (int i = 0; i < stages - 1; ++i) issue(2 * RT, kRingUnits, true);
   }
-  // The same chunks again: their vectors (none with XI), one commit group each (the first also
-  // holds the weights above and the image).
-  is_tile = t0, is_i = 0, is_slot = 0;
-  for (int i = 0; i < stages - 1; ++i) issue(2 * RT, kRingUnits, true);
 
-  int cs_slot = 0;
+  int cs_off = 0;  // the stage the next chunk is read from
   int round_tiles = 0;  // C > 1: tiles whose block sums wait in `parts`
-  const auto flush_round = [&](std::int64_t round_t0) {
+  Tile et = first, round_first = first;  // the tile being summed, the round's first
+  const auto flush_round = [&] {
     // The cluster's blocks in rank order; rank r adds every C-th group of 256 values.
     ptx::cluster_sync();
     const int total = round_tiles * kCols * kRows;
@@ -179,24 +208,27 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2)
       float s = 0.0f;
 #pragma unroll
       for (int b = 0; b < C; ++b) s += ptx::ld_shared_cluster_f32(ptx::cluster_map_shared(base + 4u * e, b));
-      map.store(map.at(round_t0 + tl), col, row, s);
+      Tile t = round_first;
+      for (int a = 0; a < tl; ++a) map.next(t);
+      map.store(t, col, row, s);
     }
-    ptx::cluster_sync();  // no block leaves, or refills parts, while another reads it
+    // No block leaves, or refills parts, while another reads it: every value read above is used
+    // before this arrive, so it needs no release (the barrier only orders the reads).
+    ptx::cluster_sync_relaxed();
     round_tiles = 0;
   };
-  std::int64_t round_t0 = t0;
-  for (std::int64_t tile = t0; tile < t1; ++tile) {
+  for (int tile = t0; tile < t1; ++tile) {
     float acc[RT][NT][4] = {};
-    for (std::int64_t i = 0; i < mine; ++i) {
+    for (int i = 0; i < mine; ++i) {
       issue(0, kUnits, true);  // into the stage read one step ago (its values consumed by its mma already)
       ptx::cp_async_wait<stages - 1>();  // this step's chunk has landed (this lane's own copies)
-      const unsigned char* const st = ring + cs_slot * (kRingUnits * 512);
+      const unsigned char* const st = ring + cs_off;
       uint4 v[kUnits];
 #pragma unroll
       for (int u = 0; u < kRingUnits; ++u) v[u] = *reinterpret_cast<const uint4*>(st + u * 512);
       if constexpr (XI)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) v[2 * RT + j] = *reinterpret_cast<const uint4*>(xim + static_cast<int>(i * NT + j) * 512);
+        for (int j = 0; j < NT; ++j) v[2 * RT + j] = *reinterpret_cast<const uint4*>(xim + (i * NT + j) * 512);
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -207,7 +239,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2)
           ptx::mma_16816<T>(acc[rt][j], lo.x, hi.x, lo.y, hi.y, xb.x, xb.y);
           ptx::mma_16816<T>(acc[rt][j], lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
         }
-      if (++cs_slot == stages) cs_slot = 0;
+      cs_off = cs_off + kStageBytes == kRingBytes ? 0 : cs_off + kStageBytes;
     }
     // C fragment: c0, c1 at (row r, vectors 2q, 2q+1), c2, c3 at row r + 8.
     float* const mine_red = red + warp * kCols * l.red_stride;
@@ -219,20 +251,20 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2)
         for (int e = 0; e < 4; ++e)
           mine_red[(8 * j + 2 * q + (e & 1)) * l.red_stride + 16 * rt + r + 8 * (e >> 1)] = acc[rt][j][e];
     __syncthreads();
-    const typename Map::Tile t = map.at(tile);
     for (int e = static_cast<int>(threadIdx.x); e < kRows * kCols; e += kThreads) {
       const int col = e / kRows, row = e % kRows;  // rows fastest: coalesced stores
       float s = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) s += red[(w * kCols + col) * l.red_stride + row];  // fixed order
-      if constexpr (C == 1) map.store(t, col, row, s);
+      if constexpr (C == 1) map.store(et, col, row, s);
       else parts[(round_tiles * kCols + col) * kRows + row] = s;
     }
     __syncthreads();  // red is rewritten by the next tile
+    map.next(et);
     if constexpr (C > 1) {
       if (++round_tiles == cuda_dense::kSkinnyMmaPartTiles || tile + 1 == t1) {
-        flush_round(round_t0);
-        round_t0 = tile + 1;
+        flush_round();
+        round_first = et;
       }
     }
   }

@@ -23,31 +23,36 @@ struct SkinnyDenseRows {
   static constexpr bool kWeightsEarly = true, kImage = true;
   static constexpr int kSmemBytes = 0;
   struct Tile {
-    std::int64_t bz = 0, n0 = 0;  // batch entry, first weight row
+    int bz = 0, n0 = 0;  // batch entry, first weight row
   };
   const Args& g;
-  const std::int64_t tiles_n;
-  __device__ SkinnyDenseRows(const Args& a, unsigned char* /*tables*/) : g(a), tiles_n((a.n + kRows - 1) / kRows) {}
+  const int n, tiles_n;  // n <= kSkinnyMmaMaxDim, tiles_n * batch < 2^31 (skinny_mma_config)
+  __device__ SkinnyDenseRows(const Args& a, unsigned char* /*tables*/)
+      : g(a), n(static_cast<int>(a.n)), tiles_n(static_cast<int>((a.n + kRows - 1) / kRows)) {}
   __device__ void prologue(int /*tid*/) {}
-  __device__ std::int64_t tiles() const { return tiles_n * g.batch; }
-  __device__ std::int64_t k() const { return g.k; }
-  __device__ Tile at(std::int64_t tile) const {
+  __device__ int tiles() const { return tiles_n * static_cast<int>(g.batch); }
+  __device__ int k() const { return static_cast<int>(g.k); }
+  __device__ Tile at(int tile) const {
     Tile t;
     t.bz = tile / tiles_n, t.n0 = (tile - t.bz * tiles_n) * kRows;
     return t;
   }
+  __device__ void next(Tile& t) const {
+    t.n0 += kRows;
+    if (t.n0 >= n) t.n0 = 0, ++t.bz;
+  }
   __device__ const T* weight_row(const Tile& t, int row, bool& live) const {
-    const std::int64_t n = t.n0 + row;
-    live = n < g.n;
-    return static_cast<const T*>(g.b) + t.bz * g.b_batch + (live ? n : g.n - 1) * g.b_ld;
+    const int r = t.n0 + row;
+    live = r < n;
+    return static_cast<const T*>(g.b) + t.bz * g.b_batch + static_cast<std::int64_t>(live ? r : n - 1) * g.b_ld;
   }
   __device__ const T* vector(const Tile& t, int v, bool& live) const {
     live = v < g.m;
     return static_cast<const T*>(g.a) + t.bz * g.a_batch + (live ? v : g.m - 1) * g.a_ld;
   }
   __device__ void store(const Tile& t, int col, int row, float s) const {
-    const std::int64_t n = t.n0 + row;
-    if (col < g.m && n < g.n) static_cast<T*>(g.c)[t.bz * g.c_batch + col * g.c_ld + n] = cuda_dense::dev::from_f32<T>(s);
+    const int r = t.n0 + row;
+    if (col < g.m && r < n) static_cast<T*>(g.c)[t.bz * g.c_batch + col * g.c_ld + r] = cuda_dense::dev::from_f32<T>(s);
   }
 };
 
@@ -59,39 +64,50 @@ struct SkinnyExpertRows {
   static constexpr int kSmemBytes = cuda_moe::kSkinnyMoeMapBytes;
   static constexpr int kMax = cuda_moe::kSkinnyMoeMaxRows;
   struct Tile {
-    std::int64_t expert = 0, n0 = 0;  // the group's expert, the tile's first weight row
-    int start = 0, count = 1;         // the group's first place in the sorted rows, its rows
+    int gi = 0, n0 = 0;        // the group, the tile's first weight row
+    std::uint32_t expert = 0;  // the group's expert
+    int start = 0, count = 1;  // the group's first place in the sorted rows, its rows
   };
   const Args& g;
   std::uint32_t* const keys;    // [kMax] routed row r's key (kSkinnyMoeHead: it starts a group)
   std::uint32_t* const sorted;  // [kMax] the routed rows in key order
   std::uint32_t* const gexp;    // [kMax] group i's expert
   std::uint32_t* const gpos;    // [kMax] group i's position word
-  const std::int64_t tiles_n;
-  std::int64_t groups = 0;
+  const int n, tiles_n;  // n <= kSkinnyMmaMaxDim, tiles_n * kMax < 2^31 (skinny_mma_moe_refusal)
+  int groups = 0;
   __device__ SkinnyExpertRows(const Args& a, unsigned char* tables)
       : g(a),
         keys(reinterpret_cast<std::uint32_t*>(tables)),
         sorted(keys + kMax),
         gexp(sorted + kMax),
         gpos(gexp + kMax),
-        tiles_n((a.n + kRows - 1) / kRows) {}
+        n(static_cast<int>(a.n)),
+        tiles_n(static_cast<int>((a.n + kRows - 1) / kRows)) {}
 
-  // Every thread (blockDim.x >= kMax: one routed row a thread); ends with a block barrier.
+  // Every thread (blockDim.x >= kMax: one routed row a thread); ends with a block barrier. The
+  // table is padded to a multiple of 4 keys (kSkinnyMoePad) and read 4 keys a load: the two
+  // O(routed) loops are most of the prologue before the first weight copy.
   __device__ void prologue(int tid) {
     using namespace cuda_moe;
     const int routed = static_cast<int>(g.m * g.top_k);  // <= kMax (skinny_mma_moe_refusal)
+    const int padded = (routed + 3) & ~3;
     const bool mine = tid < routed;
     std::uint32_t key = 0;
     if (mine) {
       const std::uint32_t e = dev::expert_of(g, tid);
       key = skinny_moe_key(e == kNoExpert ? kSkinnyMoeNone : e, tid);
       keys[tid] = key;
+    } else if (tid < padded) {
+      keys[tid] = kSkinnyMoePad;
     }
     __syncthreads();
     SkinnyMoeRank rk;
     if (mine) {
-      rk = skinny_moe_rank(keys, routed, key);
+      for (int j = 0; j < padded; j += 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(keys + j);
+        skinny_moe_rank_step(rk, v.x, key), skinny_moe_rank_step(rk, v.y, key);
+        skinny_moe_rank_step(rk, v.z, key), skinny_moe_rank_step(rk, v.w, key);
+      }
       sorted[rk.position] = static_cast<std::uint32_t>(tid);
     }
     const bool head = mine && skinny_moe_starts_group(key, rk, kCols);
@@ -99,7 +115,12 @@ struct SkinnyExpertRows {
     if (head) keys[tid] = key | kSkinnyMoeHead;
     groups = __syncthreads_count(head);
     if (head) {
-      const int gi = skinny_moe_group_index(keys, routed, key);
+      int gi = 0;
+      for (int j = 0; j < padded; j += 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(keys + j);
+        gi += skinny_moe_head_below(v.x, key) + skinny_moe_head_below(v.y, key) + skinny_moe_head_below(v.z, key) +
+              skinny_moe_head_below(v.w, key);
+      }
       const int rows = rk.total - rk.before < kCols ? rk.total - rk.before : kCols;
       gexp[gi] = skinny_moe_expert(key), gpos[gi] = skinny_moe_group_pos(rk.position, rows);
     }
@@ -122,32 +143,43 @@ struct SkinnyExpertRows {
       default: static_cast<float*>(g.out)[idx] = s; break;
     }
   }
-  __device__ std::int64_t tiles() const { return groups * tiles_n; }
-  __device__ std::int64_t k() const { return g.k; }
-  __device__ Tile at(std::int64_t tile) const {
-    const std::int64_t gi = tile / tiles_n;
+  __device__ int tiles() const { return groups * tiles_n; }
+  __device__ int k() const { return static_cast<int>(g.k); }
+  __device__ Tile at(int tile) const {
     Tile t;
-    t.expert = gexp[gi], t.n0 = (tile - gi * tiles_n) * kRows;
-    const std::uint32_t pos = gpos[gi];
-    t.start = cuda_moe::skinny_moe_group_start(pos), t.count = cuda_moe::skinny_moe_group_rows(pos);
+    t.gi = tile / tiles_n, t.n0 = (tile - t.gi * tiles_n) * kRows;
+    load_group(t);
     return t;
   }
+  __device__ void next(Tile& t) const {
+    t.n0 += kRows;
+    if (t.n0 >= n) {
+      t.n0 = 0;
+      if (++t.gi < groups) load_group(t);  // (past the last group: no table entry, nothing read)
+    }
+  }
+  __device__ void load_group(Tile& t) const {
+    t.expert = gexp[t.gi];
+    const std::uint32_t pos = gpos[t.gi];
+    t.start = cuda_moe::skinny_moe_group_start(pos), t.count = cuda_moe::skinny_moe_group_rows(pos);
+  }
   __device__ const T* weight_row(const Tile& t, int row, bool& live) const {
-    const std::int64_t n = t.n0 + row;
-    live = n < g.n;
-    return static_cast<const T*>(g.w) + t.expert * g.expert_stride + (live ? n : g.n - 1) * g.k;
+    const int r = t.n0 + row;
+    live = r < n;
+    return static_cast<const T*>(g.w) + static_cast<std::int64_t>(t.expert) * g.expert_stride +
+           static_cast<std::int64_t>(live ? r : n - 1) * g.k;
   }
   __device__ const T* vector(const Tile& t, int v, bool& live) const {
     live = v < t.count;
-    const std::uint32_t r = sorted[t.start + (live ? v : t.count - 1)];
-    const std::uint32_t tok = r / static_cast<std::uint32_t>(g.top_k), slot = r - tok * static_cast<std::uint32_t>(g.top_k);
+    const std::uint32_t rr = sorted[t.start + (live ? v : t.count - 1)];
+    const std::uint32_t tok = rr / static_cast<std::uint32_t>(g.top_k), slot = rr - tok * static_cast<std::uint32_t>(g.top_k);
     return static_cast<const T*>(g.in) + static_cast<std::int64_t>(tok) * g.in_token_stride +
            static_cast<std::int64_t>(slot) * g.in_slot_stride;
   }
   __device__ void store(const Tile& t, int col, int row, float s) const {
-    const std::int64_t n = t.n0 + row;
-    if (col >= t.count || n >= g.n) return;
-    put(static_cast<std::int64_t>(sorted[t.start + col]) * g.n + n, s);
+    const int r = t.n0 + row;
+    if (col >= t.count || r >= n) return;
+    put(static_cast<std::int64_t>(sorted[t.start + col]) * g.n + r, s);
   }
 };
 
