@@ -56,6 +56,8 @@ def main():
     ids = torch.tensor([[1, 5]], device=dev, dtype=torch.int32)
     lin = T.TernaryLinear.from_float(torch.randn(256, 256), device=dev)
     xf = torch.randn(1, 256, device=dev, generator=g)
+    nn_lin = torch.nn.Linear(256, 256, bias=False, device=dev, dtype=torch.bfloat16).requires_grad_(False)
+    out = torch.empty(1, 256, device=dev, dtype=torch.bfloat16)
 
     rows = []
 
@@ -70,12 +72,19 @@ def main():
         return us
 
     torch_us = row("torch.matmul bf16 1x256x256 (baseline)", lambda: torch.matmul(x, w.T), graph=True)
-    row("llmm.matmul (torch tensors)", lambda: llmm.matmul(x, w, transpose_b=True), torch_us, graph=True)
+    fast = "C++ (llmm._llmm_torch)" if llmm._fast() else "DLPack (llmm._llmm_torch not built)"
+    row(f"llmm.matmul (torch tensors), {fast}", lambda: llmm.matmul(x, w, transpose_b=True), torch_us, graph=True)
+    # The same call through the DLPack path (out= given): the host path's A/B in one run.
+    row("llmm.matmul (torch tensors, out=), DLPack", lambda: llmm.matmul(x, w, out, transpose_b=True), torch_us)
     row("torch.ops.llmm.matmul, grad mode", lambda: T.matmul(x, w, transpose_b=True), torch_us)
     with torch.inference_mode():
         row("torch.ops.llmm.matmul, inference_mode", lambda: T.matmul(x, w, transpose_b=True), torch_us, graph=True)
         row("torch.ops.llmm.matmul_id direct, inference_mode", lambda: T.matmul_id(experts, x, ids), torch_us)
         row("TernaryLinear f32 (gemm_tq2), inference_mode", lambda: lin(xf), torch_us, graph=True)
+        # What a BitNet layer runs: bf16 activations, against nn.Linear bf16 on the same shape.
+        lin_us = row("nn.Linear bf16 1x256x256, inference_mode", lambda: nn_lin(x), torch_us, graph=True)
+        tl_us = row("TernaryLinear bf16 (gemm_tq2), inference_mode", lambda: lin(x), torch_us, graph=True)
+        rows[-1]["vs_nn_linear"] = round(lin_us / tl_us, 3)
 
     print(f"{'case':52s} {'us/call':>9s} {'torch/this':>10s} {'graph us':>9s}")
     for r in rows:

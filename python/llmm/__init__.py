@@ -58,6 +58,25 @@ def cuda_available() -> bool:
     return _llmm.cuda_available()
 
 
+_fast_ext: Any = None  # llmm._llmm_torch once loaded; False where it is not built or torch is not imported
+
+
+def _fast() -> Any:
+    """llmm._llmm_torch (the C++ host path for torch tensors, built against the installed torch),
+    or False. Called only with torch tensors in hand, so torch is imported by then."""
+    global _fast_ext
+    if _fast_ext is None:
+        _fast_ext = False
+        if "torch" in sys.modules:
+            try:
+                from . import _llmm_torch
+
+                _fast_ext = _llmm_torch
+            except ImportError:
+                pass
+    return _fast_ext
+
+
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
@@ -328,6 +347,10 @@ def matmul(a, b, out=None, *, transpose_a: bool = False, transpose_b: bool = Fal
     out: an output array (returned), or None to allocate one like a (NumPy array or torch tensor).
     Torch CUDA tensors run on torch's current stream without host synchronisation.
     """
+    if out is None and type(transpose_a) is bool and type(transpose_b) is bool and _is_torch(a) and _is_torch(b):
+        f = _fast_ext or _fast()
+        if f:  # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
+            return f.matmul(a, b, transpose_a, transpose_b, precision, route)
     a, b = _array("matmul", "a", a), _array("matmul", "b", b)
     transpose_a, transpose_b = _bool("matmul", "transpose_a", transpose_a), _bool("matmul", "transpose_b", transpose_b)
     if out is None:
@@ -547,6 +570,10 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
     if not isinstance(weight, TernaryWeight):
         raise TypeError(f"llmm.gemm_tq2: weight must be a llmm.TernaryWeight (from llmm.upload_tq2), got "
                         f"{_type_name(weight)}")
+    if out is None and _is_torch(x) and (out_dtype is None or isinstance(out_dtype, sys.modules["torch"].dtype)):
+        f = _fast_ext or _fast()
+        if f:  # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
+            return f.gemm_tq2(x, weight, weight.n, precision, route, out_dtype)
     x = _array("gemm_tq2", "x", x)
     shape = tuple(x.shape)
     if len(shape) != 2:

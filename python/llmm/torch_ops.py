@@ -221,8 +221,12 @@ class TernaryLinear(torch.nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         out_dtype = x.dtype if self.out_dtype is None else self.out_dtype
-        y = torch.ops.llmm.gemm_tq2(x.reshape(-1, self.in_features), self.weight_key, self.out_features,
-                                    self.precision, self.route, out_dtype)
+        x2 = x.reshape(-1, self.in_features)
+        f = llmm._fast_ext or llmm._fast()
+        if f and not torch.compiler.is_compiling():  # eager: the C++ host path, no op dispatch
+            y = f.gemm_tq2(x2, self.weight_handle, self.out_features, self.precision, self.route, out_dtype)
+        else:
+            y = torch.ops.llmm.gemm_tq2(x2, self.weight_key, self.out_features, self.precision, self.route, out_dtype)
         y = y.reshape(*lead, self.out_features)
         return y if self.bias is None else y + self.bias
 

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "capi.hpp"
 #include "llmm/llmm.hpp"
 
 namespace nb = nanobind;
@@ -482,6 +483,63 @@ TernaryWeightCache& cache_for(const Context& ctx) {
   return *slot;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The capsule's entry points (capi.hpp): the torch extension's calls, run here so that there is
+// one set of contexts and caches.
+
+PyObject* g_error_type = nullptr;  // llmm.Error
+
+// The Python error for the exception in flight, as the module's translators would set it.
+void set_python_error() noexcept {
+  try {
+    throw;
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const nb::builtin_exception& e) {  // the argument parsers raise only type_error
+    PyErr_SetString(e.type() == nb::exception_type::type_error ? PyExc_TypeError : PyExc_ValueError, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_error_type, e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_SetString(g_error_type, "llmm: out of host memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "llmm: unknown C++ exception");
+  }
+}
+
+int capi_matmul(const View& a, const View& b, const View& out, bool transpose_a, bool transpose_b, PyObject* precision,
+                PyObject* route, std::uintptr_t stream) {
+  try {
+    constexpr const char* op = "llmm.matmul";
+    MatmulOptions o;
+    o.transpose_a = transpose_a, o.transpose_b = transpose_b;
+    o.precision = precision_of(precision, op), o.force_route = dense_route_of(route, op);
+    llmm::matmul(context_for(out, stream, op, "out"), a, b, out, o);
+    return 0;
+  } catch (...) {
+    set_python_error();
+    return -1;
+  }
+}
+
+int capi_gemm_tq2(PyObject* weight, const View& x, const View& out, PyObject* precision, PyObject* route,
+                  std::uintptr_t stream) {
+  try {
+    constexpr const char* op = "llmm.gemm_tq2";
+    const PyTernaryWeight& w = weight_arg(weight, op);
+    Tq2Options o;
+    o.precision = precision_of(precision, op), o.force_route = tq2_route_of(route, op);
+    gemm_tq2(context_for(out, stream, op, "out"), w.handle, x, out, o);
+    return 0;
+  } catch (...) {
+    set_python_error();
+    return -1;
+  }
+}
+
+const capi::Table kCapi{capi::kAbi, &capi_matmul, &capi_gemm_tq2};
+
 MatmulIdParams sizes_params(const char* op, nb::handle m_, nb::handle n, nb::handle k, nb::handle top_k,
                             nb::handle n_experts) {
   MatmulIdParams p;
@@ -499,6 +557,8 @@ NB_MODULE(_llmm, m) {
   m.doc() = "llmm: matmul kernels for LLM and DiT inference (low-level bindings; use the llmm package)";
   m.attr("__version__") = LLMM_VERSION_STRING;  // llmm/version.hpp, from CMakeLists.txt
   static nb::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  g_error_type = error.ptr();
+  m.attr("_capi") = nb::capsule(&kCapi, capi::kCapsuleName);  // for llmm._llmm_torch (capi.hpp)
   error.attr("__doc__") =
       "llmm::Error: an invalid or unsupported call, refused before anything was enqueued; the message names the op "
       "and the offending values. A RuntimeError.";

@@ -1,0 +1,240 @@
+// llmm._llmm_torch: the host path for torch tensors, built against the installed torch's headers
+// where pip finds torch at build time (python/CMakeLists.txt).
+//
+// Why: through DLPack a call pays per tensor for a capsule, its import and Python-level checks,
+// plus torch.empty and the stream lookup from Python: ~21 us a call against ~13 us for
+// torch.matmul (issue 47). Here a call unpacks the tensors in C (THPVariable_Unpack), allocates
+// its output with at::empty (torch's caching allocator, so it counts in torch's memory stats),
+// reads torch's current stream in C++, and hands Views to llmm._llmm through its capsule
+// (capi.hpp), where the library's one set of contexts and caches lives. Its refusals are the
+// same llmm.Error messages as the DLPack path's: the checks are the library's.
+//
+// Functions (positional, all required; the llmm package calls them, users call llmm.matmul etc.):
+//   matmul(a, b, transpose_a, transpose_b, precision, route) -> Tensor
+//   gemm_tq2(x, weight, n, precision, route, out_dtype) -> Tensor   (out_dtype: torch.dtype)
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+#ifdef LLMM_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "capi.hpp"
+
+namespace {
+
+using llmm::View;
+
+const llmm::capi::Table* g_capi = nullptr;
+PyObject* g_error = nullptr;  // llmm.Error
+
+// A C++ exception of ours carrying the Python error to raise.
+struct Raise {
+  PyObject* type;
+  std::string msg;
+};
+
+std::string shape_str(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+llmm::DType dtype_of(const at::Tensor& t, const char* op, const char* name) {
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Float: return llmm::DType::F32;
+    case c10::ScalarType::Half: return llmm::DType::F16;
+    case c10::ScalarType::BFloat16: return llmm::DType::BF16;
+    case c10::ScalarType::Byte: return llmm::DType::U8;
+    case c10::ScalarType::UInt32: return llmm::DType::U32;
+    case c10::ScalarType::Int: return llmm::DType::I32;
+    case c10::ScalarType::Long: return llmm::DType::I64;
+    default: {  // named as the DLPack path names it (kind and bits: float64, int16, complex64, bool)
+      const c10::ScalarType s = t.scalar_type();
+      const std::string kind = s == c10::ScalarType::Bool         ? "bool"
+                               : c10::isComplexType(s)            ? "complex"
+                               : c10::isFloatingType(s)           ? "float"
+                               : c10::isSignedType(s)             ? "int"
+                                                                  : "uint";
+      const std::string dt = kind == "bool" ? kind : kind + std::to_string(c10::elementSize(s) * 8);
+      throw Raise{g_error, std::string(op) + ": " + name + " has unsupported dtype " + dt +
+                               " (llmm takes float32, float16 and bfloat16 data; uint32, int32 and int64 expert ids)"};
+    }
+  }
+}
+
+// The tensor as a View (no copy). The library checks the rest (shapes, strides, extents).
+View view_of(const at::Tensor& t, const char* op, const char* name) {
+  if (t.dim() > View::kMaxRank)
+    throw Raise{g_error, std::string(op) + ": " + name + " has " + std::to_string(t.dim()) + " dimensions (at most " +
+                             std::to_string(View::kMaxRank) + ")"};
+  View v;
+  v.data = t.data_ptr();
+  v.dtype = dtype_of(t, op, name);
+  if (t.is_cuda()) {
+    v.device = llmm::DeviceKind::CUDA;
+    v.device_index = t.get_device();
+  } else if (t.is_cpu()) {
+    v.device = llmm::DeviceKind::CPU;
+  } else {
+    throw Raise{g_error, std::string(op) + ": " + name + " lives on " + t.device().str() +
+                             ": llmm takes CPU and CUDA tensors"};
+  }
+  v.rank = static_cast<int>(t.dim());
+  for (int i = 0; i < v.rank; ++i) {
+    v.shape[static_cast<std::size_t>(i)] = t.size(i);
+    v.strides[static_cast<std::size_t>(i)] = t.stride(i);
+  }
+  return v;
+}
+
+const at::Tensor& tensor_arg(PyObject* o, const char* op, const char* name) {
+  if (!THPVariable_Check(o))
+    throw Raise{PyExc_TypeError, std::string(op) + ": " + name + " must be a torch.Tensor, got " + Py_TYPE(o)->tp_name};
+  return THPVariable_Unpack(o);
+}
+
+bool bool_arg(PyObject* o, const char* op, const char* name) {
+  if (o == Py_True) return true;
+  if (o == Py_False) return false;
+  throw Raise{PyExc_TypeError, std::string(op) + ": " + name + " must be a bool, got " + Py_TYPE(o)->tp_name};
+}
+
+// A transposed view (innermost stride != 1, the next 1) is its row-major base with the flag
+// flipped: the same matrix, no copy (llmm.matmul's rule).
+void canonical(at::Tensor& t, bool& transposed) {
+  const int64_t d = t.dim();
+  if (d >= 2 && t.stride(d - 1) != 1 && t.stride(d - 2) == 1 && t.size(d - 1) > 1) {
+    t = t.transpose(d - 1, d - 2);
+    transposed = !transposed;
+  }
+}
+
+// torch's current stream on t's device (0, the legacy default, stands for the CPU backend).
+std::uintptr_t stream_of(const at::Tensor& t) {
+#ifdef LLMM_TORCH_CUDA
+  if (t.is_cuda()) return reinterpret_cast<std::uintptr_t>(c10::cuda::getCurrentCUDAStream(t.get_device()).stream());
+#endif
+  (void)t;
+  return 0;
+}
+
+// Runs f with the GIL held, turning our and torch's C++ exceptions into the Python error.
+template <class F>
+PyObject* guarded(F&& f) {
+  try {
+    return f();
+  } catch (const Raise& r) {
+    PyErr_SetString(r.type, r.msg.c_str());
+  } catch (const c10::Error& e) {  // e.g. out of device memory in at::empty
+    PyErr_SetString(g_error, (std::string("llmm: ") + e.what_without_backtrace()).c_str());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyObject* arity(const char* op, Py_ssize_t got, Py_ssize_t want) {
+  PyErr_Format(PyExc_TypeError, "%s: takes %zd positional arguments, got %zd", op, want, got);
+  return nullptr;
+}
+
+PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  constexpr const char* op = "llmm.matmul";
+  if (nargs != 6) return arity(op, nargs, 6);
+  return guarded([&]() -> PyObject* {
+    at::Tensor a = tensor_arg(args[0], op, "a"), b = tensor_arg(args[1], op, "b");
+    bool ta = bool_arg(args[2], op, "transpose_a"), tb = bool_arg(args[3], op, "transpose_b");
+    for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{a, "a"}, {b, "b"}})
+      if (t.dim() != 2 && t.dim() != 3)
+        throw Raise{g_error, std::string(op) + ": " + name + " must be rank 2 or 3, got shape " + shape_str(t)};
+    // The output's shape as llmm.matmul allocates it (the Python fake implementation's rule).
+    const int64_t m = ta ? a.size(-1) : a.size(-2), n = tb ? b.size(-2) : b.size(-1);
+    canonical(a, ta), canonical(b, tb);
+    std::optional<at::Tensor> out;
+    if (a.dim() == 3 || b.dim() == 3) {
+      const int64_t batch = a.dim() == 3 && (b.dim() == 2 || a.size(0) != 1) ? a.size(0) : b.size(0);
+      out = at::empty({batch, m, n}, a.options());
+    } else {
+      out = at::empty({m, n}, a.options());
+    }
+    const View va = view_of(a, op, "a"), vb = view_of(b, op, "b"), vo = view_of(*out, op, "out");
+#ifdef LLMM_TORCH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(out->is_cuda() ? std::optional<c10::Device>(out->device()) : std::nullopt);
+#endif
+    if (g_capi->matmul(va, vb, vo, ta, tb, args[4], args[5], stream_of(*out)) != 0) return nullptr;
+    return THPVariable_Wrap(std::move(*out));
+  });
+}
+
+PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  constexpr const char* op = "llmm.gemm_tq2";
+  if (nargs != 6) return arity(op, nargs, 6);
+  return guarded([&]() -> PyObject* {
+    const at::Tensor& x = tensor_arg(args[0], op, "x");
+    if (x.dim() != 2) throw Raise{g_error, std::string(op) + ": x must be [m, k], got shape " + shape_str(x)};
+    if (!PyLong_Check(args[2])) throw Raise{PyExc_TypeError, std::string(op) + ": n must be an int"};
+    const long long n = PyLong_AsLongLong(args[2]);
+    if (n < 0 || PyErr_Occurred()) {
+      PyErr_Clear();
+      throw Raise{g_error, std::string(op) + ": n must be a non-negative int64"};
+    }
+    c10::ScalarType dt = c10::ScalarType::Float;  // llmm.gemm_tq2's default output
+    if (args[5] != Py_None) {
+      if (!THPDtype_Check(args[5]))
+        throw Raise{PyExc_TypeError, std::string(op) + ": out_dtype must be a torch.dtype or None, got " +
+                                         Py_TYPE(args[5])->tp_name};
+      dt = reinterpret_cast<THPDtype*>(args[5])->scalar_type;
+    }
+    at::Tensor out = at::empty({x.size(0), static_cast<int64_t>(n)}, x.options().dtype(dt));
+    const View vx = view_of(x, op, "x"), vo = view_of(out, op, "out");
+#ifdef LLMM_TORCH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
+#endif
+    if (g_capi->gemm_tq2(args[1], vx, vo, args[3], args[4], stream_of(out)) != 0) return nullptr;
+    return THPVariable_Wrap(std::move(out));
+  });
+}
+
+PyMethodDef kMethods[] = {
+    {"matmul", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul)), METH_FASTCALL,
+     "matmul(a, b, transpose_a, transpose_b, precision, route) -> Tensor. Low level: use llmm.matmul."},
+    {"gemm_tq2", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&gemm_tq2)), METH_FASTCALL,
+     "gemm_tq2(x, weight, n, precision, route, out_dtype) -> Tensor. Low level: use llmm.gemm_tq2."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_llmm_torch",
+                       "llmm's host path for torch tensors (C++, against the installed torch); used by the llmm package.",
+                       -1, kMethods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__llmm_torch() {
+  PyObject* core = PyImport_ImportModule("llmm._llmm");
+  if (!core) return nullptr;
+  g_error = PyObject_GetAttrString(core, "Error");  // kept for the module's lifetime
+  PyObject* cap = PyObject_GetAttrString(core, "_capi");
+  Py_DECREF(core);
+  if (!g_error || !cap) {
+    Py_XDECREF(cap);
+    return nullptr;
+  }
+  g_capi = static_cast<const llmm::capi::Table*>(PyCapsule_GetPointer(cap, llmm::capi::kCapsuleName));
+  Py_DECREF(cap);
+  if (!g_capi) return nullptr;
+  if (g_capi->abi != llmm::capi::kAbi) {
+    PyErr_Format(PyExc_ImportError, "llmm._llmm_torch: llmm._llmm's C API is version %u, this module needs %u "
+                 "(a stale build: reinstall llmm)", g_capi->abi, llmm::capi::kAbi);
+    return nullptr;
+  }
+  return PyModule_Create(&kModule);
+}

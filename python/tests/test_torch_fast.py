@@ -1,0 +1,186 @@
+"""The C++ host path for torch tensors (llmm._llmm_torch): where pip built it next to torch it must
+be the path llmm.matmul / llmm.gemm_tq2 / TernaryLinear take, give bitwise the DLPack path's
+results (out= still takes that path) and refuse with the same llmm.Error messages.
+
+Runs wherever torch imports (CPU tensors: the reference backend; CUDA tensors on a GPU). Without
+torch the module skips; under LLMM_REQUIRE_GPU=1 (the GPU machine, where pip builds the module
+against the installed torch) a missing module is a failure.
+"""
+import numpy as np
+import pytest
+
+import llmm
+from conftest import REQUIRE_GPU, need_cuda_torch
+
+try:
+    import torch
+except ImportError:
+    if REQUIRE_GPU:
+        raise
+    pytest.skip("torch is not installed: the torch host path is not built", allow_module_level=True)
+
+import llmm.torch_ops as T  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def fast_or_skip():
+    f = llmm._fast()
+    if not f:
+        if REQUIRE_GPU:
+            pytest.fail("LLMM_REQUIRE_GPU=1 but llmm._llmm_torch is not built (pip install --no-build-isolation . "
+                        "next to torch builds it)")
+        pytest.skip("llmm._llmm_torch not built (torch was not importable when the package was built)")
+    return f
+
+
+def dev(device):
+    if device == "cuda":
+        need_cuda_torch()
+    return device
+
+
+def rand(*shape, dtype=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
+
+
+def slow_matmul(a, b, **kw):
+    """The DLPack path: out= given, so llmm.matmul does not take the C++ one."""
+    shape = llmm._matmul_out_shape(a.shape, b.shape, kw.get("transpose_a", False), kw.get("transpose_b", False))
+    out = torch.full(shape, float("nan"), dtype=a.dtype, device=a.device)
+    return llmm.matmul(a, b, out, **kw)
+
+
+def test_the_torch_path_is_loaded_and_taken(monkeypatch):
+    f = fast_or_skip()
+    calls = []
+    real = f.matmul
+
+    class Spy:
+        def matmul(self, *args):
+            calls.append(args)
+            return real(*args)
+
+    monkeypatch.setattr(llmm, "_fast_ext", Spy())
+    a, b = rand(3, 64), rand(64, 5, seed=1)
+    llmm.matmul(a, b)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", ["nn", "nt", "tn", "view_t", "batched", "broadcast_b", "broadcast_a", "padded"])
+def test_matmul_bitwise_equal_to_the_dlpack_path(device, dtype, case):
+    fast_or_skip()
+    d = dev(device)
+    m, n, k = 5, 24, 136
+    ta = tb = False
+    if case == "nn":
+        a, b = rand(m, k, dtype=dtype, device=d), rand(k, n, dtype=dtype, device=d, seed=1)
+    elif case == "nt":
+        a, b, tb = rand(m, k, dtype=dtype, device=d), rand(n, k, dtype=dtype, device=d, seed=1), True
+    elif case == "tn":
+        a, b, ta = rand(k, m, dtype=dtype, device=d), rand(k, n, dtype=dtype, device=d, seed=1), True
+    elif case == "view_t":  # a transposed view: taken as its base with the flag flipped, no copy
+        a, b = rand(m, k, dtype=dtype, device=d), rand(n, k, dtype=dtype, device=d, seed=1).T
+    elif case == "batched":
+        a, b = rand(3, m, k, dtype=dtype, device=d), rand(3, k, n, dtype=dtype, device=d, seed=1)
+    elif case == "broadcast_b":
+        a, b = rand(3, m, k, dtype=dtype, device=d), rand(k, n, dtype=dtype, device=d, seed=1)
+    elif case == "broadcast_a":
+        a, b = rand(1, m, k, dtype=dtype, device=d), rand(4, k, n, dtype=dtype, device=d, seed=1)
+    else:  # rows padded: a slice of a wider tensor
+        a, b = rand(m, k + 8, dtype=dtype, device=d)[:, :k], rand(k, n, dtype=dtype, device=d, seed=1)
+    got = llmm.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    want = slow_matmul(a, b, transpose_a=ta, transpose_b=tb)
+    assert got.shape == want.shape and got.dtype == dtype and got.device == a.device
+    assert torch.equal(got, want)
+    ref = (a.double().cpu().transpose(-1, -2) if ta else a.double().cpu()) @ (
+        b.double().cpu().transpose(-1, -2) if tb else b.double().cpu())
+    tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1.5e-1}[dtype]
+    assert (got.double().cpu() - ref).abs().max().item() <= tol * max(1.0, ref.abs().max().item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_refusals_match_the_dlpack_path(device):
+    fast_or_skip()
+    d = dev(device)
+    a = rand(4, 32, device=d)
+    cases = [
+        (a, rand(7, 9, device=d), {}),                                  # inner dimensions differ
+        (a.half(), rand(32, 8, device=d), {}),                          # mixed dtypes
+        (a, rand(32, 8, device=d), {"route": "no_such_route"}),
+        (a, rand(32, 8, device=d), {"precision": "sloppy"}),
+        (a.to(torch.float64), rand(32, 8, device=d).to(torch.float64), {}),  # unsupported dtype
+        (a[:, ::2], rand(16, 8, device=d), {}),                         # innermost stride 2
+    ]
+    for x, y, kw in cases:
+        with pytest.raises(llmm.Error) as fast:
+            llmm.matmul(x, y, **kw)
+        out = torch.empty(x.shape[0], y.shape[-1], dtype=x.dtype, device=d)
+        with pytest.raises(llmm.Error) as slow:
+            llmm.matmul(x, y, out, **kw)
+        assert str(fast.value) == str(slow.value), (kw, str(fast.value), str(slow.value))
+    with pytest.raises(llmm.Error, match="rank 2 or 3"):
+        llmm.matmul(rand(32, device=d), rand(32, 8, device=d))
+    with pytest.raises(llmm.Error, match="route"):
+        llmm.matmul(a, rand(32, 8, device=d), route="tiled_sm9")
+    with pytest.raises(TypeError, match="precision must be a str"):
+        llmm.matmul(a, rand(32, 8, device=d), precision=1)
+
+
+def test_matmul_numpy_bools_and_grad_inputs_still_work():
+    fast_or_skip()
+    a, w = rand(3, 64), rand(5, 64, seed=1)
+    want = llmm.matmul(a, w, transpose_b=True)
+    assert torch.equal(llmm.matmul(a, w, transpose_b=np.bool_(True)), want)  # the DLPack path
+    got = llmm.matmul(a.requires_grad_(), w, transpose_b=True)
+    assert not got.requires_grad and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_gemm_tq2_and_ternary_linear_bitwise_equal_to_the_dlpack_path(device, dtype):
+    fast_or_skip()
+    d = dev(device)
+    if d == "cpu" and dtype != torch.float32:
+        pytest.skip("the CPU backend takes float32 activations for gemm_tq2")
+    n, k, m = 40, 256, 3
+    lin = T.TernaryLinear.from_float(rand(n, k, seed=7), device=d)
+    x = rand(m, k, dtype=dtype, device=d, seed=8)
+    for out_dtype in (None, torch.float32, dtype):
+        got = llmm.gemm_tq2(lin.weight_handle, x, out_dtype=out_dtype)
+        want = torch.full((m, n), float("nan"), dtype=out_dtype or torch.float32, device=d)
+        llmm.gemm_tq2(lin.weight_handle, x, want)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    y = lin(x)
+    assert y.dtype == dtype and torch.equal(y, llmm.gemm_tq2(lin.weight_handle, x, out_dtype=dtype))
+    with pytest.raises(llmm.Error, match="x must be"):
+        llmm.gemm_tq2(lin.weight_handle, x[0])
+    with pytest.raises(llmm.Error) as fast:
+        llmm.gemm_tq2(lin.weight_handle, rand(m, 128, dtype=dtype, device=d))
+    with pytest.raises(llmm.Error) as slow:
+        llmm.gemm_tq2(lin.weight_handle, rand(m, 128, dtype=dtype, device=d), torch.empty(m, n, device=d))
+    assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.cuda
+def test_cuda_calls_run_on_torchs_current_stream():
+    fast_or_skip()
+    need_cuda_torch()
+    a, w = rand(8, 512, device="cuda"), rand(256, 512, device="cuda", seed=1)
+    want = llmm.matmul(a, w, transpose_b=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = llmm.matmul(a, w, transpose_b=True)
+    s.synchronize()
+    assert torch.equal(got, want)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        captured = llmm.matmul(a, w, transpose_b=True)
+    captured.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, want)
