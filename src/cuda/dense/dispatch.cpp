@@ -1,8 +1,9 @@
 // CUDA side of llmm::matmul: resolve the plan's kernel (and cuBLASLt algorithm), let the
 // context refuse it, then launch. Nothing is enqueued before every check has passed.
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "core/dense/dense_dispatch.hpp"
 #include "core/dense/dense_kernels.hpp"
@@ -18,24 +19,23 @@ namespace {
 
 using cuda_dense::DenseArgs;
 
-// Resolved cuBLASLt plans of a context, keyed by everything but the pointers.
+// Resolved cuBLASLt plans of a context, keyed by everything but the pointers (a fixed array, not
+// a formatted string: the lookup is on every call's host path).
+using LtKey = std::array<std::int64_t, 14>;
 struct LtCache {
-  std::map<std::string, std::shared_ptr<cuda_dense::CublasLtGemm>> plans;
+  std::map<LtKey, std::shared_ptr<cuda_dense::CublasLtGemm>> plans;
 };
 
-std::string lt_key(const DenseArgs& g) {
-  std::ostringstream os;
-  os << static_cast<int>(g.dtype) << ':' << g.batch << ':' << g.m << ':' << g.n << ':' << g.k << ':' << g.a_batch << ':'
-     << g.a_ld << ':' << g.a_trans << ':' << g.b_batch << ':' << g.b_ld << ':' << g.b_trans << ':' << g.c_batch << ':'
-     << g.c_ld << ':' << g.exact;
-  return os.str();
+LtKey lt_key(const DenseArgs& g) {
+  return {static_cast<std::int64_t>(g.dtype), g.batch, g.m, g.n, g.k, g.a_batch, g.a_ld, g.a_trans, g.b_batch, g.b_ld,
+          g.b_trans, g.c_batch, g.c_ld, g.exact};
 }
 
 const cuda_dense::CublasLtGemm& lt_plan(Context& ctx, const DenseArgs& g) {
   auto& slot = ctx.cache_slot("dense.cublaslt");
   if (!slot) slot = std::make_shared<LtCache>();
   auto& cache = *static_cast<LtCache*>(slot.get());
-  std::string key = lt_key(g);
+  const LtKey key = lt_key(g);
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     auto math = g.dtype == DType::F32 && !g.exact ? cuda_dense::LtMath::Tf32 : cuda_dense::LtMath::Default;
