@@ -77,6 +77,12 @@ def _matmul_fake(a, b, transpose_a=False, transpose_b=False, precision="exact", 
     return a.new_empty(llmm._matmul_out_shape(a.shape, b.shape, transpose_a, transpose_b))
 
 
+# llmm._llmm_torch, where built, registers llmm::matmul's CPU and CUDA kernels in C++: they take
+# the op's eager calls from the Python kernel above (a backend kernel outranks the
+# CompositeExplicitAutograd one custom_op registers), with the same results and refusals.
+llmm._fast()
+
+
 # ---------------------------------------------------------------------------------------------
 # llmm::matmul_id
 

@@ -18,7 +18,9 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/library.h>
 #ifdef LLMM_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -42,6 +44,7 @@ struct Raise {
   PyObject* type;
   std::string msg;
 };
+struct PyErrorSet {};  // the Python error is already set (llmm._llmm refused the call)
 
 std::string shape_str(const at::Tensor& t) {
   std::string s = "(";
@@ -135,6 +138,7 @@ PyObject* guarded(F&& f) {
     return f();
   } catch (const Raise& r) {
     PyErr_SetString(r.type, r.msg.c_str());
+  } catch (const PyErrorSet&) {
   } catch (const c10::Error& e) {  // e.g. out of device memory in at::empty
     PyErr_SetString(g_error, (std::string("llmm: ") + e.what_without_backtrace()).c_str());
   } catch (const std::exception& e) {
@@ -148,31 +152,38 @@ PyObject* arity(const char* op, Py_ssize_t got, Py_ssize_t want) {
   return nullptr;
 }
 
+// llmm.matmul's contract for torch tensors: a new output like a, on torch's current stream.
+at::Tensor run_matmul(at::Tensor a, at::Tensor b, bool ta, bool tb, PyObject* precision, PyObject* route) {
+  constexpr const char* op = "llmm.matmul";
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{a, "a"}, {b, "b"}})
+    if (t.dim() != 2 && t.dim() != 3)
+      throw Raise{g_error, std::string(op) + ": " + name + " must be rank 2 or 3, got shape " + shape_str(t)};
+  // The output's shape as llmm.matmul allocates it (the Python fake implementation's rule).
+  const int64_t m = ta ? a.size(-1) : a.size(-2), n = tb ? b.size(-2) : b.size(-1);
+  canonical(a, ta), canonical(b, tb);
+  at::Tensor out;
+  if (a.dim() == 3 || b.dim() == 3) {
+    const int64_t batch = a.dim() == 3 && (b.dim() == 2 || a.size(0) != 1) ? a.size(0) : b.size(0);
+    out = at::empty({batch, m, n}, a.options());
+  } else {
+    out = at::empty({m, n}, a.options());
+  }
+  const View va = view_of(a, op, "a"), vb = view_of(b, op, "b"), vo = view_of(out, op, "out");
+#ifdef LLMM_TORCH_CUDA
+  const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
+#endif
+  if (g_capi->matmul(va, vb, vo, ta, tb, precision, route, stream_of(out)) != 0) throw PyErrorSet{};
+  return out;
+}
+
 PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   constexpr const char* op = "llmm.matmul";
   if (nargs != 6) return arity(op, nargs, 6);
   return guarded([&]() -> PyObject* {
-    at::Tensor a = tensor_arg(args[0], op, "a"), b = tensor_arg(args[1], op, "b");
-    bool ta = bool_arg(args[2], op, "transpose_a"), tb = bool_arg(args[3], op, "transpose_b");
-    for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{a, "a"}, {b, "b"}})
-      if (t.dim() != 2 && t.dim() != 3)
-        throw Raise{g_error, std::string(op) + ": " + name + " must be rank 2 or 3, got shape " + shape_str(t)};
-    // The output's shape as llmm.matmul allocates it (the Python fake implementation's rule).
-    const int64_t m = ta ? a.size(-1) : a.size(-2), n = tb ? b.size(-2) : b.size(-1);
-    canonical(a, ta), canonical(b, tb);
-    std::optional<at::Tensor> out;
-    if (a.dim() == 3 || b.dim() == 3) {
-      const int64_t batch = a.dim() == 3 && (b.dim() == 2 || a.size(0) != 1) ? a.size(0) : b.size(0);
-      out = at::empty({batch, m, n}, a.options());
-    } else {
-      out = at::empty({m, n}, a.options());
-    }
-    const View va = view_of(a, op, "a"), vb = view_of(b, op, "b"), vo = view_of(*out, op, "out");
-#ifdef LLMM_TORCH_CUDA
-    const c10::cuda::OptionalCUDAGuard guard(out->is_cuda() ? std::optional<c10::Device>(out->device()) : std::nullopt);
-#endif
-    if (g_capi->matmul(va, vb, vo, ta, tb, args[4], args[5], stream_of(*out)) != 0) return nullptr;
-    return THPVariable_Wrap(std::move(*out));
+    at::Tensor out = run_matmul(tensor_arg(args[0], op, "a"), tensor_arg(args[1], op, "b"),
+                                bool_arg(args[2], op, "transpose_a"), bool_arg(args[3], op, "transpose_b"), args[4],
+                                args[5]);
+    return THPVariable_Wrap(std::move(out));
   });
 }
 
@@ -200,10 +211,42 @@ PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 #ifdef LLMM_TORCH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
 #endif
-    if (g_capi->gemm_tq2(args[1], vx, vo, args[3], args[4], stream_of(out)) != 0) return nullptr;
+    if (g_capi->gemm_tq2(args[1], vx, vo, args[3], args[4], stream_of(out)) != 0) throw PyErrorSet{};
     return THPVariable_Wrap(std::move(out));
   });
 }
+
+// torch.ops.llmm.matmul's CPU and CUDA kernel (the schema and the fake implementation are
+// llmm/torch_ops.py's): the op's eager calls skip the Python kernel. torch calls it with the GIL
+// released; refusals reach the caller as the same llmm.Error (torch re-raises a python_error).
+at::Tensor matmul_op(const at::Tensor& a, const at::Tensor& b, bool ta, bool tb, c10::string_view precision,
+                     c10::string_view route) {
+  pybind11::gil_scoped_acquire gil;
+  try {
+    PyObject* p = PyUnicode_FromStringAndSize(precision.data(), static_cast<Py_ssize_t>(precision.size()));
+    PyObject* r = p ? PyUnicode_FromStringAndSize(route.data(), static_cast<Py_ssize_t>(route.size())) : nullptr;
+    if (!p || !r) {
+      Py_XDECREF(p);
+      throw PyErrorSet{};
+    }
+    struct Drop {
+      PyObject *p, *r;
+      ~Drop() { Py_DECREF(p), Py_DECREF(r); }
+    } drop{p, r};
+    return run_matmul(a, b, ta, tb, p, r);
+  } catch (const Raise& e) {
+    PyErr_SetString(e.type, e.msg.c_str());
+  } catch (const PyErrorSet&) {
+  }
+  python_error err;
+  err.persist();  // takes the Python error with it; torch restores it at the Python boundary
+  throw err;
+}
+
+TORCH_LIBRARY_IMPL(llmm, CPU, m) { m.impl("matmul", &matmul_op); }
+#ifdef LLMM_TORCH_CUDA
+TORCH_LIBRARY_IMPL(llmm, CUDA, m) { m.impl("matmul", &matmul_op); }
+#endif
 
 PyMethodDef kMethods[] = {
     {"matmul", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul)), METH_FASTCALL,

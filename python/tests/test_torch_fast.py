@@ -184,3 +184,23 @@ def test_cuda_calls_run_on_torchs_current_stream():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_op_runs_the_cpp_kernel_with_the_same_results_and_errors(device):
+    fast_or_skip()
+    d = dev(device)
+    key = "CUDA" if d == "cuda" else "CPU"
+    dump = torch._C._dispatch_dump("llmm::matmul")
+    line = next((l for l in dump.splitlines() if l.startswith(key + ":")), "")
+    assert "torch_ext.cpp" in line, dump  # the C++ kernel, not custom_op's Python one
+    a, w = rand(3, 64, device=d), rand(5, 64, device=d, seed=1)
+    want = slow_matmul(a, w, transpose_b=True)
+    for mode in (torch.inference_mode, torch.no_grad, torch.enable_grad):
+        with mode():
+            assert torch.equal(torch.ops.llmm.matmul(a, w, False, True), want)
+            assert torch.equal(T.matmul(a, w.T), want)
+    with pytest.raises(llmm.Error, match="inner dimensions differ"):
+        torch.ops.llmm.matmul(a, rand(7, 9, device=d))
+    with pytest.raises(llmm.Error, match="unknown dense route"):
+        torch.ops.llmm.matmul(a, w, False, True, "exact", "nope")
