@@ -39,6 +39,8 @@ void run_ternary(BenchEnv& env);
 void run_moe(BenchEnv& env);
 // Part of the ternary suite (suite_ternary_experts.cpp): matmul_id_tq2 against f16 experts.
 void run_tq2_experts(BenchEnv& env);
+// suite_host.cpp: the host time of one C++ call against cuBLASLt's own (a GPU is needed).
+void run_host(BenchEnv& env);
 
 struct SuiteEntry {
   const char* name;
@@ -50,6 +52,7 @@ inline constexpr SuiteEntry kSuites[] = {
     {"dense", run_dense, "llmm::matmul vs cuBLASLt: skinny decode weights x M 1..16, large prefill GEMMs"},
     {"moe", run_moe, "matmul_id (direct, grouped incl. map) vs a per-expert cuBLASLt loop on pre-permuted rows"},
     {"ternary", run_ternary, "gemm_tq2 vs cuBLAS on the dequantized weight (SGEMM, TF32, bf16): decode and DiT prefill"},
+    {"host", run_host, "host microseconds of one C++ call (matmul, gemm_tq2) vs a resolved cuBLASLt call's"},
 };
 
 }  // namespace llmm::bench
