@@ -77,12 +77,6 @@ def _matmul_fake(a, b, transpose_a=False, transpose_b=False, precision="exact", 
     return a.new_empty(llmm._matmul_out_shape(a.shape, b.shape, transpose_a, transpose_b))
 
 
-# llmm._llmm_torch, where built, registers llmm::matmul's CPU and CUDA kernels in C++: they take
-# the op's eager calls from the Python kernel above (a backend kernel outranks the
-# CompositeExplicitAutograd one custom_op registers), with the same results and refusals.
-llmm._fast()
-
-
 # ---------------------------------------------------------------------------------------------
 # llmm::matmul_id
 
@@ -171,6 +165,13 @@ def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=
     if x.dim() != 2:
         raise llmm.Error(f"llmm.gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
     return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_dtype is None else out_dtype)
+
+
+# llmm._llmm_torch, where built, registers the CPU and CUDA kernels of llmm::matmul and
+# llmm::gemm_tq2 in C++: they take the ops' calls from the Python kernels above (a backend kernel
+# outranks the CompositeExplicitAutograd one custom_op registers), with the same results and
+# refusals. The Python kernels stay for builds without it.
+llmm._fast()
 
 
 # ---------------------------------------------------------------------------------------------

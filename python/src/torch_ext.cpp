@@ -187,12 +187,25 @@ PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   });
 }
 
+// llmm.gemm_tq2's contract for a torch x [m, k]: a new [m, n] output of dtype dt like x.
+at::Tensor run_gemm_tq2(const at::Tensor& x, PyObject* weight, int64_t n, c10::ScalarType dt, PyObject* precision,
+                        PyObject* route) {
+  constexpr const char* op = "llmm.gemm_tq2";
+  if (x.dim() != 2) throw Raise{g_error, std::string(op) + ": x must be [m, k], got shape " + shape_str(x)};
+  at::Tensor out = at::empty({x.size(0), n}, x.options().dtype(dt));
+  const View vx = view_of(x, op, "x"), vo = view_of(out, op, "out");
+#ifdef LLMM_TORCH_CUDA
+  const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
+#endif
+  if (g_capi->gemm_tq2(weight, vx, vo, precision, route, stream_of(out)) != 0) throw PyErrorSet{};
+  return out;
+}
+
 PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   constexpr const char* op = "llmm.gemm_tq2";
   if (nargs != 6) return arity(op, nargs, 6);
   return guarded([&]() -> PyObject* {
     const at::Tensor& x = tensor_arg(args[0], op, "x");
-    if (x.dim() != 2) throw Raise{g_error, std::string(op) + ": x must be [m, k], got shape " + shape_str(x)};
     if (!PyLong_Check(args[2])) throw Raise{PyExc_TypeError, std::string(op) + ": n must be an int"};
     const long long n = PyLong_AsLongLong(args[2]);
     if (n < 0 || PyErr_Occurred()) {
@@ -206,46 +219,81 @@ PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                                          Py_TYPE(args[5])->tp_name};
       dt = reinterpret_cast<THPDtype*>(args[5])->scalar_type;
     }
-    at::Tensor out = at::empty({x.size(0), static_cast<int64_t>(n)}, x.options().dtype(dt));
-    const View vx = view_of(x, op, "x"), vo = view_of(out, op, "out");
-#ifdef LLMM_TORCH_CUDA
-    const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
-#endif
-    if (g_capi->gemm_tq2(args[1], vx, vo, args[3], args[4], stream_of(out)) != 0) throw PyErrorSet{};
-    return THPVariable_Wrap(std::move(out));
+    return THPVariable_Wrap(run_gemm_tq2(x, args[1], static_cast<int64_t>(n), dt, args[3], args[4]));
   });
 }
 
-// torch.ops.llmm.matmul's CPU and CUDA kernel (the schema and the fake implementation are
-// llmm/torch_ops.py's): the op's eager calls skip the Python kernel. torch calls it with the GIL
-// released; refusals reach the caller as the same llmm.Error (torch re-raises a python_error).
-at::Tensor matmul_op(const at::Tensor& a, const at::Tensor& b, bool ta, bool tb, c10::string_view precision,
-                     c10::string_view route) {
-  pybind11::gil_scoped_acquire gil;
+// A new reference to a str of v, or PyErrorSet.
+PyObject* py_str(c10::string_view v) {
+  PyObject* s = PyUnicode_FromStringAndSize(v.data(), static_cast<Py_ssize_t>(v.size()));
+  if (!s) throw PyErrorSet{};
+  return s;
+}
+struct Ref {  // owns one reference
+  PyObject* p;
+  explicit Ref(PyObject* o) : p(o) {}
+  Ref(const Ref&) = delete;
+  ~Ref() { Py_XDECREF(p); }
+};
+
+// The op kernels' error path: the Python error set (or our Raise), carried through torch's
+// dispatcher as a python_error, which torch restores at the Python boundary (so the caller sees
+// the same llmm.Error as from llmm.matmul).
+template <class F>
+auto op_guarded(F&& f) -> decltype(f()) {
+  pybind11::gil_scoped_acquire gil;  // torch calls op kernels with the GIL released
   try {
-    PyObject* p = PyUnicode_FromStringAndSize(precision.data(), static_cast<Py_ssize_t>(precision.size()));
-    PyObject* r = p ? PyUnicode_FromStringAndSize(route.data(), static_cast<Py_ssize_t>(route.size())) : nullptr;
-    if (!p || !r) {
-      Py_XDECREF(p);
-      throw PyErrorSet{};
-    }
-    struct Drop {
-      PyObject *p, *r;
-      ~Drop() { Py_DECREF(p), Py_DECREF(r); }
-    } drop{p, r};
-    return run_matmul(a, b, ta, tb, p, r);
+    return f();
   } catch (const Raise& e) {
     PyErr_SetString(e.type, e.msg.c_str());
   } catch (const PyErrorSet&) {
   }
   python_error err;
-  err.persist();  // takes the Python error with it; torch restores it at the Python boundary
+  err.persist();
   throw err;
 }
 
-TORCH_LIBRARY_IMPL(llmm, CPU, m) { m.impl("matmul", &matmul_op); }
+// torch.ops.llmm.matmul's and gemm_tq2's CPU and CUDA kernels (the schemas and the fake
+// implementations are llmm/torch_ops.py's): the ops' calls skip custom_op's Python kernels.
+at::Tensor matmul_op(const at::Tensor& a, const at::Tensor& b, bool ta, bool tb, c10::string_view precision,
+                     c10::string_view route) {
+  return op_guarded([&] {
+    const Ref p(py_str(precision)), r(py_str(route));
+    return run_matmul(a, b, ta, tb, p.p, r.p);
+  });
+}
+
+PyObject* g_lookup = nullptr;  // llmm._tq2_lookup(device, key): the package's registry of uploads
+
+at::Tensor gemm_tq2_op(const at::Tensor& x, int64_t key, int64_t n, c10::string_view precision, c10::string_view route,
+                       std::optional<c10::ScalarType> out_dtype) {
+  return op_guarded([&] {
+    const std::string dev = x.is_cuda() ? "cuda:" + std::to_string(x.get_device()) : std::string("cpu");
+    const Ref w(PyObject_CallFunction(g_lookup, "sL", dev.c_str(), static_cast<long long>(key)));
+    if (!w.p) throw PyErrorSet{};
+    const Ref wn(PyObject_GetAttrString(w.p, "n"));
+    if (!wn.p) throw PyErrorSet{};
+    const long long have = PyLong_AsLongLong(wn.p);
+    if (have != n) {
+      const Ref wk(PyObject_GetAttrString(w.p, "k"));
+      throw Raise{g_error, "llmm.gemm_tq2: weight key " + std::to_string(key) + " is [" + std::to_string(have) + ", " +
+                               (wk.p ? std::to_string(PyLong_AsLongLong(wk.p)) : std::string("?")) +
+                               "], the call says n = " + std::to_string(n)};
+    }
+    const Ref p(py_str(precision)), r(py_str(route));
+    return run_gemm_tq2(x, w.p, n, out_dtype.value_or(c10::ScalarType::Float), p.p, r.p);
+  });
+}
+
+TORCH_LIBRARY_IMPL(llmm, CPU, m) {
+  m.impl("matmul", &matmul_op);
+  m.impl("gemm_tq2", &gemm_tq2_op);
+}
 #ifdef LLMM_TORCH_CUDA
-TORCH_LIBRARY_IMPL(llmm, CUDA, m) { m.impl("matmul", &matmul_op); }
+TORCH_LIBRARY_IMPL(llmm, CUDA, m) {
+  m.impl("matmul", &matmul_op);
+  m.impl("gemm_tq2", &gemm_tq2_op);
+}
 #endif
 
 PyMethodDef kMethods[] = {
@@ -262,6 +310,11 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_llmm_torch",
 }  // namespace
 
 PyMODINIT_FUNC PyInit__llmm_torch() {
+  PyObject* pkg = PyImport_ImportModule("llmm");
+  if (!pkg) return nullptr;
+  g_lookup = PyObject_GetAttrString(pkg, "_tq2_lookup");  // kept for the module's lifetime
+  Py_DECREF(pkg);
+  if (!g_lookup) return nullptr;
   PyObject* core = PyImport_ImportModule("llmm._llmm");
   if (!core) return nullptr;
   g_error = PyObject_GetAttrString(core, "Error");  // kept for the module's lifetime

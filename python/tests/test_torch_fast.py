@@ -204,3 +204,25 @@ def test_torch_op_runs_the_cpp_kernel_with_the_same_results_and_errors(device):
         torch.ops.llmm.matmul(a, rand(7, 9, device=d))
     with pytest.raises(llmm.Error, match="unknown dense route"):
         torch.ops.llmm.matmul(a, w, False, True, "exact", "nope")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gemm_tq2_op_runs_the_cpp_kernel(device):
+    fast_or_skip()
+    d = dev(device)
+    key = "CUDA" if d == "cuda" else "CPU"
+    dump = torch._C._dispatch_dump("llmm::gemm_tq2")
+    line = next((l for l in dump.splitlines() if l.startswith(key + ":")), "")
+    assert "torch_ext.cpp" in line, dump
+    lin = T.TernaryLinear.from_float(rand(40, 256, seed=3), device=d)
+    x = rand(2, 256, device=d, seed=4)
+    want = llmm.gemm_tq2(lin.weight_handle, x)
+    with torch.inference_mode():
+        assert torch.equal(torch.ops.llmm.gemm_tq2(x, lin.weight_key, 40), want)
+        assert torch.equal(torch.ops.llmm.gemm_tq2(x, lin.weight_key, 40, "exact", "auto", torch.float32), want)
+    with pytest.raises(llmm.Error, match=r"is \[40, 256\], the call says n = 41"):
+        torch.ops.llmm.gemm_tq2(x, lin.weight_key, 41)
+    with pytest.raises(llmm.Error, match="no ternary weight with key"):
+        torch.ops.llmm.gemm_tq2(x, 987654321, 40)
+    with pytest.raises(llmm.Error, match="unknown"):
+        torch.ops.llmm.gemm_tq2(x, lin.weight_key, 40, "exact", "tq2_nope")
