@@ -323,10 +323,10 @@ Precision precision_of(nb::handle h, const char* op) {
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
   for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide,
-                       DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::TiledSm90, DenseRoute::CublasLt})
+                       DenseRoute::Tiled, DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, naive, gemv, gemv_wide, skinny_mma, tiled, tiled_sm90, cublaslt)");
+       "' (auto, cpu, naive, gemv, gemv_wide, tiled, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {
@@ -365,9 +365,9 @@ MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
 MatmulIdGroupedKernel grouped_kernel_of(nb::handle h, const char* op) {
   const std::string s = str_arg(h, op, "grouped_kernel");
   for (MatmulIdGroupedKernel k : {MatmulIdGroupedKernel::Auto, MatmulIdGroupedKernel::MmaSync, MatmulIdGroupedKernel::TiledSm90,
-                                  MatmulIdGroupedKernel::TiledSm90Fused, MatmulIdGroupedKernel::SkinnyMma})
+                                  MatmulIdGroupedKernel::TiledSm90Fused})
     if (s == matmul_id_grouped_kernel_name(k)) return k;
-  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90', 'tiled_sm90_fused' or 'skinny_mma', got '",
+  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '",
        s, "'");
 }
 
@@ -894,7 +894,6 @@ NB_MODULE(_llmm, m) {
         d["engine"] = plan.engine;
         d["staged"] = plan.staged;
         d["fused"] = plan.fused;
-        d["skinny"] = plan.skinny;
         d["reason"] = plan.reason;
         return d;
       },
@@ -902,5 +901,5 @@ NB_MODULE(_llmm, m) {
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
-      "engine, staged, fused, skinny, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
+      "engine, staged, fused, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

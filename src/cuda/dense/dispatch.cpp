@@ -6,7 +6,6 @@
 
 #include "core/dense/dense_dispatch.hpp"
 #include "core/dense/dense_kernels.hpp"
-#include "core/dense/skinny_mma.hpp"
 #include "core/ranges.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/dense/launch.hpp"
@@ -65,7 +64,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   StreamHandle s = ctx.stream();
   std::string name;
   cuda_dense::GemvWideConfig wide{};
-  cuda_dense::SkinnyMmaConfig skinny{};
   engine::TiledSm90Launch sm90{};
   const cuda_dense::CublasLtGemm* lt = nullptr;
   void* workspace = nullptr;
@@ -77,13 +75,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
       if (wide.passes < 1 || !cuda_dense::gemv_wide_supports(g))
         fail(ErrorCode::Internal, "matmul: gemv_wide planned for a problem it does not take");
       name = cuda_dense::gemv_wide_kernel_name(g, wide);
-      break;
-    case DenseRoute::SkinnyMma:  // the plan's configuration, launched as planned
-      skinny.n_tiles = plan.skinny_n_tiles, skinny.row_tiles = plan.skinny_row_tiles;
-      skinny.cluster = plan.skinny_cluster, skinny.blocks = plan.skinny_blocks;
-      if (skinny.blocks <= 0 || !cuda_dense::skinny_mma_layout_ok(g))
-        fail(ErrorCode::Internal, "matmul: skinny_mma planned for a problem it does not take");
-      name = cuda_dense::skinny_mma_kernel_name(g, skinny);
       break;
     case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
     case DenseRoute::TiledSm90:  // the plan's tile, launched as planned
@@ -103,7 +94,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
     case DenseRoute::Naive: cuda_dense::launch_gemm_naive(g, s); break;
     case DenseRoute::Gemv: cuda_dense::launch_gemv(g, s); break;
     case DenseRoute::GemvWide: cuda_dense::launch_gemv_wide(g, wide, s); break;
-    case DenseRoute::SkinnyMma: cuda_dense::launch_skinny_mma(g, skinny, s); break;
     case DenseRoute::Tiled: cuda_dense::launch_gemm_mma(g, s); break;
     case DenseRoute::TiledSm90: engine::launch_tiled_sm90_dense(g, sm90, s); break;
     case DenseRoute::CublasLt: lt->run(g, workspace, s); break;
