@@ -206,13 +206,11 @@ void run_dense(BenchEnv& env) {
   for (const L& l : large) {
     for (DType t : {DType::F16, DType::BF16}) {
       cases.push_back({l.name, l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Auto});
-      cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Tiled});
       if (hopper)
         cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::TiledSm90});
     }
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::Auto});
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Auto});
-    cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Tiled});
     if (hopper)  // f32 Exact on the engine (3xTF32) against SGEMM
       cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::TiledSm90});
   }

@@ -21,9 +21,8 @@ using fuzz::u128;
 
 namespace {
 
-constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,
-                                       DenseRoute::Gemv,     DenseRoute::GemvWide,  DenseRoute::Tiled,
-                                       DenseRoute::CublasLt, DenseRoute::TiledSm90};
+constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,    DenseRoute::Gemv,
+                                       DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
                                    Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt,
                                    Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
@@ -89,7 +88,6 @@ void check_dense(FuzzedDataProvider& in) {
   if (r == DenseRoute::Gemv) FUZZ_CHECK(d.m == 1 || d.n == 1, desc());
   if (r == DenseRoute::GemvWide)
     FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
-  if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {
     // f16/bf16, or f32 with Exact (3xTF32); the kernel's ints: sizes at most 2^31 - 129.
     const bool engine_dtype = is_16bit_float(d.dtype) || (d.dtype == DType::F32 && d.precision == Precision::Exact);

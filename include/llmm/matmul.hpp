@@ -1,5 +1,5 @@
 // Dense matmul: c[b] = op(a[b]) . op(b[b]) for f32/f16/bf16, batched, strided, transposed,
-// routed by shape (gemv, skinny gemv_wide, tiled tensor cores, cuBLASLt, CPU reference).
+// routed by shape (gemv, gemv_wide, the Hopper tiled engine, cuBLASLt, a naive CUDA kernel, CPU reference).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,7 +18,6 @@ enum class DenseRoute {
   Naive,     // simple CUDA reference kernel, one thread per output
   Gemv,      // m == 1 or n == 1
   GemvWide,  // x[M, K] . w[N, K]^T for M = 1..16 on CUDA cores (f32; 16-bit at M <= 2 on small weights)
-  Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
   TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
              // 3xTF32, x . w^T on sm_90
   CublasLt,  // vendor GEMM, for the shapes where it measures faster

@@ -323,10 +323,10 @@ Precision precision_of(nb::handle h, const char* op) {
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
   for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide,
-                       DenseRoute::Tiled, DenseRoute::TiledSm90, DenseRoute::CublasLt})
+                       DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, naive, gemv, gemv_wide, tiled, tiled_sm90, cublaslt)");
+       "' (auto, cpu, naive, gemv, gemv_wide, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {

@@ -717,7 +717,7 @@ def test_property_matmul():
         elif kind == "precision":
             kw["precision"] = "tf32"
         elif kind == "route":
-            kw["route"] = rng.choice(["gemv", "tiled", "nope"])
+            kw["route"] = rng.choice(["gemv", "tiled_sm90", "tiled", "nope"])
         elif kind == "overlap":  # out shares a's rows (two rows at least: the byte ranges then intersect)
             buf = np.full((max(m, 2), k + n), 7, dtype)
             a, out = buf[:, :k], buf[:, k:]

@@ -184,7 +184,7 @@ TEST(DensePlan, TiledSm90TileTravelsInThePlan) {
 
 TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   ArchInfo a = h200();
-  EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Tiled).route, DenseRoute::Tiled);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::TiledSm90).route, DenseRoute::TiledSm90);
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Naive).route, DenseRoute::Naive);
   EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::CublasLt).route, DenseRoute::CublasLt);
   try {

@@ -58,7 +58,7 @@ TEST(DenseGpu, SeedOnesAndRamp) {
   for (int i = 0; i < 12; ++i) static_cast<float*>(ra.view.data)[i] = static_cast<float>(i);
   for (int i = 0; i < 24; ++i) static_cast<float*>(rb.view.data)[i] = static_cast<float>(i);
   poison(rc.view);
-  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::Naive, DenseRoute::Tiled, DenseRoute::CublasLt}) {
+  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::Naive, DenseRoute::CublasLt}) {
     DeviceTensor dra = to_device(ra), drb = to_device(rb), drc = to_device(rc);
     MatmulOptions o;
     o.force_route = r;
@@ -159,25 +159,6 @@ TEST(DenseGpu, GemvWideSweep) {
         }
 }
 
-TEST(DenseGpu, TiledSweep) {
-  LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  std::uint64_t seed = 1000;
-  struct S { std::int64_t m, n, k; };
-  for (DType t : kDtypes)
-    for (S s : {S{1, 1, 1}, S{7, 33, 100}, S{33, 7, 257}, S{100, 257, 33}, S{129, 130, 131}, S{256, 128, 512}, S{257, 300, 65}})
-      for (int ta = 0; ta < 2; ++ta)
-        for (int tb = 0; tb < 2; ++tb)
-          for (Precision p : {Precision::Exact, Precision::Fast}) {
-            if (t != DType::F32 && p == Precision::Fast) continue;
-            DenseCase c{t, 1, s.m, s.n, s.k, ta == 1, tb == 1, (s.m + s.k) % 5};
-            c.precision = p;
-            c.route = DenseRoute::Tiled;
-            c.seed = ++seed;
-            expect_good(ctx, c, "tiled");
-          }
-}
-
 // The Hopper tiled engine (x . w^T, f16/bf16, and f32 Exact as 3xTF32): every tile width
 // (64/128/256 and the others of kTiledDenseWidths for 16-bit, 64/128 for f32, chosen by the shape), m, n and k tails (k past the row:
 // zero-filled by TMA, never read), padded rows, outputs whose rows do not allow vector stores
@@ -255,7 +236,7 @@ TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 5000;
-  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Auto})
+  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::CublasLt, DenseRoute::Auto})
     for (DType t : kDtypes)
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb)
@@ -295,11 +276,11 @@ TEST(DenseGpu, KZeroWritesZeros) {
 TEST(DenseGpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::Tiled, DenseRoute::CublasLt,
-                       DenseRoute::Naive, DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Naive,
+                       DenseRoute::TiledSm90}) {
     if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
     DenseCase c{DType::BF16, 1, r == DenseRoute::Gemv ? 1 : 8, 1000, 4096, false, true};
-    if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::TiledSm90) c.m = 200;
+    if (r == DenseRoute::Naive || r == DenseRoute::TiledSm90) c.m = 200;
     c.route = r;
     DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
     EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
@@ -343,7 +324,7 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
   o.force_route = DenseRoute::GemvWide;  // m = 64 is outside its gate
   EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, o), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (DenseRoute r : {DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Naive, DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::CublasLt, DenseRoute::Naive, DenseRoute::TiledSm90}) {
     MatmulOptions f;
     f.force_route = r;
     f.transpose_b = r == DenseRoute::TiledSm90;  // x . w^T: the engine's layout
@@ -379,15 +360,15 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 40;
-  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::Tiled,
-                       DenseRoute::CublasLt, DenseRoute::Auto, DenseRoute::TiledSm90})
+  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Auto,
+                       DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
         if (r == DenseRoute::TiledSm90 && t == DType::F32 && p == Precision::Fast) continue;  // refused: cuBLASLt's
         if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
         DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide ? 6 : 70),
                     130, 264, false, true};
-        if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
+        if (r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
         c.precision = p, c.route = r, c.nonfinite_every = 5, c.seed = ++seed;
         DenseOutcome o = run_dense_case(ctx, c);
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();

@@ -13,7 +13,6 @@ const char* route_name(DenseRoute r) noexcept {
     case DenseRoute::Naive: return "naive";
     case DenseRoute::Gemv: return "gemv";
     case DenseRoute::GemvWide: return "gemv_wide";
-    case DenseRoute::Tiled: return "tiled";
     case DenseRoute::TiledSm90: return "tiled_sm90";
     case DenseRoute::CublasLt: return "cublaslt";
   }
@@ -40,9 +39,6 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
         return "shape outside the gemv_wide gate (m 1..16, n > 1, k a multiple of one 16-byte vector)";
       return "";
     }
-    case DenseRoute::Tiled:
-      if (!cuda) return "needs a CUDA context";
-      return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
     case DenseRoute::TiledSm90:
       if (!cuda) return "needs a CUDA context";
       return engine::tiled_sm90_dense_refusal(d, arch);
