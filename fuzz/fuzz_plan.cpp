@@ -23,9 +23,9 @@ namespace {
 
 constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,    DenseRoute::Gemv,
                                        DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
-constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
-                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt,
-                                   Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
+constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::Naive,    Tq2Route::StreamV2,
+                                   Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
+                                   Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
 
 ArchInfo consume_arch(FuzzedDataProvider& in) {
   ArchInfo a;
@@ -286,9 +286,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     return;
   }
   bool accepts = cuda != (force == Tq2Route::Cpu);
-  if (force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3)
-    accepts = accepts && sm80;
-  if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
+  if (force == Tq2Route::Tiled || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3) accepts = accepts && sm80;
+  if (force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
   if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced || v5_wide);
