@@ -13,7 +13,6 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
-#include "core/dense/skinny_mma.hpp"
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/engine/launch.hpp"
@@ -83,7 +82,6 @@ struct DenseBenchCase {
   DenseRoute route;      // Auto: what users get
   int force_bn = 0;      // > 0: the Hopper engine launched directly at this tile width (calibration rows)
   int force_bm = engine::kTiledBM;  // and weight rows (kTiledTallBM: tall tiles)
-  bool skinny_no_image = false;     // skinny_mma's launcher at the plan's config with the vectors streamed (the image's A/B)
 };
 
 void run_case(BenchEnv& env, const DenseBenchCase& c) {
@@ -122,22 +120,7 @@ void run_case(BenchEnv& env, const DenseBenchCase& c) {
     forced = engine::tiled_sm90_dense_launch_at(c.dtype, 1, c.m, c.n, env.ctx.arch().sm_count, c.force_bn, c.force_bm);
     receipt.route = "tiled_sm90", receipt.kernel = engine::tiled_sm90_dense_kernel_name(c.dtype, c.force_bn, c.force_bm);
   }
-  cuda_dense::SkinnyMmaConfig skinny{};
-  if (c.skinny_no_image) {
-    auto sc = cuda_dense::skinny_mma_config(g, env.ctx.arch().cc_major, env.ctx.arch().sm_count);
-    if (!sc) throw Error(ErrorCode::Internal, "llmm-bench: skinny_mma does not take " + c.name);
-    skinny = *sc;
-    skinny.x_image = false;
-    receipt.route = "skinny_mma", receipt.kernel = cuda_dense::skinny_mma_kernel_name(g, skinny);
-  }
   auto call = [&](int i) {
-    if (c.skinny_no_image) {
-      cuda_dense::DenseArgs gi = g;
-      std::size_t j = static_cast<std::size_t>(i % copies);
-      gi.a = a[j].data(), gi.b = w[j].data();
-      cuda_dense::launch_skinny_mma(gi, skinny, s);
-      return;
-    }
     if (c.force_bn > 0) {
       cuda_dense::DenseArgs gi = g;
       std::size_t j = static_cast<std::size_t>(i % copies);
@@ -209,25 +192,6 @@ void run_dense(BenchEnv& env) {
         for (std::int64_t m : ms)
           cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_gemv_wide", m, w.n, w.k, t, Precision::Exact,
                            DenseRoute::GemvWide});
-  // skinny_mma (tensor cores, a grid of two blocks a SM splitting rows x K) forced at every decode
-  // token count (bf16; f16 runs the same kernel with the other mma type).
-  if (!env.quick)
-    for (const W& w : weights)
-      for (std::int64_t m : ms)
-        cases.push_back({w.name + std::string("_m") + std::to_string(m) + "_skinny_mma", m, w.n, w.k, DType::BF16,
-                         Precision::Exact, DenseRoute::SkinnyMma});
-  // skinny_mma with its vectors streamed where the plan takes the vector image (bf16, m 8 and 16):
-  // what the image is worth, in the same run (`_skinny_mma_noxi`; compare with `_skinny_mma`).
-  if (!env.quick)
-    for (const W& w : weights)
-      for (std::int64_t m : {8, 16}) {
-        auto sc = cuda_dense::skinny_mma_config(DType::BF16, 1, m, w.n, w.k, env.ctx.arch().cc_major, env.ctx.arch().sm_count);
-        if (!sc || !sc->x_image) continue;
-        DenseBenchCase bc{w.name + std::string("_m") + std::to_string(m) + "_skinny_mma_noxi", m, w.n, w.k, DType::BF16,
-                          Precision::Exact, DenseRoute::SkinnyMma};
-        bc.skinny_no_image = true;
-        cases.push_back(bc);
-      }
   // The tiled engine at decode token counts (bf16), forced: where its weight stream stands
   // against cuBLASLt's skinny kernels (issue 13's dense 16-bit target).
   if (hopper && !env.quick)
@@ -242,13 +206,11 @@ void run_dense(BenchEnv& env) {
   for (const L& l : large) {
     for (DType t : {DType::F16, DType::BF16}) {
       cases.push_back({l.name, l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Auto});
-      cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::Tiled});
       if (hopper)
         cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, t, Precision::Exact, DenseRoute::TiledSm90});
     }
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::Auto});
     cases.push_back({l.name, l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Auto});
-    cases.push_back({std::string(l.name) + "_tiled", l.m, l.n, l.k, DType::F32, Precision::Fast, DenseRoute::Tiled});
     if (hopper)  // f32 Exact on the engine (3xTF32) against SGEMM
       cases.push_back({std::string(l.name) + "_tiled_sm90", l.m, l.n, l.k, DType::F32, Precision::Exact, DenseRoute::TiledSm90});
   }

@@ -296,14 +296,10 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           else if (rows <= static_cast<std::uint32_t>(engine::kTiledMoeFusedMaxRows))
             tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90Fused, false});
         }
-        // skinny_mma over the active experts (asked for by name; Auto never takes it before these
-        // rows are measured): 16-bit decode up to 256 routed rows, sm_80+.
-        const bool skinny = dt != DType::F32 && env.ctx.arch().cc_major >= 8 && rows <= static_cast<std::uint32_t>(256);
-        if (skinny) tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::SkinnyMma, false});
         for (const Try& tr : tries) {
           const MatmulIdRoute route = tr.route;
           if (route == MatmulIdRoute::Direct && m > 64) continue;  // one gemv per routed row: decode only
-          if (route == MatmulIdRoute::GroupedPrefill && m < 4 && tr.kernel != MatmulIdGroupedKernel::SkinnyMma) continue;
+          if (route == MatmulIdRoute::GroupedPrefill && m < 4) continue;
           RouteRun rr;
           rr.route = route;
           rr.kernel = tr.kernel;
@@ -372,7 +368,6 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
                      : rr.scratch == &scratch_plain                    ? cname + "_gather"
                      : rr.kernel == MatmulIdGroupedKernel::TiledSm90 ? cname + "_mapped"
                      : rr.kernel == MatmulIdGroupedKernel::TiledSm90Fused ? cname + "_fused"
-                     : rr.kernel == MatmulIdGroupedKernel::SkinnyMma      ? cname + "_skinny"
                                                                        : cname;
           row.dtype = std::string(dtype_name(dt)), row.precision = dt == DType::F32 ? "exact" : "-";
           row.m = m, row.n = md.n, row.k = md.k;
@@ -423,7 +418,7 @@ void run_gpu(BenchEnv& env) {
   const std::vector<std::uint32_t> all_ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
   const std::vector<Routing> all_routings = {Routing::Uniform, Routing::Hot, Routing::Zipf};
   std::vector<ModelRun> runs;
-  if (env.decode_only) {  // m <= 32: the direct route, the fused engine and the forced skinny_mma, A/B
+  if (env.decode_only) {  // m <= 32: the direct route and the fused engine, A/B
     const std::vector<std::uint32_t> ms = {1, 2, 4, 8, 16, 32};
     for (const Model& md : {qwen_gate_up, qwen_down, mixtral, deepseek}) runs.push_back({md, DType::BF16, ms, all_routings});
   } else if (env.prefill_only) {

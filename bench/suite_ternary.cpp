@@ -278,12 +278,12 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         };
-        // A/B against the other decode versions: v1 at m = 1 and 16; v3 at m <= 2, v4 at m <= 8,
-        // v2 and v5 at m <= 16 (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
-        for (Tq2Route other : {Tq2Route::Stream, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
+        // A/B against the other decode versions: v3 at m <= 2, v4 at m <= 8, v2 and v5 at m <= 16
+        // (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
+        for (Tq2Route other : {Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
           const bool engine = other == Tq2Route::StreamV4 || other == Tq2Route::StreamV5;
           const std::int64_t top = other == Tq2Route::StreamV4 ? 8 : other == Tq2Route::StreamV2 || other == Tq2Route::StreamV5 ? 16 : 2;
-          if (other == Tq2Route::Stream ? (m != 1 && m != 16) : m > top) continue;
+          if (m > top) continue;
           if (receipt.route == tq2_route_name(other)) continue;
           if (engine) {  // sm_90 only, and where the activation fits
             try {
@@ -294,7 +294,7 @@ void run_gpu(BenchEnv& env) {
           }
           Tq2Options o1 = o;
           o1.force_route = other;
-          const char* vs = other == Tq2Route::Stream ? "_vs_v1" : other == Tq2Route::StreamV2 ? "_vs_v2"
+          const char* vs = other == Tq2Route::StreamV2 ? "_vs_v2"
                            : other == Tq2Route::StreamV3 ? "_vs_v3" : other == Tq2Route::StreamV4 ? "_vs_v4" : "_vs_v5";
           ab_row(o1, vs, "exact");
         }

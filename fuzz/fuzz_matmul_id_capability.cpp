@@ -2,14 +2,9 @@
 // dtype -> matmul_id_capability and suggest_matmul_id_route. The capability must accept exactly
 // the calls the contract allows and report byte counts equal to the contract's formula,
 // recomputed here in 128-bit arithmetic; the suggestion must follow its documented rule and
-// never name a route the capability refuses. On a CUDA arch, a grouped call the capability
-// accepts, planned with the forced SkinnyMma kernel (moe_plan.cpp, moe_skinny.hpp): refused
-// exactly where its documented gates say, else one kernel with a grid the launcher runs.
+// never name a route the capability refuses.
 #include <algorithm>
 
-#include "core/moe/matmul_id_checks.hpp"
-#include "core/moe/moe_plan.hpp"
-#include "core/moe/moe_skinny.hpp"
 #include "fuzz_util.hpp"
 #include "llmm/moe.hpp"
 
@@ -151,51 +146,6 @@ void check_capability(DType w, const MatmulIdParams& p) {
   }
 }
 
-// The forced skinny_mma on a grouped call the capability accepted, 16-byte aligned base pointers.
-void check_skinny_plan(DType w, MatmulIdParams p, const ArchInfo& arch) {
-  p.route = MatmulIdRoute::GroupedPrefill;
-  if (!expected_capability(w, p)) return;
-  const detail::MatmulIdInputStrides st = detail::matmul_id_input_strides(p);
-  cuda_moe::MoeArgs g;
-  g.m = p.m, g.n = p.n, g.k = p.k, g.top_k = p.top_k, g.n_experts = p.n_experts;
-  g.w_dtype = w, g.w = reinterpret_cast<const void*>(0x10000);
-  g.expert_stride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(w));
-  g.in_dtype = p.input_dtype, g.in = reinterpret_cast<const void*>(0x20000);
-  g.in_token_stride = static_cast<std::int64_t>(st.token), g.in_slot_stride = static_cast<std::int64_t>(st.slot);
-  g.ids = reinterpret_cast<const void*>(0x30000), g.out_dtype = p.output_dtype, g.out = reinterpret_cast<void*>(0x40000);
-  const bool w16 = w == DType::F16 || w == DType::BF16;
-  const bool dtypes_ok = (p.input_dtype == DType::F32 || p.input_dtype == w) &&
-                         (p.output_dtype == DType::F32 || p.output_dtype == p.input_dtype);
-  const bool takes = w16 && p.input_dtype == w && dtypes_ok && arch.cc_major >= 8 && p.k % 8 == 0 &&
-                     u128{p.m} * p.top_k <= 256 && p.expert_stride_bytes % 16 == 0 && st.token % 8 == 0 && st.slot % 8 == 0;
-  fuzz::Refusal why;
-  const auto plan =
-      attempt([&] { return cuda_moe::plan_matmul_id_cuda(g, p.route, arch, MatmulIdGroupedKernel::SkinnyMma); }, &why);
-  FUZZ_CHECK(plan.has_value() == takes || (!dtypes_ok && !plan), "skinny_mma planned ", plan.has_value(), " want ", takes,
-             ": ", describe(w, p), " -- ", why.message);
-  if (!plan) {
-    FUZZ_CHECK(why.code == ErrorCode::Unsupported, why.message);
-    if (dtypes_ok) FUZZ_CHECK(why.message.find("grouped kernel skinny_mma cannot run") != std::string::npos, why.message);
-    return;
-  }
-  const cuda_dense::SkinnyMmaConfig& c = plan->skinny_config;
-  FUZZ_CHECK(plan->skinny && plan->kernels.size() == 1 && plan->kernels[0].rfind("skinny_mma_moe_", 0) == 0, describe(w, p));
-  FUZZ_CHECK(c.n_tiles == (p.m <= 8 ? 1 : 2) && (c.row_tiles == 1 || c.row_tiles == 2) && !c.x_image, describe(w, p));
-  FUZZ_CHECK(c.cluster == 1 || (arch.cc_major >= 9 && (std::uint64_t{p.k} + 31) / 32 >= 8u * c.cluster), "cluster ", c.cluster, ": ",
-             describe(w, p));
-  FUZZ_CHECK(c.blocks >= c.cluster && c.blocks % c.cluster == 0 && c.blocks <= 2 * arch.sm_count, "blocks ", c.blocks, ": ",
-             describe(w, p));
-  // Batch invariance within the route: the cluster (a row's K order) is the layer's, not m's.
-  cuda_moe::MoeArgs one = g;
-  one.m = 1;
-  FUZZ_CHECK(c.cluster == cuda_moe::skinny_mma_moe_cluster(g, arch.cc_major, arch.sm_count) &&
-                 c.cluster == cuda_moe::skinny_mma_moe_config(one, arch.cc_major, arch.sm_count).cluster,
-             "cluster ", c.cluster, " depends on m: ", describe(w, p));
-  FUZZ_CHECK(cuda_dense::skinny_mma_smem(c.n_tiles, c.row_tiles, c.cluster, false, cuda_moe::kSkinnyMoeMapBytes).bytes <=
-                 cuda_dense::kSkinnyMmaSmemLimit,
-             describe(w, p));
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -221,6 +171,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(expected_capability(w, suggested).has_value(), "suggested an unrunnable route: ", describe(w, suggested));
     check_capability(w, suggested);
   }
-  if (arch.kind == DeviceKind::CUDA) check_skinny_plan(w, p, arch);
   return 0;
 }

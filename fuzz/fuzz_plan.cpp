@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "core/dense/dense_kernels.hpp"
-#include "core/dense/skinny_mma.hpp"
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "fuzz_util.hpp"
@@ -22,12 +21,11 @@ using fuzz::u128;
 
 namespace {
 
-constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,
-                                       DenseRoute::Gemv,     DenseRoute::GemvWide,  DenseRoute::SkinnyMma,
-                                       DenseRoute::Tiled,    DenseRoute::CublasLt,  DenseRoute::TiledSm90};
-constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,    Tq2Route::Cpu,      Tq2Route::Naive, Tq2Route::Stream,
-                                   Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt,
-                                   Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
+constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,    DenseRoute::Gemv,
+                                       DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
+constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::Naive,    Tq2Route::StreamV2,
+                                   Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
+                                   Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
 
 ArchInfo consume_arch(FuzzedDataProvider& in) {
   ArchInfo a;
@@ -41,49 +39,6 @@ ArchInfo consume_arch(FuzzedDataProvider& in) {
 }
 
 bool is_16bit_float(DType t) { return t == DType::F16 || t == DType::BF16; }
-
-// ---------------------------------------------------------------------------------------------
-// skinny_mma_config (v3's split, skinny_mma.hpp) on the same sizes: what it takes, and a grid the
-// launcher can run: clusters of 1, 2 or 4 on sm_90 only, at most two blocks a SM and no more
-// clusters than tiles, each rank of a cluster at least 8 chunks of K (one a warp), shared memory
-// for two blocks a SM; nothing but n_tiles changes with m (the sums' order).
-void check_skinny_config(const MatmulDesc& d, const ArchInfo& arch, const std::string& desc) {
-  alignas(16) static std::uint16_t buf[16];
-  cuda_dense::DenseArgs g;
-  g.dtype = d.dtype, g.batch = d.batch, g.m = d.m, g.n = d.n, g.k = d.k;
-  g.a_trans = d.transpose_a, g.b_trans = d.transpose_b;
-  g.a = d.a_vec16 ? buf : buf + 1, g.b = d.b_vec16 ? buf : buf + 1;
-  g.a_ld = 8, g.b_ld = 8;  // aligned either way (a view's strides never overflow in bytes; these sizes may)
-  const auto c = cuda_dense::skinny_mma_config(g, arch.cc_major, arch.sm_count);
-  const bool takes = (d.dtype == DType::F16 || d.dtype == DType::BF16) && d.m >= 1 && d.m <= 16 && d.n >= 1 && d.k >= 1 &&
-                     d.k % 8 == 0 && d.batch >= 1 && !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16 &&
-                     arch.cc_major >= 8 && d.n <= cuda_dense::kSkinnyMmaMaxDim && d.k <= cuda_dense::kSkinnyMmaMaxDim &&
-                     static_cast<double>(d.batch) * static_cast<double>(d.n / 16 + (d.n % 16 != 0)) <=
-                         static_cast<double>(cuda_dense::kSkinnyMmaMaxTiles);
-  FUZZ_CHECK(c.has_value() == takes, "skinny_mma_config takes ", c.has_value(), " want ", takes, ": ", desc);
-  if (!c) return;
-  const std::int64_t sms = arch.sm_count <= 0 ? 132 : arch.sm_count > 65536 ? 65536 : arch.sm_count;
-  const std::int64_t rows = 16 * c->row_tiles;
-  const double tiles = static_cast<double>(d.n / rows + (d.n % rows != 0)) * static_cast<double>(d.batch);
-  FUZZ_CHECK(c->n_tiles == (d.m <= 8 ? 1 : 2) && (c->row_tiles == 1 || c->row_tiles == 2), desc);
-  FUZZ_CHECK(c->cluster == 1 || c->cluster == 2 || c->cluster == 4, desc);
-  FUZZ_CHECK(c->cluster == 1 || (arch.cc_major >= 9 && d.k / 32 + (d.k % 32 != 0) >= 8 * c->cluster), "cluster ", c->cluster, ": ", desc);
-  FUZZ_CHECK(c->blocks >= c->cluster && c->blocks % c->cluster == 0 && c->blocks <= 2 * sms, "blocks ", c->blocks, ": ", desc);
-  FUZZ_CHECK(static_cast<double>(c->blocks / c->cluster) <= tiles, "more clusters than tiles: ", desc);
-  FUZZ_CHECK(cuda_dense::skinny_mma_smem(c->n_tiles, c->row_tiles, c->cluster).bytes <= cuda_dense::kSkinnyMmaSmemLimit, desc);
-  if (c->x_image)  // one batch entry's vectors, and room for them at two blocks a SM
-    FUZZ_CHECK(d.batch == 1 && cuda_dense::skinny_mma_smem(c->n_tiles, c->row_tiles, c->cluster, true).bytes +
-                                       cuda_dense::kSkinnyMmaWarps *
-                                           cuda_dense::skinny_mma_image_warp_bytes(c->n_tiles, d.k, c->cluster) <=
-                                   cuda_dense::kSkinnyMmaSmemLimit,
-               "x_image: ", desc);
-  for (std::int64_t m : {1, 8, 9, 16}) {
-    g.m = m;
-    const auto cm = cuda_dense::skinny_mma_config(g, arch.cc_major, arch.sm_count);
-    FUZZ_CHECK(cm && cm->row_tiles == c->row_tiles && cm->cluster == c->cluster && cm->blocks == c->blocks,
-               "skinny_mma_config's split changes with m (", m, "): ", desc);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 void check_dense(FuzzedDataProvider& in) {
@@ -106,7 +61,6 @@ void check_dense(FuzzedDataProvider& in) {
            std::to_string(arch.cc()) + " force " + route_name(force);
   };
 
-  if (cuda) check_skinny_config(d, arch, desc());
   fuzz::Refusal why;
   auto p = attempt([&] { return plan_matmul(d, arch, force); }, &why);
   // Negative sizes are InvalidArgument, other dtypes Unsupported; Auto refuses nothing else.
@@ -129,15 +83,11 @@ void check_dense(FuzzedDataProvider& in) {
   FUZZ_CHECK(r != DenseRoute::Auto, "a plan must name a route: ", desc());
   FUZZ_CHECK((r == DenseRoute::Cpu) == !cuda, "cpu route iff CPU arch, got ", route_name(r), ": ", desc());
   if (force != DenseRoute::Auto) FUZZ_CHECK(r == force && p->reason == "forced", "forced ", route_name(force), " gave ", route_name(r));
-  // The kernels' documented gates (matmul.hpp enum comments; gemv_wide_config; skinny_mma_config).
+  // The kernels' documented gates (matmul.hpp enum comments; gemv_wide_config).
   const bool skinny_layout = !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16;
   if (r == DenseRoute::Gemv) FUZZ_CHECK(d.m == 1 || d.n == 1, desc());
   if (r == DenseRoute::GemvWide)
     FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
-  if (r == DenseRoute::SkinnyMma)
-    FUZZ_CHECK(skinny_layout && is_16bit_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.k >= 1 && d.k % 8 == 0 && arch.cc_major >= 8,
-               desc());
-  if (r == DenseRoute::Tiled) FUZZ_CHECK(arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {
     // f16/bf16, or f32 with Exact (3xTF32); the kernel's ints: sizes at most 2^31 - 129.
     const bool engine_dtype = is_16bit_float(d.dtype) || (d.dtype == DType::F32 && d.precision == Precision::Exact);
@@ -147,21 +97,6 @@ void check_dense(FuzzedDataProvider& in) {
                desc());
   }
   if (r == DenseRoute::CublasLt) FUZZ_CHECK(d.k > 0, "cuBLASLt with k <= 0: ", desc());
-  // skinny_mma's configuration travels in the plan (the launcher takes it as is): the sizes'
-  // config, zeros elsewhere.
-  const bool sk = r == DenseRoute::SkinnyMma;
-  FUZZ_CHECK(again.skinny_n_tiles == p->skinny_n_tiles && again.skinny_row_tiles == p->skinny_row_tiles &&
-                 again.skinny_cluster == p->skinny_cluster && again.skinny_blocks == p->skinny_blocks,
-             "plan_matmul is not deterministic (skinny_mma): ", desc());
-  if (sk && d.n >= 1 && d.batch >= 1) {
-    const auto c = cuda_dense::skinny_mma_config(d.dtype, d.batch, d.m, d.n, d.k, arch.cc_major, arch.sm_count);
-    FUZZ_CHECK(c && p->skinny_n_tiles == c->n_tiles && p->skinny_row_tiles == c->row_tiles && p->skinny_cluster == c->cluster &&
-                   p->skinny_blocks == c->blocks,
-               "the plan's skinny_mma config is not skinny_mma_config's: ", desc());
-  } else {
-    FUZZ_CHECK(p->skinny_n_tiles == 0 && p->skinny_row_tiles == 0 && p->skinny_cluster == 0 && p->skinny_blocks == 0,
-               "a skinny_mma config on route ", route_name(r), ": ", desc());
-  }
   const bool gw = r == DenseRoute::GemvWide;
   FUZZ_CHECK(gw == (p->gemv_wide_vecs != 0) && gw == (p->gemv_wide_k_lanes != 0) && gw == (p->gemv_wide_grid_x != 0), desc());
   if (gw) {
@@ -351,9 +286,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     return;
   }
   bool accepts = cuda != (force == Tq2Route::Cpu);
-  if (force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3)
-    accepts = accepts && sm80;
-  if (force == Tq2Route::Stream || force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
+  if (force == Tq2Route::Tiled || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3) accepts = accepts && sm80;
+  if (force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
   if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced || v5_wide);

@@ -1,5 +1,5 @@
 // Dense matmul: c[b] = op(a[b]) . op(b[b]) for f32/f16/bf16, batched, strided, transposed,
-// routed by shape (gemv, skinny gemv_wide, tiled tensor cores, cuBLASLt, CPU reference).
+// routed by shape (gemv, gemv_wide, the Hopper tiled engine, cuBLASLt, a naive CUDA kernel, CPU reference).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,8 +18,6 @@ enum class DenseRoute {
   Naive,     // simple CUDA reference kernel, one thread per output
   Gemv,      // m == 1 or n == 1
   GemvWide,  // x[M, K] . w[N, K]^T for M = 1..16 on CUDA cores (f32; 16-bit at M <= 2 on small weights)
-  SkinnyMma, // x[M, K] . w[N, K]^T for M = 1..16, f16/bf16 on tensor cores (mma.sync, clusters on sm_90; forced only)
-  Tiled,     // mma.sync tensor-core engine (sm_80+, every layout)
   TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
              // 3xTF32, x . w^T on sm_90
   CublasLt,  // vendor GEMM, for the shapes where it measures faster
@@ -56,10 +54,8 @@ struct DensePlan {
   DenseRoute route = DenseRoute::Naive;
   std::string reason;  // why this route: for receipts, logs and tests
   // Route configuration, launched as planned (zeros for other routes): gemv_wide's vectors per
-  // block, K lanes and grid; skinny_mma's n8 tiles of vectors, 16-row tiles of weight rows a tile,
-  // blocks a cluster splitting K, and grid; the Hopper tiled engine's tile (tokens x weight rows).
+  // block, K lanes and grid; the Hopper tiled engine's tile (tokens x weight rows).
   int gemv_wide_vecs = 0, gemv_wide_k_lanes = 0, gemv_wide_grid_x = 0;
-  int skinny_n_tiles = 0, skinny_row_tiles = 0, skinny_cluster = 0, skinny_blocks = 0;
   int tiled_bn = 0, tiled_bm = 0;
 };
 

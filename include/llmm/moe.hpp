@@ -150,12 +150,6 @@ enum class MatmulIdGroupedKernel {
   MmaSync,    // moe_grouped: mma.sync tiles, every dtype combination, sm_80+
   TiledSm90,  // the Hopper tiled engine after moe_map: 16-bit weights and input of one dtype, k % 8 == 0, sm_90
   TiledSm90Fused,  // the same engine sorting the routed rows itself: one kernel, up to 2048 routed rows (m * top_k)
-  // Decode: the streaming engine's tensor-core kernel over the active experts (each expert's
-  // weights streamed once for all of its routed rows, up to 16 a tile), every block sorting the
-  // routed rows itself: one kernel, up to 256 routed rows, 16-bit weights and input of one dtype,
-  // k % 8 == 0, 16-byte aligned rows, sm_80+. Asked for by name only (Auto never picks it before
-  // it is measured: docs/performance.md).
-  SkinnyMma,
 };
 const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept;
 
@@ -177,7 +171,6 @@ struct MatmulIdPlan {
   bool engine = false;  // GroupedPrefill on the Hopper tiled engine (else mma.sync or the CPU reference)
   bool staged = false;  // the engine reads routed rows staged in expert order (the scratch has room)
   bool fused = false;   // the engine sorts the routed rows itself: one kernel, the scratch unused
-  bool skinny = false;  // SkinnyMma: the streaming engine sorts the routed rows itself: one kernel, the scratch unused
   std::string reason;   // GroupedPrefill on CUDA: why this GEMM
 };
 

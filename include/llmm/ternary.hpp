@@ -151,7 +151,6 @@ enum class Tq2Route {
   Auto,
   Cpu,     // float64 reference (CPU contexts)
   Naive,   // CUDA reference kernel: one thread per output
-  Stream,     // decode v1: weight streamed once, codes decoded in registers (m <= 16)
   StreamV2,   // decode v2: f16 tensor cores, activation split once into shared memory (m <= 16)
   StreamV3,   // decode v3: int8 tensor cores on integer digits of the activation (m <= 2)
   StreamV4,   // decode v4: int8 digits on the sm_90 streaming engine (copy-engine ring; m <= 8, sm_90)

@@ -561,7 +561,7 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
     x is float32, float16 or bfloat16 (innermost stride 1; rows may be padded; read-only is fine);
     out is float32 (default, or out_dtype "float32") or x's dtype. precision "exact" keeps f32
     activations accurate on tensor cores; route "auto" or one kernel by name: "tq2_stream_v5" and "tq2_stream_v4" (m <= 8, sm_90),
-    "tq2_stream_v3" (m <= 2), "tq2_stream_v2" (m <= 16), "tq2_stream" (v1), "tq2_tiled", "tq2_dequant_lt",
+    "tq2_stream_v3" (m <= 2), "tq2_stream_v2" (m <= 16), "tq2_tiled", "tq2_dequant_lt",
     "tq2_tiled_sm90" (the Hopper tiled engine, sm_90; float16/bfloat16 x, or float32 with precision
     "fast"; auto takes it for 16-bit prefill where its tiles fill the GPU), "tq2_tiled_sm90_splitk" (the
     same engine with K in parts, for weights with few 128-row tiles; auto takes it at 16 < m <= 128 where
@@ -641,11 +641,9 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     float32 (default) or x's dtype; out=None allocates like x. m, top_k or n = 0 give an empty
     result; k = 0 or E = 0 give zeros. grouped_kernel picks the grouped route's GEMM on a CUDA
     device by name: "auto" (the planner's), "mma_sync", "tiled_sm90" (the Hopper engine after the
-    map), "tiled_sm90_fused" (the engine sorting the rows itself, up to 2048 routed rows: auto's
-    choice at m <= 16, 0.83-1.06x the mapped route's time there) or "skinny_mma" (decode: the
-    streaming engine over the active experts, each block sorting the rows itself, up to 256 routed
-    rows, 16-bit weights and x of their dtype; by name only until measured); a kernel that cannot
-    take the call, and any but "auto" on the CPU, is refused.
+    map) or "tiled_sm90_fused" (the engine sorting the rows itself, up to 2048 routed rows: auto's
+    choice at m <= 16, 0.83-1.06x the mapped route's time there); a kernel that cannot take the
+    call, and any but "auto" on the CPU, is refused.
     """
     weights, x, ids, out, route = _matmul_id_args("matmul_id", weights, x, ids, out, route, scratch, may_repeat, out_dtype)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
@@ -685,8 +683,7 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
     names its receipt joins with "+"; empty when the output has no element), "engine" (the grouped
     route on the Hopper tiled engine), "staged" (its routed rows copied into expert order first: a
     scratch made with staged_row_bytes), "fused" (the engine sorting the routed rows itself: one
-    kernel, at m <= 16, the scratch unused), "skinny" (grouped_kernel "skinny_mma": the streaming
-    engine, one kernel, the scratch unused) and "reason". The call's checks run here and raise the
+    kernel, at m <= 16, the scratch unused) and "reason". The call's checks run here and raise the
     same errors. out=None plans for the output matmul_id would allocate (one is allocated here too).
     """
     weights, x, ids, out, route = _matmul_id_args("plan_matmul_id", weights, x, ids, out, route, scratch, may_repeat,

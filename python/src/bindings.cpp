@@ -324,20 +324,19 @@ Precision precision_of(nb::handle h, const char* op) {
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
   for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide,
-                       DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::TiledSm90, DenseRoute::CublasLt})
+                       DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, naive, gemv, gemv_wide, skinny_mma, tiled, tiled_sm90, cublaslt)");
+       "' (auto, cpu, naive, gemv, gemv_wide, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::Stream, Tq2Route::StreamV2,
-                     Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::TiledSm90,
-                     Tq2Route::TiledSm90SplitK})
+  for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+                     Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK})
     if (r == tq2_route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown ternary route '", r,
-       "' (auto, cpu, tq2_naive, tq2_stream, tq2_stream_v2, tq2_stream_v3, tq2_stream_v4, tq2_stream_v5, tq2_tiled, tq2_dequant_lt, "
+       "' (auto, cpu, tq2_naive, tq2_stream_v2, tq2_stream_v3, tq2_stream_v4, tq2_stream_v5, tq2_tiled, tq2_dequant_lt, "
        "tq2_tiled_sm90, tq2_tiled_sm90_splitk)");
 }
 
@@ -366,9 +365,9 @@ MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
 MatmulIdGroupedKernel grouped_kernel_of(nb::handle h, const char* op) {
   const std::string s = str_arg(h, op, "grouped_kernel");
   for (MatmulIdGroupedKernel k : {MatmulIdGroupedKernel::Auto, MatmulIdGroupedKernel::MmaSync, MatmulIdGroupedKernel::TiledSm90,
-                                  MatmulIdGroupedKernel::TiledSm90Fused, MatmulIdGroupedKernel::SkinnyMma})
+                                  MatmulIdGroupedKernel::TiledSm90Fused})
     if (s == matmul_id_grouped_kernel_name(k)) return k;
-  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90', 'tiled_sm90_fused' or 'skinny_mma', got '",
+  fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '",
        s, "'");
 }
 
@@ -954,7 +953,6 @@ NB_MODULE(_llmm, m) {
         d["engine"] = plan.engine;
         d["staged"] = plan.staged;
         d["fused"] = plan.fused;
-        d["skinny"] = plan.skinny;
         d["reason"] = plan.reason;
         return d;
       },
@@ -962,5 +960,5 @@ NB_MODULE(_llmm, m) {
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
-      "engine, staged, fused, skinny, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
+      "engine, staged, fused, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

@@ -33,7 +33,7 @@ def test_router_audit_names_only_ab_rows_where_another_route_won():
     assert _summary().router_audit(rows, margin=0.01)[-1].startswith("router audit: ternary llama70b_down_m1_vs_v5")
 
 
-def _dense(case, m, n, k, us, base_us, dtype="bf16", route="skinny_mma"):
+def _dense(case, m, n, k, us, base_us, dtype="bf16", route="gemv_wide"):
     return {"suite": "dense", "case": case, "route": route, "dtype": dtype, "m": m, "n": n, "k": k, "us": us,
             "baseline": "cublaslt", "baseline_us": base_us}
 
@@ -46,13 +46,13 @@ def test_dense_decode_targets_split_by_weight_size_and_fit_the_fixed_cost():
     rows = []
     for name, n, k in (("dit_out", 3072, 3072), ("bitnet2b_q", 2560, 2560), ("llama8b_up", 14336, 4096)):
         b = n * k * 2
-        rows.append(_dense(name + "_m8_skinny_mma", 8, n, k, us(b, 2.0, 4.0), us(b, 3.0, 3.5)))
+        rows.append(_dense(name + "_m8_gemv_wide", 8, n, k, us(b, 2.0, 4.0), us(b, 3.0, 3.5)))
         rows.append(_dense(name + "_m16", 16, n, k, 10.0, 10.0, route="cublaslt"))  # auto
         rows.append(_dense(name + "_m1", 1, n, k, 5.0, 10.0, route="gemv_wide"))   # auto at m 1, not m 16
     rows.append({"suite": "ternary", "case": "dit_out_m8", "m": 8, "us": 1.0, "baseline_us": 2.0})  # other suites
     lines = bs.dense_decode_targets(rows)
     assert len(lines) == 3
-    sk = [line for line in lines if "skinny_mma m 8" in line]
+    sk = [line for line in lines if "gemv_wide m 8" in line]
     assert len(sk) == 1
     small = [us(n * k * 2, 3.0, 3.5) / us(n * k * 2, 2.0, 4.0) for n, k in ((3072, 3072), (2560, 2560))]
     assert ("<= 30 MB %.2f-%.2fx (>= 1.3: 0/2)" % (min(small), max(small))) in sk[0]
@@ -68,24 +68,15 @@ def _moe(case, us, gbps=None, m=16, dtype="bf16"):
     return {"suite": "moe", "case": case, "dtype": dtype, "m": m, "us": us, "gbps": gbps, "route": "grouped"}
 
 
-def test_moe_skinny_rows_are_compared_with_the_best_auto_route_not_counted_as_one():
+def test_moe_targets_count_only_the_rows_auto_ran():
     bs = _summary()
     rows = [
         _moe("qwen3_gateup_hot_m16", 24.0), _moe("qwen3_gateup_hot_m16", 21.0),  # direct and grouped: best 21
         _moe("qwen3_gateup_hot_m16_fused", 20.0),                                  # an A/B row: not auto's
-        _moe("qwen3_gateup_hot_m16_skinny", 14.0, gbps=3600.0),
-        _moe("qwen3_down_hot_m16", 12.0), _moe("qwen3_down_hot_m16_skinny", 15.0, gbps=2000.0),
-        _moe("qwen3_down_uniform_m1", 9.0), _moe("qwen3_down_uniform_m1_skinny", 6.0, gbps=3000.0),
-        _moe("qwen3_down_uniform_m1_skinny", 1.0, dtype="f16"),                    # not bf16: ignored
+        _moe("qwen3_down_hot_m16", 12.0),
+        _moe("qwen3_down_uniform_m1", 9.0), _moe("qwen3_down_uniform_m1_skinny", 6.0),  # a retired kernel's row
+        _moe("qwen3_down_uniform_m1", 1.0, dtype="f16"),                           # not bf16: ignored
     ]
-    torch = {("qwen3_gateup_hot_m16", "bf16"): {"us": 28.0}}
-    lines = bs.moe_skinny_ab(rows, torch)
-    assert len(lines) == 2
-    hot = [line for line in lines if ", hot (" in line][0]
-    assert "hot (2 cases): min 0.80x (qwen3_down_hot_m16), median 1.15x, >1.0x in 1/2" in hot
-    assert "TB/s median 2.80; vs torch._grouped_mm median 2.00x" in hot
-    uni = [line for line in lines if ", uniform (" in line][0]
-    assert "uniform (1 cases): min 1.50x" in uni and "vs torch._grouped_mm median -" in uni
-    # The skinny rows never count as a case of their own in the targets.
-    dec = bs.moe_targets(rows, torch)[0]
+    dec = bs.moe_targets(rows, {("qwen3_gateup_hot_m16", "bf16"): {"us": 42.0}})[0]
     assert "(bf16, best route per case, 3 cases)" in dec
+    assert "vs torch._grouped_mm min 2.00x (qwen3_gateup_hot_m16), >=2x in 1/1" in dec

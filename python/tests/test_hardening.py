@@ -465,7 +465,7 @@ def hostile_calls():
                                              np.full((3, 8), 7, np.float32)[:, ::2], np.full((3, 4), 7, np.float16),
                                              np.full((3, 4), 7, np.int32)]):
         add(f"gemm_tq2 out #{i}", lambda v=v: llmm.gemm_tq2(held, x, v), v if isinstance(v, np.ndarray) else None)
-    for name, values in (("precision", bad_strs), ("route", bad_strs + ["tq2_stream", "tq2_dequant_lt", "direct"]),
+    for name, values in (("precision", bad_strs), ("route", bad_strs + ["tq2_stream", "tq2_stream_v2", "tq2_dequant_lt", "direct"]),
                          ("out_dtype", ["bf16", "float7", 5, object(), "int8", np.complex64])):
         for v in values:
             out = np.full((3, 4), 7, np.float32)
@@ -717,7 +717,7 @@ def test_property_matmul():
         elif kind == "precision":
             kw["precision"] = "tf32"
         elif kind == "route":
-            kw["route"] = rng.choice(["gemv", "tiled", "nope"])
+            kw["route"] = rng.choice(["gemv", "tiled_sm90", "tiled", "nope"])
         elif kind == "overlap":  # out shares a's rows (two rows at least: the byte ranges then intersect)
             buf = np.full((max(m, 2), k + n), 7, dtype)
             a, out = buf[:, :k], buf[:, k:]

@@ -68,6 +68,13 @@ def test_errors_are_llmm_errors_with_messages():
     assert np.all(np.isnan(out))  # nothing written by a refused call
     with pytest.raises(llmm.Error, match="precision must be"):
         llmm.matmul(rand(4, 5), rand(5, 3), precision="quick")
+    # A retired route's name (issue 47) is refused like any unknown one, naming the valid routes.
+    for retired in ("skinny_mma", "tiled"):
+        out = np.full((4, 3), np.nan, np.float32)
+        with pytest.raises(llmm.Error, match=rf"unknown dense route '{retired}' \(auto, cpu, naive, gemv, gemv_wide, "
+                                             r"tiled_sm90, cublaslt\)"):
+            llmm.matmul(rand(4, 5), rand(5, 3), out, route=retired)
+        assert np.all(np.isnan(out))
 
 
 def test_plan_on_cpu():
@@ -120,6 +127,9 @@ def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
         llmm.plan_tq2(3, 64, 256, "cpu", out_dtype="bfloat16")
     with pytest.raises(llmm.Error, match="unknown ternary route 'tq2_fast'"):
         llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_fast")
+    # v1's name, retired in issue 47, is refused like any unknown one, naming the valid routes
+    with pytest.raises(llmm.Error, match=r"unknown ternary route 'tq2_stream' \(auto, cpu, tq2_naive, tq2_stream_v2, "):
+        llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_stream")
     # the Hopper engine's route is known by name and refused off CUDA with the reason
     with pytest.raises(llmm.Error, match="route tq2_tiled_sm90 cannot run .*needs a CUDA context"):
         llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_tiled_sm90")
@@ -246,13 +256,14 @@ def test_plan_matmul_id_names_what_matmul_id_launches():
 
 def test_matmul_id_grouped_kernel_by_name():
     """grouped_kernel names a CUDA GEMM: on the CPU only "auto" runs the grouped route (the others
-    are refused, output untouched); the direct route ignores it; a wrong name is refused."""
+    are refused, output untouched); the direct route ignores it; a wrong name, or a retired
+    kernel's (skinny_mma, issue 47), is refused naming the valid ones."""
     m, n, k, top_k, e = 9, 7, 35, 2, 4
     w, x = rand(e, n, k), rand(m, k)
     ids = np.array([[(t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.uint32)
     scratch = llmm.matmul_id_scratch(e, m)
     want = llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel="auto")
-    for name in ("mma_sync", "tiled_sm90", "tiled_sm90_fused", "skinny_mma"):
+    for name in ("mma_sync", "tiled_sm90", "tiled_sm90_fused"):
         out = np.full((m, top_k, n), np.nan, np.float32)
         with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
             llmm.matmul_id(w, x, ids, out, route="grouped", scratch=scratch, grouped_kernel=name)
@@ -260,8 +271,11 @@ def test_matmul_id_grouped_kernel_by_name():
         with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
             llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=name)
         np.testing.assert_array_equal(llmm.matmul_id(w, x, ids, grouped_kernel=name), want)  # direct: ignored
-    with pytest.raises(llmm.Error, match="grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90', 'tiled_sm90_fused' or 'skinny_mma', got 'fast'"):
-        llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel="fast")
+    for bad in ("fast", "skinny_mma"):
+        with pytest.raises(llmm.Error, match=f"grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '{bad}'"):
+            llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=bad)
+        with pytest.raises(llmm.Error, match=f"got '{bad}'"):
+            llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=bad)
 
 
 def test_matmul_id_capability_and_refusals():

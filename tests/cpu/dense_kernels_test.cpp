@@ -243,19 +243,7 @@ TEST(DenseKernelNames, SayWhatDtypeLayoutVariant) {
   w.dtype = DType::F32;
   EXPECT_EQ(gemv_wide_kernel_name(w, GemvWideConfig{2, 1, 32, 1, 16}), "gemv_wide_f32_v2_kl32");
 
-  DenseArgs g = skinny(DType::BF16, 4096, 14336, 4096);
-  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_bf16_nt_128x128x32");
-  g.dtype = DType::F16;
-  g.a_trans = true;
-  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_f16_tt_128x128x32");
-  g.dtype = DType::F32;
-  g.exact = true;
-  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_3xtf32_tt_128x128x16");
-  g.exact = false;
-  g.a_trans = g.b_trans = false;
-  EXPECT_EQ(gemm_mma_kernel_name(g), "gemm_mma_tf32_nn_128x128x16");
-
-  g.b_trans = true;
+  DenseArgs g = skinny(DType::F32, 4096, 14336, 4096);
   EXPECT_EQ(gemm_naive_kernel_name(g), "gemm_naive_f32_nt");
   g.dtype = DType::BF16;
   g.a_trans = true;
@@ -263,24 +251,7 @@ TEST(DenseKernelNames, SayWhatDtypeLayoutVariant) {
   EXPECT_EQ(gemm_naive_kernel_name(g), "gemm_naive_bf16_tn");
 }
 
-TEST(GemmMma, TileAndOperandPaths) {
-  EXPECT_EQ(gemm_mma_tile(DType::BF16).bk, 32);
-  EXPECT_EQ(gemm_mma_tile(DType::F32).bk, 16);
-  EXPECT_EQ(gemm_mma_tile(DType::F16).threads, 256);
-  DenseArgs g = skinny(DType::F32, 100, 33, 7);  // k = 7 floats: rows not 16-byte multiples
-  EXPECT_TRUE(gemm_mma_uses_3xtf32(g));
-  g.exact = false;
-  EXPECT_FALSE(gemm_mma_uses_3xtf32(g));
-  EXPECT_FALSE(gemm_mma_a_vec16(g));
-  g.a_ld = 8;
-  g.b_ld = 12;
-  EXPECT_TRUE(gemm_mma_a_vec16(g));
-  EXPECT_TRUE(gemm_mma_b_vec16(g));
-  g.batch = 3;
-  g.b_batch = 6;  // 24 bytes per entry
-  EXPECT_FALSE(gemm_mma_b_vec16(g));
-  g.b_batch = 0;
-  EXPECT_TRUE(gemm_mma_b_vec16(g));
+TEST(DenseKernels, Vec16Elems) {
   EXPECT_EQ(vec16_elems(DType::F32), 4);
   EXPECT_EQ(vec16_elems(DType::BF16), 8);
   EXPECT_EQ(vec16_elems(DType::U8), 0);

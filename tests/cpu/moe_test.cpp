@@ -204,7 +204,7 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
   // A grouped GEMM asked for by name on a CPU context (which would run the reference instead), in
   // the call and in its plan; the direct route ignores the option.
   for (MatmulIdGroupedKernel k : {MatmulIdGroupedKernel::MmaSync, MatmulIdGroupedKernel::TiledSm90,
-                                  MatmulIdGroupedKernel::TiledSm90Fused, MatmulIdGroupedKernel::SkinnyMma}) {
+                                  MatmulIdGroupedKernel::TiledSm90Fused}) {
     const std::string why = std::string("matmul_id: grouped kernel ") + matmul_id_grouped_kernel_name(k) +
                             " runs on CUDA devices only (a CPU context runs the reference";
     MatmulIdOptions opts;

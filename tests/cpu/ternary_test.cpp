@@ -381,16 +381,13 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, old), Tq2Route::Naive);
   expect_error([&] { plan_tq2(1, 8, 128, DType::F32, old, Tq2Route::StreamV2); }, ErrorCode::Unsupported,
                "needs sm_80 or newer");
-  EXPECT_EQ(plan_tq2(16, 3072, 3072, DType::F32, h200, Tq2Route::Stream), Tq2Route::Stream);
+  EXPECT_EQ(plan_tq2(16, 3072, 3072, DType::F32, h200, Tq2Route::StreamV2), Tq2Route::StreamV2);
   EXPECT_EQ(plan_tq2(2, 3072, 3072, DType::F32, h200, Tq2Route::Tiled), Tq2Route::Tiled);
   expect_error([&] { plan_tq2(4, 8, 128, DType::F32, cpu, Tq2Route::Tiled); }, ErrorCode::Unsupported,
                "gemm_tq2: route tq2_tiled cannot run (m: 4, n: 8, k: 128, f32): needs a CUDA context");
   expect_error([&] { plan_tq2(4, 8, 128, DType::F32, h200, Tq2Route::Cpu); }, ErrorCode::Unsupported, "CPU contexts only");
-  expect_error([&] { plan_tq2(17, 8, 128, DType::F32, h200, Tq2Route::Stream); }, ErrorCode::Unsupported,
-               "the streaming kernels take m <= 16");
   expect_error([&] { plan_tq2(17, 8, 128, DType::F32, h200, Tq2Route::StreamV2); }, ErrorCode::Unsupported,
                "gemm_tq2: route tq2_stream_v2 cannot run (m: 17, n: 8, k: 128, f32): the streaming kernels take m <= 16");
-  EXPECT_STREQ(tq2_route_name(Tq2Route::Stream), "tq2_stream");
   EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV2), "tq2_stream_v2");
   EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV3), "tq2_stream_v3");
   EXPECT_EQ(plan_tq2(2, 3072, 3072, DType::F32, h200, Tq2Route::StreamV3), Tq2Route::StreamV3);
@@ -446,9 +443,9 @@ TEST(Tq2Cpu, Refusals) {
           ErrorCode::InvalidArgument, "in innermost stride is 2");
   refused([&](Context& c) {
     Tq2Options o;
-    o.force_route = Tq2Route::Stream;
+    o.force_route = Tq2Route::StreamV2;
     gemm_tq2(c, w, vin, vout, o);
-  }, ErrorCode::Unsupported, "route tq2_stream cannot run");
+  }, ErrorCode::Unsupported, "route tq2_stream_v2 cannot run");
   refused([&](Context& c) { gemm_tq2(c, w, in.data(), out.data(), 4, 8, 256); }, ErrorCode::InvalidArgument,
           "gemm_tq2: n 8, k 256 differ from weight 1's [8, 128]");
   refused([&](Context& c) {

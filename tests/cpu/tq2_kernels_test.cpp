@@ -54,9 +54,6 @@ TEST(Tq2Kernels, ArgsContract) {
 }
 
 TEST(Tq2Kernels, Splits) {
-  EXPECT_EQ(tq2_stream_splits(args(1, 8, 128, DType::F32, DType::F32, true)), 3);
-  EXPECT_EQ(tq2_stream_splits(args(1, 8, 128, DType::F32, DType::F32, false)), 1);
-  EXPECT_EQ(tq2_stream_splits(args(1, 8, 128, DType::F16, DType::F16, true)), 1);
   EXPECT_EQ(tq2_tiled_splits(args(64, 8, 128, DType::F32, DType::F32, true)), 2);
   EXPECT_EQ(tq2_tiled_splits(args(64, 8, 128, DType::F32, DType::F32, false)), 1);
   EXPECT_EQ(tq2_tiled_splits(args(64, 8, 128, DType::BF16, DType::BF16, true)), 1);
@@ -82,52 +79,12 @@ TEST(Tq2Kernels, Alignment) {
   a.codes = at<const std::uint8_t>(0x100001);
   EXPECT_FALSE(tq2_codes_vec16(a));
   // Misaligned rows never make a call ineligible: the kernels fall back to narrower loads.
-  EXPECT_TRUE(tq2_stream_supports(a));
   EXPECT_TRUE(tq2_tiled_supports(a));
-}
-
-TEST(Tq2Kernels, StreamEligibility) {
-  EXPECT_TRUE(tq2_stream_supports(args(1, 3072, 3072)));
-  EXPECT_TRUE(tq2_stream_supports(args(16, 3072, 3072)));
-  EXPECT_FALSE(tq2_stream_supports(args(17, 3072, 3072)));
-  EXPECT_FALSE(tq2_stream_supports(args(1, 3072, 3000)));
-  EXPECT_FALSE(tq2_stream_config(args(17, 8, 128)).has_value());
-  EXPECT_EQ(tq2_stream_kernel_name(args(17, 8, 128)), "");
-}
-
-TEST(Tq2Kernels, StreamConfig) {
-  // Columns = m x splits: n8 tiles 1 (<= 8), 2 (<= 16), 6 (<= 48).
-  auto c = tq2_stream_config(args(1, 27648, 3072), 132);
-  ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(*c, (Tq2StreamConfig{3, 1, 4}));  // 1728 row tiles >= 4 x 132: 4 warps
-  c = tq2_stream_config(args(2, 27648, 3072), 132);
-  EXPECT_EQ(c->n_tiles, 1);  // 6 columns
-  c = tq2_stream_config(args(3, 27648, 3072), 132);
-  EXPECT_EQ(c->n_tiles, 2);  // 9 columns
-  c = tq2_stream_config(args(6, 27648, 3072), 132);
-  EXPECT_EQ(c->n_tiles, 6);  // 18 columns
-  c = tq2_stream_config(args(16, 27648, 3072), 132);
-  EXPECT_EQ(c->n_tiles, 6);  // 48 columns
-  c = tq2_stream_config(args(8, 27648, 3072, DType::F32, DType::F32, false), 132);
-  EXPECT_EQ(*c, (Tq2StreamConfig{1, 1, 4}));
-  c = tq2_stream_config(args(9, 27648, 3072, DType::BF16, DType::BF16), 132);
-  EXPECT_EQ(*c, (Tq2StreamConfig{1, 2, 4}));
-  c = tq2_stream_config(args(16, 3072, 3072, DType::F16, DType::F32), 132);
-  EXPECT_EQ(*c, (Tq2StreamConfig{1, 2, 8}));  // 192 row tiles: narrow N, 8 warps split K
-  // Unknown SM count is taken as 132; a small device keeps 4 warps for the same N.
-  EXPECT_EQ(tq2_stream_config(args(1, 3072, 3072), 0)->warps, 8);
-  EXPECT_EQ(tq2_stream_config(args(1, 3072, 3072), 24)->warps, 4);
 }
 
 TEST(Tq2Kernels, Names) {
   EXPECT_EQ(tq2_naive_kernel_name(args(3, 40, 256)), "tq2_naive_f32_f32");
   EXPECT_EQ(tq2_naive_kernel_name(args(3, 40, 256, DType::BF16, DType::F32)), "tq2_naive_bf16_f32");
-  EXPECT_EQ(tq2_stream_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_f32_f32_bf16x3_n8_w4");
-  EXPECT_EQ(tq2_stream_kernel_name(args(16, 27648, 3072), 132), "tq2_stream_f32_f32_bf16x3_n48_w4");
-  EXPECT_EQ(tq2_stream_kernel_name(args(16, 3072, 3072, DType::F32, DType::F32, false), 132),
-            "tq2_stream_f32_f32_bf16x1_n16_w8");
-  EXPECT_EQ(tq2_stream_kernel_name(args(7, 40, 128, DType::F16, DType::F16), 132),
-            "tq2_stream_f16_f16_f16_n8_w8");
   EXPECT_EQ(tq2_tiled_kernel_name(args(1536, 27648, 3072)), "tq2_tiled_f32_f32_bf16x2");
   EXPECT_EQ(tq2_tiled_kernel_name(args(1536, 27648, 3072, DType::F32, DType::F32, false)),
             "tq2_tiled_f32_f32_bf16x1");

@@ -124,12 +124,12 @@ ByteRange hull(const Guarded& g) { return byte_range(g.view); }
 TEST(CaptureGpu, DenseEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DenseRoute route : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma,
-                           DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::TiledSm90})
+  for (DenseRoute route : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt,
+                           DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::BF16}) {
-      if ((route == DenseRoute::SkinnyMma || route == DenseRoute::TiledSm90) && t == DType::F32) continue;
+      if (route == DenseRoute::TiledSm90 && t == DType::F32) continue;
       if (route == DenseRoute::TiledSm90 && !(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) continue;
-      const std::int64_t m = route == DenseRoute::Gemv ? 1 : route == DenseRoute::GemvWide || route == DenseRoute::SkinnyMma ? 5 : 67;
+      const std::int64_t m = route == DenseRoute::Gemv ? 1 : route == DenseRoute::GemvWide ? 5 : 67;
       const std::int64_t n = 131, k = 200, batch = 2;
       HostTensor a = host_tensor_3d(t, batch, m, k, 8, 24), b = host_tensor_3d(t, batch, n, k, 8, 24),
                  c = host_tensor_3d(t, batch, m, n, 8, 24);
@@ -157,23 +157,17 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   // Room to stage the bf16 rows (k 136): the i64 / bf16-input case runs the Hopper engine on sm_90
-  // after moe_map, staged (Auto at m 40), the i32 one the engine sorting the rows itself (forced);
-  // skinny_mma (forced, 160 routed rows) with u32 ids and a bf16 input.
+  // after moe_map, staged (Auto at m 40), the i32 one the engine sorting the rows itself (forced).
   MatmulIdScratch scratch(ctx, 16, 40, 4, 136 * 2);
   for (auto route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})
-    for (int variant = 0; variant < 4; ++variant) {  // i64 / i32 ids with a bf16 input: the Hopper engine on sm_90
-      const DType id_types[] = {DType::U32, DType::I64, DType::I32, DType::U32};
-      const DType ids = id_types[variant];
-      const bool skinny = variant == 3;
+    for (DType ids : {DType::U32, DType::I64, DType::I32}) {  // i64 / i32 ids with a bf16 input: the Hopper engine on sm_90
       if (ids == DType::I32 && (route == MatmulIdRoute::Direct || !ctx.arch().is_hopper())) continue;
-      if (skinny && (route == MatmulIdRoute::Direct || ctx.arch().cc_major < 8)) continue;
       MatmulIdOptions opts;
       if (ids == DType::I32) opts.grouped_kernel = MatmulIdGroupedKernel::TiledSm90Fused;
-      if (skinny) opts.grouped_kernel = MatmulIdGroupedKernel::SkinnyMma;
       MoeCase c;
       c.p.m = 40, c.p.n = 70, c.p.k = 136, c.p.top_k = 4, c.p.n_experts = 16, c.p.route = route;
       c.p.input_layout = MatmulIdInputLayout::Slotted;
-      c.w_dtype = DType::BF16, c.p.input_dtype = ids != DType::U32 || skinny ? DType::BF16 : DType::F32;
+      c.w_dtype = DType::BF16, c.p.input_dtype = ids != DType::U32 ? DType::BF16 : DType::F32;
       c.expert_pad = 24, c.input_pad = 8, c.ids_dtype = ids;
       c.out_of_range_every = 9, c.routing = Routing::Repeats;
       MoeBuffers b = make_moe_buffers(c);
@@ -184,7 +178,6 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
       ctx.synchronize();
       ctx.set_launch_recorder(nullptr);
       const std::string what = std::string(matmul_id_route_name(route)) + " ids " + std::string(dtype_name(ids)) + " " + r.kernel;
-      if (skinny) EXPECT_EQ(r.kernel.rfind("skinny_mma_moe_", 0), 0u) << what;
       fetch(gout, b.out);
       cpu::MatmulIdF64 ref = cpu::matmul_id_f64(b.w.view.data, DType::BF16, b.in.view.data, b.ids.view.data, b.p);
       cpu::MatmulF64 dense{1, ref.rows, ref.n, 136, ref.value, ref.abs_sum};
@@ -204,7 +197,7 @@ TEST(CaptureGpu, TernaryEveryRoute) {
   TernaryWeightCache cache(ctx);
   const std::int64_t n = 200;
   struct R { Tq2Route route; std::int64_t m; std::int64_t k = 384; };
-  for (R rt : {R{Tq2Route::Naive, 5}, R{Tq2Route::Stream, 5}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
+  for (R rt : {R{Tq2Route::Naive, 5}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
                R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 2}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
                R{Tq2Route::TiledSm90, 40}, R{Tq2Route::TiledSm90SplitK, 40, 3200}}) {  // 3200: 3 K parts
     const std::int64_t k = rt.k;

@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include "core/dense/skinny_mma.hpp"
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "llmm/buffer.hpp"
 #include "llmm/error.hpp"
@@ -59,7 +58,7 @@ TEST(DenseGpu, SeedOnesAndRamp) {
   for (int i = 0; i < 12; ++i) static_cast<float*>(ra.view.data)[i] = static_cast<float>(i);
   for (int i = 0; i < 24; ++i) static_cast<float*>(rb.view.data)[i] = static_cast<float>(i);
   poison(rc.view);
-  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::Naive, DenseRoute::Tiled, DenseRoute::CublasLt}) {
+  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::Naive, DenseRoute::CublasLt}) {
     DeviceTensor dra = to_device(ra), drb = to_device(rb), drc = to_device(rc);
     MatmulOptions o;
     o.force_route = r;
@@ -160,121 +159,6 @@ TEST(DenseGpu, GemvWideSweep) {
         }
 }
 
-TEST(DenseGpu, SkinnyMmaSweep) {
-  LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  std::uint64_t seed = 700;
-  for (DType t : {DType::F16, DType::BF16})
-    for (std::int64_t m : {1, 2, 3, 7, 8, 9, 15, 16})
-      for (std::int64_t n : {1, 7, 33, 257, 3000, 9000})  // 9000: blocks of 32 rows, below of 16
-        for (std::int64_t k : {8, 24, 64, 264, 2056}) {
-          if (n == 9000 && k > 264) continue;
-          DenseCase c{t, 1, m, n, k, false, true, 8};  // pad 8 keeps rows 16-byte aligned
-          c.route = DenseRoute::SkinnyMma;
-          c.seed = ++seed;
-          expect_good(ctx, c, "skinny_mma");
-        }
-  for (DType t : {DType::F16, DType::BF16})  // batches and broadcast operands (no fold when forced)
-    for (int bc = 0; bc < 3; ++bc) {
-      DenseCase c{t, 3, 5, 100, 128, false, true, 8, bc == 1, bc == 2};
-      c.route = DenseRoute::SkinnyMma;
-      c.seed = ++seed;
-      expect_good(ctx, c, "skinny_mma");
-    }
-  // The plan's splits on 132 SMs (skinny_mma_config): 32-row tiles in clusters of 2 (n 4096,
-  // k 2056; the vector image at m 3, not at m 16), 16-row tiles in clusters of 4 with the image
-  // (n 3000), 32-row in clusters of 4 (batch 2) and of 2 (batch 3, m 1) without it, and 16-row
-  // tiles without clusters (k 256: too short to split).
-  struct S { std::int64_t batch, m, n, k; };
-  for (DType t : {DType::F16, DType::BF16})
-    for (S s : {S{1, 3, 4096, 2056}, S{1, 16, 4096, 2056}, S{1, 7, 3000, 1032}, S{2, 12, 3001, 2048}, S{1, 9, 20000, 256},
-                S{3, 1, 4099, 1024}})
-      for (int bc = 0; bc < (s.batch > 1 ? 3 : 1); ++bc) {
-        DenseCase c{t, s.batch, s.m, s.n, s.k, false, true, 8, bc == 1, bc == 2};
-        c.route = DenseRoute::SkinnyMma;
-        c.seed = ++seed;
-        expect_good(ctx, c, "skinny_mma");
-      }
-}
-
-// The sums do not depend on how many clusters run, nor on where the vectors come from
-// (skinny_mma.hpp): the planned grid, one cluster owning every tile (rounds of
-// kSkinnyMmaPartTiles tiles through the cluster's shared memory), three clusters, and the planned
-// grid without the vector image give the same bytes.
-TEST(DenseGpu, SkinnyMmaAnyClusterCount) {
-  LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  std::uint64_t seed = 800;
-  int images = 0;  // plans with the vector image (the -1 run compares it with streamed vectors)
-  struct S { std::int64_t batch, m, n, k; };
-  for (DType t : {DType::F16, DType::BF16})
-    for (S s : {S{1, 5, 3000, 2056}, S{1, 16, 4096, 2056}, S{2, 8, 1000, 1024}, S{1, 1, 700, 4096}}) {
-      HostTensor x = host_tensor_3d(t, s.batch, s.m, s.k), w = host_tensor_3d(t, s.batch, s.n, s.k),
-                 out = host_tensor_3d(t, s.batch, s.m, s.n);
-      fill_random(x.view, ++seed), fill_random(w.view, ++seed);
-      DeviceTensor dx = to_device(x), dw = to_device(w);
-      cuda_dense::DenseArgs g;
-      g.dtype = t, g.batch = s.batch, g.m = s.m, g.n = s.n, g.k = s.k;
-      g.a = dx.buffer.data(), g.a_ld = s.k, g.a_batch = s.m * s.k;
-      g.b = dw.buffer.data(), g.b_ld = s.k, g.b_batch = s.n * s.k, g.b_trans = true;
-      g.c_ld = s.n, g.c_batch = s.m * s.n;
-      auto plan = cuda_dense::skinny_mma_config(g, ctx.arch().cc_major, ctx.arch().sm_count);
-      ASSERT_TRUE(plan);
-      std::vector<std::vector<unsigned char>> results;
-      for (int clusters : {0, 1, 3, -1}) {  // -1: the planned grid with the vectors streamed (no image)
-        cuda_dense::SkinnyMmaConfig c = *plan;
-        if (clusters > 0) c.blocks = clusters * c.cluster;
-        if (clusters < 0) c.x_image = false;
-        poison(out.view);
-        DeviceTensor dout = to_device(out);
-        g.c = dout.buffer.data();
-        cuda_dense::launch_skinny_mma(g, c, ctx.stream());
-        ctx.synchronize();
-        to_host(dout, out);
-        const auto* p = static_cast<const unsigned char*>(out.view.data);
-        results.emplace_back(p, p + s.batch * s.m * s.n * static_cast<std::int64_t>(dtype_size(t)));
-      }
-      const std::string what = std::string(dtype_name(t)) + " batch " + std::to_string(s.batch) + " m " + std::to_string(s.m) +
-                               " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + " " +
-                               cuda_dense::skinny_mma_kernel_name(g, *plan);
-      EXPECT_EQ(results[1], results[0]) << what << ": one cluster";
-      EXPECT_EQ(results[2], results[0]) << what << ": three clusters";
-      EXPECT_EQ(results[3], results[0]) << what << ": vectors streamed instead of the planned image";
-      images += plan->x_image ? 1 : 0;
-      // and the planned grid's result is right (the sweep checks the route against float64 too)
-      HostTensor ref = host_tensor_3d(t, s.batch, s.m, s.n);
-      DeviceTensor dref = to_device(ref);
-      MatmulOptions o;
-      o.force_route = DenseRoute::SkinnyMma;
-      o.transpose_b = true;
-      matmul(ctx, dx.view, dw.view, dref.view, o);
-      ctx.synchronize();
-      to_host(dref, ref);
-      const auto* q = static_cast<const unsigned char*>(ref.view.data);
-      EXPECT_EQ(std::vector<unsigned char>(q, q + results[0].size()), results[0]) << what << ": matmul's own launch";
-    }
-  EXPECT_GT(images, 0) << "no case planned the vector image (on 132 SMs: m 5 x 3000 x 2056 and m 1 x 700 x 4096)";
-}
-
-TEST(DenseGpu, TiledSweep) {
-  LLMM_REQUIRE_CUDA();
-  Context ctx = Context::cuda(0);
-  std::uint64_t seed = 1000;
-  struct S { std::int64_t m, n, k; };
-  for (DType t : kDtypes)
-    for (S s : {S{1, 1, 1}, S{7, 33, 100}, S{33, 7, 257}, S{100, 257, 33}, S{129, 130, 131}, S{256, 128, 512}, S{257, 300, 65}})
-      for (int ta = 0; ta < 2; ++ta)
-        for (int tb = 0; tb < 2; ++tb)
-          for (Precision p : {Precision::Exact, Precision::Fast}) {
-            if (t != DType::F32 && p == Precision::Fast) continue;
-            DenseCase c{t, 1, s.m, s.n, s.k, ta == 1, tb == 1, (s.m + s.k) % 5};
-            c.precision = p;
-            c.route = DenseRoute::Tiled;
-            c.seed = ++seed;
-            expect_good(ctx, c, "tiled");
-          }
-}
-
 // The Hopper tiled engine (x . w^T, f16/bf16, and f32 Exact as 3xTF32): every tile width
 // (64/128/256 and the others of kTiledDenseWidths for 16-bit, 64/128 for f32, chosen by the shape), m, n and k tails (k past the row:
 // zero-filled by TMA, never read), padded rows, outputs whose rows do not allow vector stores
@@ -352,7 +236,7 @@ TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 5000;
-  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Auto})
+  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::CublasLt, DenseRoute::Auto})
     for (DType t : kDtypes)
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb)
@@ -392,11 +276,11 @@ TEST(DenseGpu, KZeroWritesZeros) {
 TEST(DenseGpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma, DenseRoute::Tiled, DenseRoute::CublasLt,
-                       DenseRoute::Naive, DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Naive,
+                       DenseRoute::TiledSm90}) {
     if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
     DenseCase c{DType::BF16, 1, r == DenseRoute::Gemv ? 1 : 8, 1000, 4096, false, true};
-    if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::TiledSm90) c.m = 200;
+    if (r == DenseRoute::Naive || r == DenseRoute::TiledSm90) c.m = 200;
     c.route = r;
     DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
     EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
@@ -440,7 +324,7 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
   o.force_route = DenseRoute::GemvWide;  // m = 64 is outside its gate
   EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, o), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (DenseRoute r : {DenseRoute::Tiled, DenseRoute::CublasLt, DenseRoute::Naive, DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::CublasLt, DenseRoute::Naive, DenseRoute::TiledSm90}) {
     MatmulOptions f;
     f.force_route = r;
     f.transpose_b = r == DenseRoute::TiledSm90;  // x . w^T: the engine's layout
@@ -476,26 +360,18 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 40;
-  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::SkinnyMma, DenseRoute::Tiled,
-                       DenseRoute::CublasLt, DenseRoute::Auto, DenseRoute::TiledSm90})
+  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Auto,
+                       DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
-        if (r == DenseRoute::SkinnyMma && t == DType::F32) continue;
         if (r == DenseRoute::TiledSm90 && t == DType::F32 && p == Precision::Fast) continue;  // refused: cuBLASLt's
         if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
-        DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide || r == DenseRoute::SkinnyMma ? 6 : 70),
+        DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide ? 6 : 70),
                     130, 264, false, true};
-        if (r == DenseRoute::Tiled || r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
+        if (r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
         c.precision = p, c.route = r, c.nonfinite_every = 5, c.seed = ++seed;
         DenseOutcome o = run_dense_case(ctx, c);
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
         EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
       }
-  for (DType t : {DType::F16, DType::BF16}) {  // skinny_mma's clusters: the sums of K quarters through DSMEM
-    DenseCase c{t, 1, 9, 3000, 2056, false, true};
-    c.route = DenseRoute::SkinnyMma, c.nonfinite_every = 5, c.seed = ++seed;
-    DenseOutcome o = run_dense_case(ctx, c);
-    EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
-    EXPECT_GT(o.cmp.nonfinite, 0) << c.describe();
-  }
 }

@@ -154,26 +154,6 @@ GemvProblem gemv_problem(const DenseArgs& a, int sm_count) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// gemm_mma choices.
-
-GemmMmaTile gemm_mma_tile(DType dtype) {
-  if (dtype == DType::F32) return GemmMmaTile{128, 128, 16, 3, 256};
-  return GemmMmaTile{128, 128, 32, 3, 256};
-}
-
-bool gemm_mma_uses_3xtf32(const DenseArgs& a) { return a.dtype == DType::F32 && a.exact; }
-
-bool gemm_mma_a_vec16(const DenseArgs& a) {
-  return aligned16(a.a) && stride_ok(a.a_ld, a.dtype, true) &&
-         stride_ok(a.a_batch, a.dtype, a.batch > 1);
-}
-
-bool gemm_mma_b_vec16(const DenseArgs& a) {
-  return aligned16(a.b) && stride_ok(a.b_ld, a.dtype, true) &&
-         stride_ok(a.b_batch, a.dtype, a.batch > 1);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Names.
 
 std::string gemm_naive_kernel_name(const DenseArgs& a) {
@@ -192,18 +172,6 @@ std::string gemv_kernel_name(const DenseArgs& a) {
 std::string gemv_wide_kernel_name(const DenseArgs& a, const GemvWideConfig& c) {
   return "gemv_wide_" + std::string(dtype_name(a.dtype)) + "_v" +
          std::to_string(c.vecs_per_block) + "_kl" + std::to_string(c.k_lanes);
-}
-
-std::string gemm_mma_kernel_name(const DenseArgs& a) {
-  std::string math;
-  if (a.dtype == DType::F32) {
-    math = gemm_mma_uses_3xtf32(a) ? "3xtf32" : "tf32";
-  } else {
-    math = std::string(dtype_name(a.dtype));
-  }
-  const GemmMmaTile t = gemm_mma_tile(a.dtype);
-  return "gemm_mma_" + math + "_" + layout(a) + "_" + std::to_string(t.bm) + "x" +
-         std::to_string(t.bn) + "x" + std::to_string(t.bk);
 }
 
 }  // namespace llmm::cuda_dense

@@ -78,29 +78,13 @@ struct GemvProblem {
 GemvProblem gemv_problem(const DenseArgs& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
-// gemm_mma: tiled tensor-core engine (mma.sync), every layout and size.
-
-struct GemmMmaTile {
-  int bm, bn, bk, stages, threads;
-};
-// 128x128x32 for f16/bf16, 128x128x16 for f32 (tf32 / 3xtf32); 3 stages, 8 warps.
-GemmMmaTile gemm_mma_tile(DType dtype);
-// f32 uses 3xTF32 (near-f32 accuracy) when exact, one TF32 pass otherwise.
-bool gemm_mma_uses_3xtf32(const DenseArgs& args);
-// Operand may use 16-byte cp.async: base, leading and batch strides all 16-byte aligned.
-bool gemm_mma_a_vec16(const DenseArgs& args);
-bool gemm_mma_b_vec16(const DenseArgs& args);
-
-// ---------------------------------------------------------------------------------------------
 // Kernel names, as the launchers report them (Context::check_launchable / note_launch).
 //   gemm_naive_<dt>_<ab>                        e.g. gemm_naive_f32_nt
 //   gemv_<rows|cols>_<dt>_<v16|scalar>[_xstrided] e.g. gemv_rows_bf16_v16
 //   gemv_wide_<dt>_v<vecs>_kl<k_lanes>           e.g. gemv_wide_bf16_v8_kl128
-//   gemm_mma_<f16|bf16|tf32|3xtf32>_<ab>_<bm>x<bn>x<bk>  e.g. gemm_mma_bf16_nt_128x128x32
 // <ab> is n/t for a then b (t: transposed, as in DenseArgs).
 std::string gemm_naive_kernel_name(const DenseArgs& args);
 std::string gemv_kernel_name(const DenseArgs& args);
 std::string gemv_wide_kernel_name(const DenseArgs& args, const GemvWideConfig& config);
-std::string gemm_mma_kernel_name(const DenseArgs& args);
 
 }  // namespace llmm::cuda_dense

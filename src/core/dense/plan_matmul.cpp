@@ -1,7 +1,6 @@
 // plan_matmul: the dense router, a pure function of the problem and the device.
 #include "core/dense/dense_kernels.hpp"
 #include "core/engine/tiled_sm90_plan.hpp"
-#include "core/dense/skinny_mma.hpp"
 #include "llmm/error.hpp"
 #include "llmm/matmul.hpp"
 
@@ -14,8 +13,6 @@ const char* route_name(DenseRoute r) noexcept {
     case DenseRoute::Naive: return "naive";
     case DenseRoute::Gemv: return "gemv";
     case DenseRoute::GemvWide: return "gemv_wide";
-    case DenseRoute::SkinnyMma: return "skinny_mma";
-    case DenseRoute::Tiled: return "tiled";
     case DenseRoute::TiledSm90: return "tiled_sm90";
     case DenseRoute::CublasLt: return "cublaslt";
   }
@@ -42,20 +39,6 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
         return "shape outside the gemv_wide gate (m 1..16, n > 1, k a multiple of one 16-byte vector)";
       return "";
     }
-    case DenseRoute::SkinnyMma:
-      if (!cuda) return "needs a CUDA context";
-      if (d.dtype != DType::F16 && d.dtype != DType::BF16) return "needs f16 or bf16";
-      if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
-      if (d.m < 1 || d.m > cuda_dense::kSkinnyMmaMaxM) return "needs m in 1..16";
-      if (d.k < 1 || d.k % 8 != 0) return "needs k a positive multiple of 8";
-      if (!d.a_vec16 || !d.b_vec16) return "needs 16-byte aligned pointers and strides";
-      if (d.n > cuda_dense::kSkinnyMmaMaxDim || d.k > cuda_dense::kSkinnyMmaMaxDim ||
-          (d.n > 0 && d.batch > cuda_dense::kSkinnyMmaMaxTiles / (d.n / 16 + (d.n % 16 != 0))))
-        return "needs n and k of at most 2^30 and batch x ceil(n / 16) below 2^31 (the kernel's 32-bit counts)";
-      return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
-    case DenseRoute::Tiled:
-      if (!cuda) return "needs a CUDA context";
-      return arch.cc_major >= 8 ? "" : "needs sm_80 or newer";
     case DenseRoute::TiledSm90:
       if (!cuda) return "needs a CUDA context";
       return engine::tiled_sm90_dense_refusal(d, arch);
@@ -79,13 +62,6 @@ DensePlan with_route(DenseRoute r, std::string reason, const MatmulDesc& d, cons
   if (r == DenseRoute::TiledSm90 && d.batch > 0 && d.m > 0 && d.n > 0) {  // an empty problem launches nothing
     const engine::TiledSm90Launch l = engine::tiled_sm90_dense_launch(d.dtype, d.batch, d.m, d.n, arch.sm_count);
     p.tiled_bn = l.bn, p.tiled_bm = l.bm;
-  }
-  if (r == DenseRoute::SkinnyMma) {
-    // route_refusal took the layout and m, k; n or batch 0 (an empty problem) has no config.
-    if (auto c = cuda_dense::skinny_mma_config(d.dtype, d.batch, d.m, d.n, d.k, arch.cc_major, arch.sm_count)) {
-      p.skinny_n_tiles = c->n_tiles, p.skinny_row_tiles = c->row_tiles;
-      p.skinny_cluster = c->cluster, p.skinny_blocks = c->blocks;
-    }
   }
   return p;
 }

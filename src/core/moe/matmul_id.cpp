@@ -291,7 +291,6 @@ MatmulIdPlan plan_matmul_id(const Context& ctx, const View& weights, const View&
   if (ctx.is_cuda()) {  // the function run_matmul_id_cuda plans with, on the same arguments
     const cuda_moe::MoePlan cp = cuda_moe::plan_matmul_id_cuda(pr.g, pr.route, ctx.arch(), opts.grouped_kernel);
     plan.kernels = cp.kernels, plan.engine = cp.engine, plan.staged = cp.staged, plan.fused = cp.fused;
-    plan.skinny = cp.skinny;
     plan.reason = cp.reason;
     return plan;
   }

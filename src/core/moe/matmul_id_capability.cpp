@@ -58,7 +58,6 @@ const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept {
     case MatmulIdGroupedKernel::MmaSync: return "mma_sync";
     case MatmulIdGroupedKernel::TiledSm90: return "tiled_sm90";
     case MatmulIdGroupedKernel::TiledSm90Fused: return "tiled_sm90_fused";
-    case MatmulIdGroupedKernel::SkinnyMma: return "skinny_mma";
   }
   return "?";
 }

@@ -1,7 +1,6 @@
 #include "core/moe/moe_plan.hpp"
 
 #include "core/moe/moe_kernels.hpp"
-#include "core/moe/moe_skinny.hpp"
 #include "llmm/error.hpp"
 
 namespace llmm::cuda_moe {
@@ -19,16 +18,6 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
   if (g.n_experts > moe_map_max_experts())
     fail(ErrorCode::InvalidArgument, "matmul_id: n_experts ", g.n_experts, " exceeds the map kernel's limit ",
          moe_map_max_experts());
-  if (kernel == MatmulIdGroupedKernel::SkinnyMma) {  // by name only: the streaming engine over the active experts
-    if (const std::string why = skinny_mma_moe_refusal(g, arch); !why.empty())
-      fail(ErrorCode::Unsupported, "matmul_id: grouped kernel skinny_mma cannot run (m ", g.m, ", top_k ", g.top_k, ", n ", g.n,
-           ", k ", g.k, ", ", dtype_name(g.w_dtype), " weights, ", dtype_name(g.in_dtype), " input): ", why);
-    p.skinny = true;
-    p.skinny_config = skinny_mma_moe_config(g, arch.cc_major, arch.sm_count);
-    p.kernels = {skinny_mma_moe_kernel_name(g, p.skinny_config)};
-    p.reason = "skinny_mma over the active experts, sorting the routed rows in each block, asked for by name";
-    return p;
-  }
   // The Hopper engine where it takes the call (measured faster: docs/performance.md, MoE), else
   // the mma.sync kernel; a forced kernel that cannot take it is refused.
   const std::string engine_why = engine::tiled_sm90_moe_refusal(g, arch);

@@ -8,13 +8,11 @@
 //                   Hopper engine alone, sorting the rows in each CTA (TiledSm90Fused);
 //                   else moe_map (moe_map_count + moe_map_sort when the rows span sorting
 //                   blocks), then the engine, after moe_stage_rows when the scratch can stage
-//                   every routed row; else moe_grouped (mma.sync, any dtypes); SkinnyMma (by
-//                   name only): skinny_mma_moe, sorting the routed rows in each block
+//                   every routed row; else moe_grouped (mma.sync, any dtypes)
 #pragma once
 #include <string>
 #include <vector>
 
-#include "core/dense/skinny_mma.hpp"
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "core/moe/moe_args.hpp"
 #include "llmm/context.hpp"
@@ -27,8 +25,6 @@ struct MoePlan {
   bool engine = false;  // grouped: the Hopper tiled engine (else moe_grouped)
   bool staged = false;  // engine: moe_stage_rows copies the routed rows into expert order first
   bool fused = false;   // engine: it sorts the routed rows itself (no moe_map, no staging): one kernel
-  bool skinny = false;  // SkinnyMma: the streaming engine, sorting the routed rows itself: one kernel
-  cuda_dense::SkinnyMmaConfig skinny_config;  // skinny only
   engine::TiledSm90Launch launch;    // engine only
   std::vector<std::string> kernels;  // launch order
   std::string reason;                // why this grouped kernel (empty for Direct)

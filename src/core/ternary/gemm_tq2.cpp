@@ -147,7 +147,6 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::Auto: return "auto";
     case Tq2Route::Cpu: return "cpu";
     case Tq2Route::Naive: return "tq2_naive";
-    case Tq2Route::Stream: return "tq2_stream";
     case Tq2Route::StreamV2: return "tq2_stream_v2";
     case Tq2Route::StreamV3: return "tq2_stream_v3";
     case Tq2Route::StreamV4: return "tq2_stream_v4";
@@ -172,12 +171,10 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
     const char* why = nullptr;
     if (force == Tq2Route::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
     if (force != Tq2Route::Cpu && !cuda) why = "needs a CUDA context";
-    if ((force == Tq2Route::Tiled || force == Tq2Route::Stream || force == Tq2Route::StreamV2 ||
-         force == Tq2Route::StreamV3) &&
-        cuda && arch.cc_major < 8)
+    if ((force == Tq2Route::Tiled || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3) && cuda &&
+        arch.cc_major < 8)
       why = "needs sm_80 or newer";
-    if ((force == Tq2Route::Stream || force == Tq2Route::StreamV2) && cuda && m > 16)
-      why = "the streaming kernels take m <= 16";
+    if (force == Tq2Route::StreamV2 && cuda && m > 16) why = "the streaming kernels take m <= 16";
     if (force == Tq2Route::StreamV3 && cuda && m > 2) why = "the int8 streaming kernel takes m <= 2";
     if (force == Tq2Route::StreamV4 && cuda) {
       if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";

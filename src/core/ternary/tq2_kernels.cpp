@@ -29,10 +29,6 @@ bool tq2_args_ok(const Tq2Args& a) noexcept {
   return a.codes != nullptr && a.scales != nullptr && a.in != nullptr && a.out != nullptr;
 }
 
-int tq2_stream_splits(const Tq2Args& a) noexcept {
-  return a.in_dtype == DType::F32 && a.exact ? 3 : 1;
-}
-
 int tq2_tiled_splits(const Tq2Args& a) noexcept {
   return a.in_dtype == DType::F32 && a.exact ? 2 : 1;
 }
@@ -47,31 +43,7 @@ bool tq2_codes_vec16(const Tq2Args& a) noexcept {
 
 std::string tq2_naive_kernel_name(const Tq2Args& a) { return prefix("tq2_naive", a); }
 
-bool tq2_stream_supports(const Tq2Args& a) noexcept {
-  return tq2_args_ok(a) && a.m <= kTq2StreamMaxM;
-}
-
-std::optional<Tq2StreamConfig> tq2_stream_config(const Tq2Args& a, int sm_count) noexcept {
-  if (!tq2_stream_supports(a)) return std::nullopt;
-  Tq2StreamConfig c;
-  c.splits = tq2_stream_splits(a);
-  const std::int64_t cols = a.m * c.splits;
-  c.n_tiles = cols <= 8 ? 1 : cols <= 16 ? 2 : 6;
-  const std::int64_t sms = sm_count > 0 ? sm_count : 132;
-  const std::int64_t row_tiles = (a.n + kTq2StreamRows - 1) / kTq2StreamRows;
-  // Few row tiles (narrow N): more warps split K so that every SM has loads in flight.
-  c.warps = row_tiles < 4 * sms ? 8 : 4;
-  return c;
-}
-
-std::string tq2_stream_kernel_name(const Tq2Args& a, int sm_count) {
-  const auto c = tq2_stream_config(a, sm_count);
-  if (!c) return {};
-  return prefix("tq2_stream", a) + "_" + math_name(a.in_dtype, c->splits) + "_n" +
-         std::to_string(8 * c->n_tiles) + "_w" + std::to_string(c->warps);
-}
-
-// Codes must allow 8-byte loads (the cache's buffers always do; v1 takes any alignment).
+// Codes must allow 16-byte loads (the cache's buffers always do).
 bool tq2_stream_v2_supports(const Tq2Args& a) noexcept {
   return tq2_args_ok(a) && a.m <= kTq2StreamMaxM && tq2_codes_vec16(a);
 }

@@ -6,10 +6,10 @@
 //
 // Kernels (all compute out[i, j] = sum_l in[i, l] * W[j, l], see core/ternary/tq2_args.hpp):
 //   tq2_naive  : reference, one thread per output, f32 FMA in l order.
-//   tq2_stream : decode (m <= 16), memory-bound, tensor cores with the weight as the A operand.
-//   tq2_stream_v4: decode (m <= 8) on the sm_90 streaming engine (copy-engine ring, persistent).
+//   tq2_stream_v2..v5: decode (m <= 16), memory-bound, tensor cores with the weight as the A operand
+//              (v4 and v5 on the sm_90 streaming engine: copy-engine ring, persistent).
 //   tq2_tiled  : prefill (any m), 128x128 block tiles, tensor cores with the weight as B.
-// Both tensor-core kernels decode the 2-bit codes to the exact 16-bit values -1/0/+1 and apply
+// The f16 tensor-core kernels decode the 2-bit codes to the exact 16-bit values -1/0/+1 and apply
 // the f16 block scale in f32 on a per-128-block partial accumulator, so f16 and bf16 weights
 // are equally exact and the scale never meets a 16-bit rounding.
 #pragma once
@@ -27,11 +27,9 @@ inline constexpr std::int64_t kTq2Group = 128;  // codes per f16 scale
 // f32/f16/bf16; output f32 or the input's dtype; in_ld >= k, out_ld >= n; non-null pointers.
 bool tq2_args_ok(const Tq2Args& args) noexcept;
 
-// 16-bit parts an activation is split into on tensor cores: f32 input: 3 in the stream kernel's
-// Exact mode (bf16 hi + mid + lo, an exact f32 split), 2 in the tiled kernel's Exact mode
-// (bf16 hi + lo, error <= 2^-17 |a| per product), 1 in Fast mode (one bf16 rounding); f16/bf16
-// input: 1 (exact; `exact` is irrelevant).
-int tq2_stream_splits(const Tq2Args& args) noexcept;
+// 16-bit parts an activation is split into on the tiled kernel's tensor cores: f32 input: 2 in
+// Exact mode (bf16 hi + lo, error <= 2^-17 |a| per product), 1 in Fast mode (one bf16 rounding);
+// f16/bf16 input: 1 (exact; `exact` is irrelevant).
 int tq2_tiled_splits(const Tq2Args& args) noexcept;
 
 // Input rows can be read with 16-byte loads: `in` 16-byte aligned and in_ld * elem % 16 == 0.
@@ -47,30 +45,9 @@ bool tq2_codes_vec16(const Tq2Args& args) noexcept;
 std::string tq2_naive_kernel_name(const Tq2Args& args);  // tq2_naive_<in>_<out>
 
 // ---------------------------------------------------------------------------------------------
-// tq2_stream: one block owns 16 weight rows (one m16 mma tile); its warps split K in steps of
-// 256 codes (two scale blocks). Activation columns (m rows x splits) are the mma's n8 tiles.
-
-inline constexpr int kTq2StreamMaxM = 16;
-inline constexpr int kTq2StreamRows = 16;     // weight rows per block
-inline constexpr int kTq2StreamMaxWarps = 8;  // warps splitting K
-
-struct Tq2StreamConfig {
-  int splits = 1;   // 16-bit parts per activation (1 or 3)
-  int n_tiles = 1;  // n8 tiles of activation columns: 1, 2 or 6 (>= ceil(m * splits / 8))
-  int warps = 4;    // warps per block splitting K: 4, or 8 when there are few row tiles
-  friend bool operator==(const Tq2StreamConfig&, const Tq2StreamConfig&) = default;
-};
-
-// tq2_args_ok and m <= 16.
-bool tq2_stream_supports(const Tq2Args& args) noexcept;
-// nullopt unless tq2_stream_supports. sm_count 0 = unknown (132).
-std::optional<Tq2StreamConfig> tq2_stream_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// tq2_stream_<in>_<out>_<math>_n<8*n_tiles>_w<warps>, math f16 | bf16 | bf16x1 | bf16x3
-// (empty string when unsupported).
-std::string tq2_stream_kernel_name(const Tq2Args& args, int sm_count = 0);
-
-// ---------------------------------------------------------------------------------------------
-// tq2_stream_v2: decode (m <= 16), v1's roles with the activation work taken out of the loop.
+// tq2_stream_v2: decode (m <= 16), the weight as the A operand of f16 mma tiles and the
+// activation columns as B, with the activation work taken out of the loop (v1, tq2_stream,
+// converted it for every weight word; retired in issue 47).
 // A block of 8 warps owns 16 * row_tiles weight rows (row_tiles x k_warps warps, k_warps
 // splitting K). The activation, scaled per 128-group by a power of two and split into f16
 // parts in mma B-fragment order, sits in shared memory per K chunk: converted by the block, or
@@ -78,6 +55,7 @@ std::string tq2_stream_kernel_name(const Tq2Args& args, int sm_count = 0);
 // shared memory through a per-warp cp.async ring. Columns = m x splits: f32 Exact 3 (m <= 2) or
 // 2, Fast 1; 16-bit input 1.
 
+inline constexpr int kTq2StreamMaxM = 16;      // the m16n8 streaming kernels' largest m
 inline constexpr int kTq2V2Threads = 256;      // 8 warps
 inline constexpr int kTq2StreamStages = 8;     // per-warp cp.async ring depth (groups of 512 B)
 inline constexpr int kTq2V2SmemBudget = 100 * 1024;  // two blocks per SM

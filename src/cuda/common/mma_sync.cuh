@@ -1,4 +1,4 @@
-// PTX building blocks shared by the tensor-core kernels (dense tiled/skinny, ternary, MoE):
+// PTX building blocks shared by the tensor-core kernels (ternary, MoE, the Hopper engine's decoders):
 // cp.async, ldmatrix, mma.sync (f16/bf16 m16n8k16, tf32 m16n8k8, u8 x s8 m16n8k32) and the tf32
 // rounding.
 // One definition each, so every kernel issues the same instruction the same way.

@@ -7,7 +7,6 @@
 
 #include "core/dense/dense_dispatch.hpp"
 #include "core/dense/dense_kernels.hpp"
-#include "core/dense/skinny_mma.hpp"
 #include "core/ranges.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "cuda/dense/launch.hpp"
@@ -65,7 +64,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   StreamHandle s = ctx.stream();
   std::string name;
   cuda_dense::GemvWideConfig wide{};
-  cuda_dense::SkinnyMmaConfig skinny{};
   engine::TiledSm90Launch sm90{};
   const cuda_dense::CublasLtGemm* lt = nullptr;
   void* workspace = nullptr;
@@ -78,14 +76,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
         fail(ErrorCode::Internal, "matmul: gemv_wide planned for a problem it does not take");
       name = cuda_dense::gemv_wide_kernel_name(g, wide);
       break;
-    case DenseRoute::SkinnyMma:  // the plan's configuration, launched as planned
-      skinny.n_tiles = plan.skinny_n_tiles, skinny.row_tiles = plan.skinny_row_tiles;
-      skinny.cluster = plan.skinny_cluster, skinny.blocks = plan.skinny_blocks;
-      if (skinny.blocks <= 0 || !cuda_dense::skinny_mma_layout_ok(g))
-        fail(ErrorCode::Internal, "matmul: skinny_mma planned for a problem it does not take");
-      name = cuda_dense::skinny_mma_kernel_name(g, skinny);
-      break;
-    case DenseRoute::Tiled: name = cuda_dense::gemm_mma_kernel_name(g); break;
     case DenseRoute::TiledSm90:  // the plan's tile, launched as planned
       if (plan.tiled_bn <= 0 || plan.tiled_bm <= 0) fail(ErrorCode::Internal, "matmul: tiled_sm90 planned without a tile");
       sm90 = engine::tiled_sm90_dense_launch_at(g.dtype, g.batch, g.m, g.n, ctx.arch().sm_count, plan.tiled_bn, plan.tiled_bm);
@@ -103,16 +93,12 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
     case DenseRoute::Naive: cuda_dense::launch_gemm_naive(g, s); break;
     case DenseRoute::Gemv: cuda_dense::launch_gemv(g, s); break;
     case DenseRoute::GemvWide: cuda_dense::launch_gemv_wide(g, wide, s); break;
-    case DenseRoute::SkinnyMma: cuda_dense::launch_skinny_mma(g, skinny, s); break;
-    case DenseRoute::Tiled: cuda_dense::launch_gemm_mma(g, s); break;
     case DenseRoute::TiledSm90: engine::launch_tiled_sm90_dense(g, sm90, s); break;
     case DenseRoute::CublasLt: lt->run(g, workspace, s); break;
     default: break;
   }
-  // gemm_mma launches once per 65535 batch entries (gridDim.z); every other route launches once.
-  int launches = plan.route == DenseRoute::Tiled ? static_cast<int>((g.batch + 65534) / 65535) : 1;
-  for (int i = 0; i < launches; ++i) ctx.note_launch(name, [&] { return dense_ranges(g, workspace); });
-  return Receipt{route_name(plan.route), name, launches};
+  ctx.note_launch(name, [&] { return dense_ranges(g, workspace); });
+  return Receipt{route_name(plan.route), name, 1};
 }
 
 }  // namespace llmm::detail

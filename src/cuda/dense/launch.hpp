@@ -21,8 +21,4 @@ void launch_gemv(const DenseArgs& args, StreamHandle stream);
 // `config` == gemv_wide_config(m, n, k, ...) of a qualifying shape.
 void launch_gemv_wide(const DenseArgs& args, const GemvWideConfig& config, StreamHandle stream);
 
-// Tiled tensor-core GEMM (mma.sync): f16/bf16, f32 as 3xTF32 (exact) or TF32 (!exact). Every
-// layout, size, stride and batch.
-void launch_gemm_mma(const DenseArgs& args, StreamHandle stream);
-
 }  // namespace llmm::cuda_dense

@@ -3,7 +3,6 @@
 #include "core/moe/moe_dispatch.hpp"
 #include "core/moe/moe_kernels.hpp"
 #include "core/moe/moe_plan.hpp"
-#include "core/moe/moe_skinny.hpp"
 #include "core/ranges.hpp"
 #include "cuda/engine/launch.hpp"
 #include "cuda/moe/launch.hpp"
@@ -44,14 +43,6 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   const auto ranges = [&] { return MoeRanges(g); };
   if (route == MatmulIdRoute::Direct) {
     cuda_moe::launch_moe_direct(g, s);
-    ctx.note_launch(plan.kernels[0], [&] {
-      const MoeRanges r = ranges();
-      return LaunchRanges{{r.w, r.in, r.ids}, {r.out}};
-    });
-    return Receipt{matmul_id_route_name(route), names, 1};
-  }
-  if (plan.skinny) {  // one kernel: it sorts the routed rows and zeroes out-of-range ones itself
-    cuda_moe::launch_skinny_mma_moe(g, plan.skinny_config, s);
     ctx.note_launch(plan.kernels[0], [&] {
       const MoeRanges r = ranges();
       return LaunchRanges{{r.w, r.in, r.ids}, {r.out}};

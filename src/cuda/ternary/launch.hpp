@@ -15,15 +15,11 @@ namespace llmm::cuda_ternary {
 // the f32-converted input in l order. Requires tq2_args_ok.
 void launch_tq2_naive(const Tq2Args& args, StreamHandle stream);
 
-// Decode kernel for m = 1..16 (tq2_stream_supports): streams every code byte once with 16-byte
-// loads, tensor cores (mma.sync m16n8k16) with the weight rows as the A operand and the
-// activation columns (split into exact 16-bit parts) as B; f32 accumulation.
-void launch_tq2_stream(const Tq2Args& args, StreamHandle stream);
-
-// Decode kernel v2 for m = 1..16 (tq2_stream_v2_supports): the activation converted once per
-// block into shared memory in B-fragment order (from m = 3 staged by a first kernel into
-// args.workspace), codes decoded exactly to f16 -1/0/+1; same roles and accumulation as v1
-// (see tq2_stream_v2.cu and tq2_stream_skeleton.cuh).
+// Decode kernel v2 for m = 1..16 (tq2_stream_v2_supports): streams every code byte once,
+// tensor cores (mma.sync m16n8k16) with the weight rows as the A operand and the activation
+// columns as B, f32 accumulation; the activation converted once per block into shared memory in
+// B-fragment order (from m = 3 staged by a first kernel into args.workspace), codes decoded
+// exactly to f16 -1/0/+1 (see tq2_stream_v2.cu and tq2_stream_skeleton.cuh).
 void launch_tq2_stream_v2(const Tq2Args& args, StreamHandle stream);
 
 // Decode kernel v3 for m <= 2 (tq2_stream_v3_supports): v2's skeleton on int8 tensor cores,

@@ -1,8 +1,8 @@
 // tq2_stream_v2: decode-shaped ternary GEMM (m = 1..16), memory-bound by design.
 //
-// v1 (tq2_stream.cu) spent ~3/4 of its instructions converting f32 activations into bf16 parts
-// for every weight word (ncu: 2.4 IPC, 3.6 codes per warp instruction, 7x over the memory
-// floor). v2 takes all activation work out of the loop:
+// v1 (tq2_stream.cu, retired in issue 47) spent ~3/4 of its instructions converting f32
+// activations into bf16 parts for every weight word (ncu: 2.4 IPC, 3.6 codes per warp
+// instruction, 7x over the memory floor). v2 takes all activation work out of the loop:
 //
 // Per K chunk, the block's 256 threads convert the activation into shared memory once (from
 // m = 3, tq2_stage_v2_kernel converts it once for all blocks and the blocks copy it), in the
@@ -146,7 +146,7 @@ void launch_nt(const Tq2Args& a, const Tq2StreamV2Config& c, StreamHandle stream
 }  // namespace
 
 void launch_tq2_stream_v2(const Tq2Args& a, StreamHandle stream) {
-  // Default SM count on purpose, as in v1: the launched configuration is the named one.
+  // Default SM count on purpose: the launched configuration is the named one.
   const auto c = tq2_stream_v2_config(a);
   if (!c) fail(ErrorCode::Internal, "tq2_stream_v2: arguments outside the kernel's contract (m ", a.m, ")");
   if (c->staged && (!a.workspace || a.workspace_bytes < tq2_stream_v2_stage_bytes(a)))
