@@ -45,6 +45,14 @@ def rand(*shape, dtype=torch.float32, device="cpu", seed=0):
     return torch.randn(*shape, generator=g).to(dtype=dtype, device=device)
 
 
+def assert_cpp_kernel(op, device):
+    """The op's kernel for the device's dispatch key is llmm._llmm_torch's, not custom_op's Python one."""
+    key = "CUDA" if device == "cuda" else "CPU"
+    dump = torch._C._dispatch_dump(op)
+    line = next((l for l in dump.splitlines() if l.startswith(key + ":")), "")
+    assert "torch_ext.cpp" in line, dump
+
+
 def slow_matmul(a, b, **kw):
     """The DLPack path: out= given, so llmm.matmul does not take the C++ one."""
     shape = llmm._matmul_out_shape(a.shape, b.shape, kw.get("transpose_a", False), kw.get("transpose_b", False))
@@ -190,10 +198,7 @@ def test_cuda_calls_run_on_torchs_current_stream():
 def test_torch_op_runs_the_cpp_kernel_with_the_same_results_and_errors(device):
     fast_or_skip()
     d = dev(device)
-    key = "CUDA" if d == "cuda" else "CPU"
-    dump = torch._C._dispatch_dump("llmm::matmul")
-    line = next((l for l in dump.splitlines() if l.startswith(key + ":")), "")
-    assert "torch_ext.cpp" in line, dump  # the C++ kernel, not custom_op's Python one
+    assert_cpp_kernel("llmm::matmul", d)
     a, w = rand(3, 64, device=d), rand(5, 64, device=d, seed=1)
     want = slow_matmul(a, w, transpose_b=True)
     for mode in (torch.inference_mode, torch.no_grad, torch.enable_grad):
@@ -210,10 +215,7 @@ def test_torch_op_runs_the_cpp_kernel_with_the_same_results_and_errors(device):
 def test_gemm_tq2_op_runs_the_cpp_kernel(device):
     fast_or_skip()
     d = dev(device)
-    key = "CUDA" if d == "cuda" else "CPU"
-    dump = torch._C._dispatch_dump("llmm::gemm_tq2")
-    line = next((l for l in dump.splitlines() if l.startswith(key + ":")), "")
-    assert "torch_ext.cpp" in line, dump
+    assert_cpp_kernel("llmm::gemm_tq2", d)
     lin = T.TernaryLinear.from_float(rand(40, 256, seed=3), device=d)
     x = rand(2, 256, device=d, seed=4)
     want = llmm.gemm_tq2(lin.weight_handle, x)
