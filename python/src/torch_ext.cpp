@@ -263,14 +263,26 @@ at::Tensor matmul_op(const at::Tensor& a, const at::Tensor& b, bool ta, bool tb,
   });
 }
 
-PyObject* g_lookup = nullptr;  // llmm._tq2_lookup(device, key): the package's registry of uploads
+// llmm._tq2_lookup(device, key), the package's registry of uploads, looked up per call: a
+// reference held here would keep the package's globals (and every uploaded weight) alive past
+// the interpreter's teardown.
+PyObject* tq2_lookup(const std::string& dev, int64_t key) {
+  const Ref name(PyUnicode_FromString("llmm"));
+  const Ref pkg(name.p ? PyImport_GetModule(name.p) : nullptr);
+  if (!pkg.p) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ImportError, "llmm.gemm_tq2: the llmm package is not imported");
+    throw PyErrorSet{};
+  }
+  PyObject* w = PyObject_CallMethod(pkg.p, "_tq2_lookup", "sL", dev.c_str(), static_cast<long long>(key));
+  if (!w) throw PyErrorSet{};
+  return w;
+}
 
 at::Tensor gemm_tq2_op(const at::Tensor& x, int64_t key, int64_t n, c10::string_view precision, c10::string_view route,
                        std::optional<c10::ScalarType> out_dtype) {
   return op_guarded([&] {
     const std::string dev = x.is_cuda() ? "cuda:" + std::to_string(x.get_device()) : std::string("cpu");
-    const Ref w(PyObject_CallFunction(g_lookup, "sL", dev.c_str(), static_cast<long long>(key)));
-    if (!w.p) throw PyErrorSet{};
+    const Ref w(tq2_lookup(dev, key));
     const Ref wn(PyObject_GetAttrString(w.p, "n"));
     if (!wn.p) throw PyErrorSet{};
     const long long have = PyLong_AsLongLong(wn.p);
@@ -310,11 +322,6 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_llmm_torch",
 }  // namespace
 
 PyMODINIT_FUNC PyInit__llmm_torch() {
-  PyObject* pkg = PyImport_ImportModule("llmm");
-  if (!pkg) return nullptr;
-  g_lookup = PyObject_GetAttrString(pkg, "_tq2_lookup");  // kept for the module's lifetime
-  Py_DECREF(pkg);
-  if (!g_lookup) return nullptr;
   PyObject* core = PyImport_ImportModule("llmm._llmm");
   if (!core) return nullptr;
   g_error = PyObject_GetAttrString(core, "Error");  // kept for the module's lifetime
