@@ -80,6 +80,9 @@ View view_of(const at::Tensor& t, const char* op, const char* name) {
   if (t.dim() > View::kMaxRank)
     throw Raise{g_error, std::string(op) + ": " + name + " has " + std::to_string(t.dim()) + " dimensions (at most " +
                              std::to_string(View::kMaxRank) + ")"};
+  if (t.layout() != c10::kStrided)
+    throw Raise{g_error, std::string(op) + ": " + name + " is not a strided tensor (sparse, MKL-DNN or jagged "
+                             "layout): llmm takes dense tensors (convert with .to_dense())"};
   View v;
   v.data = t.data_ptr();
   v.dtype = dtype_of(t, op, name);

@@ -130,6 +130,8 @@ def test_matmul_refusals_match_the_dlpack_path(device):
         with pytest.raises(llmm.Error) as slow:
             llmm.matmul(x, y, out, **kw)
         assert str(fast.value) == str(slow.value), (kw, str(fast.value), str(slow.value))
+    with pytest.raises(llmm.Error, match="not a strided tensor"):
+        llmm.matmul(a.to_sparse(), rand(32, 8, device=d))
     with pytest.raises(llmm.Error, match="rank 2 or 3"):
         llmm.matmul(rand(32, device=d), rand(32, 8, device=d))
     with pytest.raises(llmm.Error, match="route"):
