@@ -24,6 +24,18 @@ def need_torch():
     return torch
 
 
+def torch_or_skip_module(what):
+    """torch for a test module that needs it throughout: the whole module skips without torch
+    (saying `what`), and fails to import under LLMM_REQUIRE_GPU=1."""
+    try:
+        import torch
+    except ImportError:
+        if REQUIRE_GPU:
+            raise
+        pytest.skip(f"torch is not installed: {what}", allow_module_level=True)
+    return torch
+
+
 def need_cuda_torch():
     """torch with a CUDA device that llmm can use, or a skip (a failure under LLMM_REQUIRE_GPU=1)."""
     torch = need_torch()

@@ -10,14 +10,9 @@ import numpy as np
 import pytest
 
 import llmm
-from conftest import REQUIRE_GPU, need_cuda_torch
+from conftest import REQUIRE_GPU, need_cuda_torch, torch_or_skip_module
 
-try:
-    import torch
-except ImportError:
-    if REQUIRE_GPU:
-        raise
-    pytest.skip("torch is not installed: the torch host path is not built", allow_module_level=True)
+torch = torch_or_skip_module("the torch host path is not built")
 
 import llmm.torch_ops as T  # noqa: E402
 

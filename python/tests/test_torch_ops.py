@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 
 import llmm
-from conftest import REQUIRE_GPU, need_cuda_torch
+from conftest import need_cuda_torch, torch_or_skip_module
 
-try:
-    import torch
-except ImportError:
-    if REQUIRE_GPU:
-        raise
-    pytest.skip("torch is not installed: torch tests skipped (pip install torch to run them)", allow_module_level=True)
+torch = torch_or_skip_module("torch tests skipped (pip install torch to run them)")
 
 import llmm.torch_ops as T  # noqa: E402
 
