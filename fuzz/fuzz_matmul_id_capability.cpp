@@ -57,14 +57,16 @@ std::optional<Expected> expected_capability(DType w, const MatmulIdParams& p) {
 }
 
 // suggest_matmul_id_route's documented rule (moe.hpp).
-// moe.hpp: Direct while rows <= 4 x active experts; on sm_90 (cc 9.0) with a 16-bit input and
-// m >= 16 (the Hopper engine's grouped route), while rows <= active experts.
+// moe.hpp: Direct while rows <= 4 x active experts; on sm_90 (cc 9.0) with a 16-bit input (the
+// Hopper engine's grouped route), GroupedPrefill from m = 4 on.
 MatmulIdRoute expected_suggestion(const MatmulIdParams& p, const ArchInfo& arch) {
   if (p.n_experts > kMatmulIdGroupedMaxExperts) return MatmulIdRoute::Direct;
   const u128 rows = u128{p.m} * p.top_k, active = std::min<u128>(p.n_experts, rows);
+  if (active == 0) return MatmulIdRoute::Direct;
   const bool engine = arch.kind == DeviceKind::CUDA && arch.cc() == 90 &&
-                      (p.input_dtype == DType::F16 || p.input_dtype == DType::BF16) && p.m >= 16;
-  return active == 0 || rows <= (engine ? 1u : 4u) * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
+                      (p.input_dtype == DType::F16 || p.input_dtype == DType::BF16);
+  if (engine && p.m >= 4) return MatmulIdRoute::GroupedPrefill;
+  return rows <= 4u * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
 }
 // ---- end of the contract.
 

@@ -88,11 +88,12 @@ MatmulIdParams matmul_id_params(const View& weights, const View& input, const Vi
 // A route suggestion calibrated on one H200 (docs/performance.md, MoE): Direct while the average
 // routed rows per active expert, m * top_k / min(n_experts, m * top_k), is at most 4 (run 5: each
 // weight row then feeds few rows, and streaming it per row won 1.03-2.3x over the mma.sync grouped
-// kernel), GroupedPrefill above. On sm_90 with a 16-bit input and m >= 16, where the grouped route
-// runs the Hopper engine, Direct only while that average is at most 1 (session 6, run 9, bf16:
-// grouped 1.4-22x faster at m = 64 on every suite model and routing, and at m = 16 whenever
-// experts get more than one row; equal at one row). More experts than the grouped route takes
-// always get Direct. Separate from matmul_id_capability, which never guesses.
+// kernel), GroupedPrefill above. On sm_90 with a 16-bit input, where the grouped route runs the
+// Hopper engine (which sorts the routed rows itself at m <= 16), GroupedPrefill from m = 4 on,
+// whatever the routing (H200, 2026-12-06, bf16, four layer shapes x uniform / hot / Zipf routing:
+// grouped / direct time 0.51-1.22x at m 4, geometric mean 0.84x; 0.29-1.10x at m 8; <= 0.99x at
+// m 16 and 32; run 9: 1.4-22x faster at m 64); m <= 2 stays Direct. More experts than the
+// grouped route takes always get Direct. Separate from matmul_id_capability, which never guesses.
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& params, const ArchInfo& arch);
 
 // Caller-owned scratch of the grouped route on one device (host memory for CPU contexts):

@@ -485,8 +485,9 @@ TEST(MatmulIdSuggest, CrossoverMatchesTheMeasuredPoints) {
   EXPECT_EQ(suggest_matmul_id_route(rep, h200), MatmulIdRoute::Direct);  // beyond the grouped limit
 }
 
-// bf16 input on sm_90 (the grouped route runs the Hopper engine): run 9's points, us (direct vs
-// grouped with a staging scratch, uniform routing).
+// bf16 input on sm_90 (the grouped route runs the Hopper engine; at m <= 16 the engine sorts the
+// routed rows itself): the H200 points of 2026-12-06, us (direct vs grouped, llmm-bench --suite
+// moe --decode), and run 9's above m 16.
 TEST(MatmulIdSuggest, HopperEngineCrossover) {
   ArchInfo h200;
   h200.kind = DeviceKind::CUDA, h200.cc_major = 9, h200.cc_minor = 0, h200.sm_count = 132;
@@ -495,14 +496,23 @@ TEST(MatmulIdSuggest, HopperEngineCrossover) {
     p.m = m, p.n = 1024, p.k = 1024, p.top_k = top_k, p.n_experts = e, p.input_dtype = in, p.output_dtype = in;
     return suggest_matmul_id_route(p, h200);
   };
-  EXPECT_EQ(route(16, 8, 128), MatmulIdRoute::Direct);          // Qwen3 gate_up: 148.9 vs 145.0 (one row an expert)
-  EXPECT_EQ(route(16, 8, 256), MatmulIdRoute::Direct);          // DeepSeek: 1369.7 vs 1368.4
-  EXPECT_EQ(route(16, 2, 8), MatmulIdRoute::GroupedPrefill);    // Mixtral: 485.8 vs 274.2
-  EXPECT_EQ(route(64, 8, 128), MatmulIdRoute::GroupedPrefill);  // Qwen3 gate_up: 443.7 vs 205.9
-  EXPECT_EQ(route(64, 8, 256), MatmulIdRoute::GroupedPrefill);  // DeepSeek: 4244.7 vs 3073.8
-  // Below m = 16 (not measured on the engine) and for f32 input, the run-5 rule.
-  EXPECT_EQ(route(8, 2, 8), MatmulIdRoute::Direct);
+  EXPECT_EQ(route(16, 8, 128), MatmulIdRoute::GroupedPrefill);  // Qwen3 gate_up uniform: 149.3 vs 136.2
+  EXPECT_EQ(route(16, 8, 256), MatmulIdRoute::GroupedPrefill);  // DeepSeek uniform: 1369.7 vs 1356.3
+  EXPECT_EQ(route(8, 2, 8), MatmulIdRoute::GroupedPrefill);     // Mixtral uniform: 292.7 vs 232.2
+  EXPECT_EQ(route(8, 8, 256), MatmulIdRoute::GroupedPrefill);   // DeepSeek hot: 418.6 vs 120.5 (uniform 768.0 vs 842.0)
+  EXPECT_EQ(route(4, 8, 128), MatmulIdRoute::GroupedPrefill);   // Qwen3 down hot: 21.8 vs 11.7 (uniform 28.7 vs 33.0)
+  EXPECT_EQ(route(4, 2, 8), MatmulIdRoute::GroupedPrefill);     // Mixtral Zipf: 136.4 vs 97.7
+  EXPECT_EQ(route(64, 8, 128), MatmulIdRoute::GroupedPrefill);  // Qwen3 gate_up: 443.7 vs 205.9 (run 9)
+  EXPECT_EQ(route(64, 8, 256), MatmulIdRoute::GroupedPrefill);  // DeepSeek: 4244.7 vs 3073.8 (run 9)
+  // m <= 2 (the engine not measured there: direct), f32 input and other GPUs: the run-5 rule.
+  EXPECT_EQ(route(2, 8, 128), MatmulIdRoute::Direct);
+  EXPECT_EQ(route(1, 8, 256), MatmulIdRoute::Direct);
+  EXPECT_EQ(route(2, 2, 8), MatmulIdRoute::Direct);
   EXPECT_EQ(route(64, 8, 256, DType::F32), MatmulIdRoute::Direct);
+  MatmulIdParams many;  // beyond the grouped route's expert limit, even on the engine
+  many.m = 64, many.n = 1024, many.k = 1024, many.top_k = 8, many.n_experts = kMatmulIdGroupedMaxExperts + 1;
+  many.input_dtype = DType::BF16;
+  EXPECT_EQ(suggest_matmul_id_route(many, h200), MatmulIdRoute::Direct);
   ArchInfo a100 = h200;
   a100.cc_major = 8;
   MatmulIdParams p;

@@ -71,11 +71,17 @@ MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& p, const ArchInfo& a
   const std::uint64_t rows = static_cast<std::uint64_t>(p.m) * p.top_k;
   const std::uint64_t active = std::min<std::uint64_t>(p.n_experts, rows);
   if (active == 0) return MatmulIdRoute::Direct;
-  // The Hopper engine's grouped route (16-bit input on sm_90) wins from two rows an expert on
-  // (measured from m = 16; below that the run-5 rule stands until measured).
+  // The Hopper engine's grouped route (16-bit input on sm_90; the engine sorting the routed rows
+  // itself at m <= 16) against direct, H200, 2026-12-06 (`llmm-bench --suite moe --decode`, bf16,
+  // Qwen3-30B gate_up / down, Mixtral w1, DeepSeek-V3 x uniform / hot / Zipf routing), grouped /
+  // direct time: m 4 0.51-1.22x (geometric mean 0.84x; the worst case for direct, hot routing,
+  // is 1.96x slower than grouped), m 8 0.29-1.10x (faster in 10 of 12), m 16 0.16-0.99x, m 32
+  // 0.09-0.93x. So from m = 4 the engine takes it whatever the routing; m <= 2 stays direct (the
+  // engine not measured there), and so does anything the engine does not take (the run-5 rule).
   const bool engine = arch.kind == DeviceKind::CUDA && arch.cc_major == 9 && arch.cc_minor == 0 &&
                       (p.input_dtype == DType::F16 || p.input_dtype == DType::BF16);
-  const std::uint64_t rows_per_expert = engine && p.m >= 16 ? 1 : 4;
+  if (engine && p.m >= 4) return MatmulIdRoute::GroupedPrefill;
+  const std::uint64_t rows_per_expert = 4;
   return rows <= rows_per_expert * active ? MatmulIdRoute::Direct : MatmulIdRoute::GroupedPrefill;
 }
 
