@@ -26,26 +26,23 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
     weights = np.exp(top - top.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)
 
-    if route == "auto":  # llmm's calibrated rule (pure; it cannot see the routing)
-        route = llmm.suggest_matmul_id_route(tokens, 2 * inter, hidden, top_k, experts, device)
     if device == "cuda":
         import torch
 
         T = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()  # noqa: E731
         xd, gu, dn, idd = T(x), T(w_gate_up), T(w_down), T(ids.astype(np.int64))  # int64 ids, as torch.topk gives them
         sync = torch.cuda.synchronize
-        scratch = llmm.matmul_id_scratch(experts, tokens, "cuda:0") if route == "grouped" else None
     else:
         xd, gu, dn, idd, sync = x, w_gate_up, w_down, ids, (lambda: None)
-        scratch = llmm.matmul_id_scratch(experts, tokens, "cpu") if route == "grouped" else None
 
     def ffn():
-        h = llmm.matmul_id(gu, xd, idd, route=route, scratch=scratch)  # [tokens, top_k, 2 * inter]
+        # route "auto" (the default): llmm's calibrated choice; the grouped route's scratch is llmm's own
+        h = llmm.matmul_id(gu, xd, idd, route=route)  # [tokens, top_k, 2 * inter]
         g, u = h[..., :inter], h[..., inter:]
         act = (g / (1 + (np.exp(-g) if device == "cpu" else (-g).exp()))) * u  # SiLU(g) * u
         act = act.reshape(tokens * top_k, inter)
         act = np.ascontiguousarray(act) if device == "cpu" else act.contiguous()
-        return llmm.matmul_id(dn, act, idd, layout="slotted", route=route, scratch=scratch)  # [tokens, top_k, hidden]
+        return llmm.matmul_id(dn, act, idd, layout="slotted", route=route)  # [tokens, top_k, hidden]
 
     def reference():
         out = np.zeros((tokens, top_k, hidden))

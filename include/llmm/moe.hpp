@@ -1,8 +1,9 @@
 // Expert-ID matmul (Mixture of Experts): every token's top_k expert rows in one call.
 //   out[t, s, :] = W[ids[t, s]] . in(t, s)   for a stack of n_experts row-major [n, k] weights.
 // Fail-closed capability with exact byte extents; Direct (one kernel) and GroupedPrefill (map +
-// grouped GEMM, caller-owned scratch) routes, each correct for any ids (repeated, out of range);
-// no host synchronisation on either. Views are checked by shape and stride, not only by bytes.
+// grouped GEMM) routes, each correct for any ids (repeated, out of range), and Auto (the default:
+// suggest_matmul_id_route's choice); the grouped route's scratch is the caller's or the context's
+// own. No host synchronisation on any. Views are checked by shape and stride, not only by bytes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,7 @@ enum class MatmulIdMultiplicity {
 enum class MatmulIdRoute {
   Direct,          // one kernel over every routed row (decode)
   GroupedPrefill,  // map kernel (a stable counting sort of the routed rows by expert) + grouped GEMM
+  Auto,            // suggest_matmul_id_route's choice for the call on the context's device
 };
 const char* matmul_id_route_name(MatmulIdRoute r) noexcept;
 
@@ -41,7 +43,7 @@ struct MatmulIdParams {
   std::uint64_t expert_stride_bytes = 0;  // from expert e to e + 1: >= one [n, k] matrix, dtype-aligned
   MatmulIdInputLayout input_layout = MatmulIdInputLayout::SharedPerToken;
   MatmulIdMultiplicity id_multiplicity = MatmulIdMultiplicity::DistinctPerToken;
-  MatmulIdRoute route = MatmulIdRoute::Direct;  // the caller's explicit choice
+  MatmulIdRoute route = MatmulIdRoute::Auto;  // Auto, or the caller's explicit choice
   DType input_dtype = DType::F32;   // f32 (the seed's), f16 or bf16
   DType output_dtype = DType::F32;  // f32 or the input's dtype
   DType ids_dtype = DType::U32;     // u32, i32 or i64 ids [m, top_k], contiguous
@@ -70,7 +72,9 @@ struct MatmulIdCapability {
 // Pure and allocation-free: the exact byte contract of a call (bytes from each buffer's first
 // element to one past its last), or InvalidArgument naming the problem (zero dims, distinct
 // top_k > n_experts, stride smaller than a matrix or misaligned, overflow anywhere, routed rows
-// beyond u32, GroupedPrefill with > 1024 experts, unsupported dtypes).
+// beyond u32, GroupedPrefill with > 1024 experts, unsupported dtypes). With route Auto it checks
+// what every route needs and reports no scratch (Auto takes grouped only where it can run, and a
+// call without a scratch uses the context's).
 MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams& params);
 
 // The params of a call on these views, read off their shapes and strides (pure):
@@ -83,7 +87,7 @@ MatmulIdCapability matmul_id_capability(DType weight_dtype, const MatmulIdParams
 MatmulIdParams matmul_id_params(const View& weights, const View& input, const View& ids, const View& out,
                                 MatmulIdInputLayout layout = MatmulIdInputLayout::SharedPerToken,
                                 MatmulIdMultiplicity multiplicity = MatmulIdMultiplicity::DistinctPerToken,
-                                MatmulIdRoute route = MatmulIdRoute::Direct);
+                                MatmulIdRoute route = MatmulIdRoute::Auto);
 
 // A route suggestion calibrated on one H200 (docs/performance.md, MoE): Direct while the average
 // routed rows per active expert, m * top_k / min(n_experts, m * top_k), is at most 4 (run 5: each
@@ -93,10 +97,13 @@ MatmulIdParams matmul_id_params(const View& weights, const View& input, const Vi
 // whatever the routing (H200, 2026-12-06, bf16, four layer shapes x uniform / hot / Zipf routing:
 // grouped / direct time 0.51-1.22x at m 4, geometric mean 0.84x; 0.29-1.10x at m 8; <= 0.99x at
 // m 16 and 32; run 9: 1.4-22x faster at m 64); m <= 2 stays Direct. More experts than the
-// grouped route takes always get Direct. Separate from matmul_id_capability, which never guesses.
+// grouped route takes always get Direct. params.route is ignored. What route Auto runs;
+// separate from matmul_id_capability, which never guesses.
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& params, const ArchInfo& arch);
 
-// Caller-owned scratch of the grouped route on one device (host memory for CPU contexts):
+// Scratch of the grouped route on one device (host memory for CPU contexts), for callers that
+// manage memory themselves; a call given none uses its context's own (a grow-only one per stream,
+// with room to stage the routed rows where the Hopper engine would stage them; see matmul_id).
 // expert counts [max_experts] and the routed rows listed by expert (a counting sort: expert e's
 // rows, in increasing routed-row order, start at the sum of the counts before e), u32. It holds
 // max_tokens * max_top_k routed rows; max_top_k 0 means max_experts (enough for any distinct
@@ -172,6 +179,7 @@ struct MatmulIdPlan {
   bool engine = false;  // GroupedPrefill on the Hopper tiled engine (else mma.sync or the CPU reference)
   bool staged = false;  // the engine reads routed rows staged in expert order (the scratch has room)
   bool fused = false;   // the engine sorts the routed rows itself: one kernel, the scratch unused
+  bool pooled = false;  // GroupedPrefill without a caller's scratch: the context's own serves it
   std::string reason;   // GroupedPrefill on CUDA: why this GEMM
 };
 
@@ -187,6 +195,11 @@ MatmulIdPlan plan_matmul_id(const Context& ctx, const View& weights, const View&
 // not just byte counts. out must not overlap weights, input, ids or the scratch. Ids outside
 // [0, n_experts) give a zero output row (as do all rows when k or n_experts is 0); m, top_k or
 // n of 0 is an empty call. Enqueues on ctx's stream; never synchronises.
+// scratch may be null: a grouped call then uses the context's grow-only scratch for its current
+// stream (counts, row lists and, where the Hopper engine stages rows, m * top_k * k input
+// elements), allocated or grown before anything is enqueued (so the first call of a shape,
+// like cuBLASLt's first, belongs outside CUDA-graph capture; OutOfMemory when it cannot be had).
+// Growing frees the old one through cudaFree, which waits for the device.
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, const MatmulIdParams& params, const MatmulIdOptions& opts = {});
 // The same with the params read off the views (matmul_id_params).

@@ -626,7 +626,7 @@ def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu", *, max_to
                                    staged_row_bytes=row_bytes)
 
 
-def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
+def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "auto", scratch=None,
               may_repeat: bool = False, precision: str = "exact", out_dtype=None, grouped_kernel: str = "auto"):
     """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids [m, top_k].
 
@@ -635,9 +635,13 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     zero rows. x is [m, k] (layout "shared": every slot of token t reads x[t]), [m * top_k, k]
     ("slotted": slot s of token t reads x[t * top_k + s]) or [m, top_k, k] (slotted). Weights may
     have a padded expert stride (a slice of a larger stack) and x padded rows, as long as the
-    innermost stride is 1; inputs may be read-only. route "direct", "grouped" (needs a scratch
-    from matmul_id_scratch; correct for any ids, may_repeat is a hint) or "auto"
-    (suggest_matmul_id_route's choice; "grouped" only when a scratch is given). out is [m, top_k, n],
+    innermost stride is 1; inputs may be read-only. route "auto" (the default:
+    suggest_matmul_id_route's choice for the call on its device), "direct" or "grouped" (both
+    correct for any ids; may_repeat is a hint). The grouped route needs no scratch from you: a call
+    without one uses llmm's own for the device and stream (grow-only; where the Hopper engine stages
+    the routed rows, m x top_k x k elements of x's dtype; made or grown by the first call of a
+    size, so warm up before CUDA-graph capture). scratch=matmul_id_scratch(...) gives your own
+    instead. out is [m, top_k, n],
     float32 (default) or x's dtype; out=None allocates like x. m, top_k or n = 0 give an empty
     result; k = 0 or E = 0 give zeros. grouped_kernel picks the grouped route's GEMM on a CUDA
     device by name: "auto" (the planner's), "mma_sync", "tiled_sm90" (the Hopper engine after the
@@ -653,7 +657,7 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
 
 def _matmul_id_args(op: str, weights, x, ids, out, route: str, scratch, may_repeat: bool, out_dtype):
     """matmul_id's and plan_matmul_id's arrays, checked ranks, out (allocated like x when None)
-    and the route ("auto" resolved)."""
+    and the route (the library resolves "auto")."""
     weights, x, ids = _array(op, "weights", weights), _array(op, "x", x), _array(op, "ids", ids)
     ws, xs, ids_shape = tuple(weights.shape), tuple(x.shape), tuple(ids.shape)
     if len(ws) != 3:
@@ -669,21 +673,18 @@ def _matmul_id_args(op: str, weights, x, ids, out, route: str, scratch, may_repe
         out = _empty(op, x, (ids_shape[0], ids_shape[1], ws[1]), out_dtype if out_dtype is not None else "float32")
     else:
         out = _out(op, out)
-    if route == "auto":  # the planner's choice, as matmul and gemm_tq2 take "auto"
-        route = "direct"
-        if scratch is not None:
-            route = suggest_matmul_id_route(ids_shape[0], ws[1], ws[2], ids_shape[1], ws[0], x, may_repeat=may_repeat)
     return weights, x, ids, out, route
 
 
-def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "direct", scratch=None,
+def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "auto", scratch=None,
                    may_repeat: bool = False, precision: str = "exact", out_dtype=None, grouped_kernel: str = "auto") -> dict:
     """What matmul_id with the same arguments would launch, without running it: a dict with
     "route" ("direct" or "grouped"; "direct" when k or E is 0), "kernels" (in launch order, the
     names its receipt joins with "+"; empty when the output has no element), "engine" (the grouped
-    route on the Hopper tiled engine), "staged" (its routed rows copied into expert order first: a
-    scratch made with staged_row_bytes), "fused" (the engine sorting the routed rows itself: one
-    kernel, at m <= 16, the scratch unused) and "reason". The call's checks run here and raise the
+    route on the Hopper tiled engine), "staged" (its routed rows copied into expert order first:
+    llmm's own scratch, or one made with max_k), "fused" (the engine sorting the routed rows itself: one
+    kernel, at m <= 16, the scratch unused), "pooled" (grouped without a scratch: llmm's own serves
+    it) and "reason". The call's checks run here and raise the
     same errors. out=None plans for the output matmul_id would allocate (one is allocated here too).
     """
     weights, x, ids, out, route = _matmul_id_args("plan_matmul_id", weights, x, ids, out, route, scratch, may_repeat,

@@ -5,7 +5,7 @@ a fake (meta) implementation that gives the output's exact shape, dtype and devi
 
     torch.ops.llmm.matmul(a, b, transpose_a=False, transpose_b=False, precision="exact",
                           route="auto") -> Tensor
-    torch.ops.llmm.matmul_id(weights, x, ids, layout="shared", route="direct", may_repeat=False,
+    torch.ops.llmm.matmul_id(weights, x, ids, layout="shared", route="auto", may_repeat=False,
                              precision="exact", out_dtype=None) -> Tensor
     torch.ops.llmm.gemm_tq2(x, weight_key, n, precision="exact", route="auto",
                             out_dtype=None) -> Tensor
@@ -26,18 +26,17 @@ resident until llmm.release_tq2(weight). TernaryLinear wraps this as an nn.Modul
 Expert ids may be int32, int64 (what torch.topk returns: no conversion needed) or uint32; the
 kernels read them as they are, and an id outside [0, E) gives a zero row.
 
-The grouped matmul_id route needs scratch memory; the op keeps one grow-only scratch per
+The grouped matmul_id route needs scratch memory: the library keeps one grow-only scratch per
 (device, stream), so calls on one stream reuse it in stream order and calls on different
 streams never share one. A call that creates or grows it allocates, which CUDA-graph capture
 forbids: warm up on the capture stream first (a call during capture that would allocate raises
-llmm.Error saying so).
+llmm.Error saying so, before anything is enqueued).
 
 Layouts: a transposed view (innermost stride != 1, the next one 1) is taken as the transpose of
 its base (no copy); any other innermost stride other than 1 is refused with llmm.Error (no silent
 copy). The ops are tagged needs_exact_strides, so torch.compile hands them the strides that eager
 mode would.
 """
-import threading
 from typing import Optional
 
 import torch
@@ -80,39 +79,6 @@ def _matmul_fake(a, b, transpose_a=False, transpose_b=False, precision="exact", 
 # ---------------------------------------------------------------------------------------------
 # llmm::matmul_id
 
-_scratch: dict = {}
-_retired: list = []  # grown-out scratches: kernels enqueued before may still read them
-_scratch_lock = threading.Lock()
-
-
-def _grouped_scratch(x: Tensor, n_experts: int, m: int, top_k: int):
-    """The (device, stream)'s scratch, grown to n_experts experts and m x top_k routed rows. On CUDA
-    with a 16-bit x it also has room to stage every routed row of x (the Hopper engine's fast path:
-    ~2x at large m; it costs m x top_k x k elements, as torch._grouped_mm's permuted input does)."""
-    dev = llmm._device_name(x)
-    stream = int(torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else 0
-    row_bytes = x.shape[-1] * x.element_size() if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) else 0
-    with _scratch_lock:
-        s = _scratch.get((dev, stream))
-        if (s is None or s.max_experts < n_experts or s.max_tokens < m or s.max_top_k < top_k
-                or s.staged_row_bytes < row_bytes):
-            if x.is_cuda and torch.cuda.is_current_stream_capturing():
-                raise llmm.Error(
-                    f"llmm.matmul_id: the grouped route needs scratch for {n_experts} experts x {m} tokens x {top_k} "
-                    f"slots on {dev}, stream {stream:#x}, and allocating it is not allowed during CUDA-graph capture: "
-                    f"run the call once on the capture stream before capturing (torch.cuda.graph(g, stream=s)), or "
-                    f"use route='direct'")
-            experts = max(n_experts, s.max_experts if s is not None else 1)
-            tokens = max(1 << max(m - 1, 0).bit_length(), s.max_tokens if s is not None else 1)
-            top = max(top_k, s.max_top_k if s is not None else 1, 1)
-            rb = max(row_bytes, s.staged_row_bytes if s is not None else 0)
-            if s is not None:
-                _retired.append(s)
-            s = _scratch[(dev, stream)] = llmm.matmul_id_scratch(experts, tokens, dev, max_top_k=top,
-                                                                   max_k=rb // 2, dtype="bf16")
-    return s
-
-
 def _matmul_id_out_dtype(out_dtype: Optional[torch.dtype]) -> torch.dtype:
     return torch.float32 if out_dtype is None else out_dtype
 
@@ -130,16 +96,15 @@ def _matmul_id_check(weights: Tensor, x: Tensor, ids: Tensor) -> None:
 
 
 @_custom_op("llmm::matmul_id")
-def _matmul_id(weights: Tensor, x: Tensor, ids: Tensor, layout: str = "shared", route: str = "direct",
+def _matmul_id(weights: Tensor, x: Tensor, ids: Tensor, layout: str = "shared", route: str = "auto",
                may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[torch.dtype] = None) -> Tensor:
     _matmul_id_check(weights, x, ids)
-    scratch = _grouped_scratch(x, weights.shape[0], ids.shape[0], ids.shape[1]) if route == "grouped" else None
-    return llmm.matmul_id(weights, x, ids, layout=layout, route=route, scratch=scratch, may_repeat=may_repeat,
-                          precision=precision, out_dtype=_matmul_id_out_dtype(out_dtype))
+    return llmm.matmul_id(weights, x, ids, layout=layout, route=route, may_repeat=may_repeat, precision=precision,
+                          out_dtype=_matmul_id_out_dtype(out_dtype))
 
 
 @_matmul_id.register_fake
-def _matmul_id_fake(weights, x, ids, layout="shared", route="direct", may_repeat=False, precision="exact",
+def _matmul_id_fake(weights, x, ids, layout="shared", route="auto", may_repeat=False, precision="exact",
                     out_dtype=None):
     _matmul_id_check(weights, x, ids)
     return x.new_empty((ids.shape[0], ids.shape[1], weights.shape[1]), dtype=_matmul_id_out_dtype(out_dtype))
@@ -183,11 +148,11 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     return torch.ops.llmm.matmul(a, b, transpose_a, transpose_b, precision, route)
 
 
-def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared", route: str = "direct",
+def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared", route: str = "auto",
               may_repeat: bool = False, precision: str = "exact", out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """torch.ops.llmm.matmul_id: out [m, top_k, n] (float32 unless out_dtype = x.dtype); ids int32,
     int64 (torch.topk's indices, taken as they are) or uint32 (see llmm.matmul_id). The grouped
-    route's scratch is managed per (device, stream)."""
+    route's scratch is llmm's own, one per (device, stream)."""
     return torch.ops.llmm.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype)
 
 

@@ -359,6 +359,7 @@ MatmulIdRoute matmul_id_route_of(nb::handle h, const char* op) {
   const std::string s = str_arg(h, op, "route");
   if (s == "direct") return MatmulIdRoute::Direct;
   if (s == "grouped") return MatmulIdRoute::GroupedPrefill;
+  if (s == "auto") return MatmulIdRoute::Auto;
   fail(ErrorCode::InvalidArgument, op, ": route must be 'direct', 'grouped' or 'auto', got '", s, "'");
 }
 
@@ -839,7 +840,9 @@ NB_MODULE(_llmm, m) {
         MatmulIdCapability c = matmul_id_capability(wd, p);
         nb::dict d;
         d["schema_version"] = c.schema_version;
-        d["route"] = c.route == MatmulIdRoute::GroupedPrefill ? "grouped" : "direct";  // the names route= takes
+        d["route"] = c.route == MatmulIdRoute::GroupedPrefill ? "grouped"  // the names route= takes
+                     : c.route == MatmulIdRoute::Auto       ? "auto"
+                                                            : "direct";
         d["weight_bytes"] = c.required_weight_bytes;
         d["input_bytes"] = c.required_input_bytes;
         d["ids_bytes"] = c.required_ids_bytes;
@@ -931,7 +934,7 @@ NB_MODULE(_llmm, m) {
         return receipt_dict(llmm::matmul_id(ctx, c.w.v, c.x.v, c.ids.v, c.out.v, c.scratch, c.layout, c.mult, c.route, c.opts));
       },
       nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
-      nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
+      nb::arg("may_repeat").none() = false, nb::arg("route").none() = "auto", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream, every size read off the "
       "views (weights [E, n, k], x [m, k] / [m * top_k, k] / [m, top_k, k], ids [m, top_k] u32/i32/i64, out "
@@ -953,12 +956,13 @@ NB_MODULE(_llmm, m) {
         d["engine"] = plan.engine;
         d["staged"] = plan.staged;
         d["fused"] = plan.fused;
+        d["pooled"] = plan.pooled;
         d["reason"] = plan.reason;
         return d;
       },
       nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
-      nb::arg("may_repeat").none() = false, nb::arg("route").none() = "direct", nb::arg("scratch").none() = nb::none(),
+      nb::arg("may_repeat").none() = false, nb::arg("route").none() = "auto", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
       "What llmm.matmul_id with these arguments launches, without running it: {route, kernels (in launch order), "
-      "engine, staged, fused, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
+      "engine, staged, fused, pooled, reason}; the call's refusals are raised here. Low level: use llmm.plan_matmul_id.");
 }

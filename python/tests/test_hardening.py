@@ -528,8 +528,6 @@ def hostile_calls():
             else:
                 add(f"matmul_id {name}={v!r}", lambda kw=kw, out=out: llmm.matmul_id(w, xm, ids, out, **kw), out)
     out = good_out()
-    add("matmul_id grouped without scratch", lambda out=out: llmm.matmul_id(w, xm, ids, out, route="grouped"), out)
-    out = good_out()
     add("matmul_id distinct top_k > E",
         lambda out=out: llmm.matmul_id(f32(1, 5, 8), xm, np.zeros((3, 2), np.int32), out), out)
     big_out = np.full(4, np.nan, np.float32)
@@ -780,7 +778,7 @@ def test_property_matmul_id():
         kw = {}
         kind = rng.choice(["out_n", "out_m", "out_topk", "out_dtype", "out_f64", "ids_f32", "ids_rank", "ids_strided",
                            "w_inner", "w_rows", "x_k", "x_m", "x_inner", "x_negative", "layout", "route", "layout_str",
-                           "no_scratch", "small_scratch", "readonly_out", "distinct", "w_rank", "precision"])
+                           "small_scratch", "readonly_out", "distinct", "w_rank", "precision"])
         if kind == "out_n":
             out = np.full((m, top_k, n - 1), 7, np.float32)
         elif kind == "out_m":
@@ -818,8 +816,6 @@ def test_property_matmul_id():
             kw["route"] = "auto!"
         elif kind == "layout_str":
             kw["layout"] = "packed"
-        elif kind == "no_scratch":
-            kw["route"] = "grouped"
         elif kind == "small_scratch":
             kw["route"], kw["scratch"] = "grouped", llmm.matmul_id_scratch(e - 1, m)
         elif kind == "readonly_out":

@@ -239,17 +239,24 @@ def test_plan_matmul_id_names_what_matmul_id_launches():
     ids = np.array([[(t + s) % e for s in range(top_k)] for t in range(m)], dtype=np.uint32)
     scratch = llmm.matmul_id_scratch(e, m)
     out = np.full((m, top_k, n), np.nan, np.float32)
-    direct = llmm.plan_matmul_id(w, x, ids, out)
+    direct = llmm.plan_matmul_id(w, x, ids, out, route="direct")
     assert direct["route"] == "direct" and direct["kernels"] == ["cpu_matmul_id_reference"]
     grouped = llmm.plan_matmul_id(w, x, ids, out, route="grouped", scratch=scratch)
     assert grouped["route"] == "grouped"
     assert grouped["kernels"] == ["cpu_matmul_id_map", "cpu_matmul_id_reference"]
     assert not grouped["engine"] and not grouped["staged"] and not grouped["fused"]
     assert np.isnan(out).all()  # a plan writes nothing
-    assert llmm.plan_matmul_id(w, x, ids, route="auto")["route"] == "direct"  # auto without a scratch
+    # auto, the default, is the suggested route (grouped here: 18 routed rows on 4 experts), with
+    # or without a scratch; without one, llmm's own serves the grouped route (and nothing is written)
+    suggested = llmm.suggest_matmul_id_route(m, n, k, top_k, e, x)
+    assert suggested == "grouped"
+    for s in (None, scratch):
+        auto = llmm.plan_matmul_id(w, x, ids, out, scratch=s)
+        assert auto["route"] == suggested and auto["pooled"] == (s is None)
+    assert llmm.plan_matmul_id(w, x[:3], ids[:3])["route"] == "direct"  # 6 rows on 4 experts
+    assert llmm.plan_matmul_id(w, x, ids, out, route="grouped")["kernels"] == grouped["kernels"]
+    assert not grouped["pooled"] and np.isnan(out).all()
     assert llmm.plan_matmul_id(w, x[:0], ids[:0], np.zeros((0, top_k, n), np.float32))["kernels"] == []
-    with pytest.raises(llmm.Error, match="grouped prefill requires caller-owned scratch"):
-        llmm.plan_matmul_id(w, x, ids, route="grouped")
     with pytest.raises(llmm.Error, match="scratch capacity experts/tokens=4/8 is smaller than 4/9"):
         llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=llmm.matmul_id_scratch(e, 8))
 
@@ -270,7 +277,7 @@ def test_matmul_id_grouped_kernel_by_name():
         assert np.isnan(out).all()
         with pytest.raises(llmm.Error, match=f"grouped kernel {name} runs on CUDA devices only"):
             llmm.plan_matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=name)
-        np.testing.assert_array_equal(llmm.matmul_id(w, x, ids, grouped_kernel=name), want)  # direct: ignored
+        np.testing.assert_array_equal(llmm.matmul_id(w, x, ids, route="direct", grouped_kernel=name), want)  # ignored
     for bad in ("fast", "skinny_mma"):
         with pytest.raises(llmm.Error, match=f"grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '{bad}'"):
             llmm.matmul_id(w, x, ids, route="grouped", scratch=scratch, grouped_kernel=bad)
@@ -284,9 +291,10 @@ def test_matmul_id_capability_and_refusals():
     assert (c["scratch_counts_bytes"], c["scratch_rows_bytes"]) == (16, 72)  # compact: m * top_k u32 rows
     with pytest.raises(llmm.Error, match="expert stride 12 is smaller than one 28-byte matrix"):
         llmm.matmul_id_capability("f32", 1, 1, 7, 1, 2, 12)
-    with pytest.raises(llmm.Error, match="grouped prefill requires caller-owned scratch"):
-        llmm.matmul_id(rand(4, 7, 35), rand(9, 35), np.zeros((9, 2), np.uint32) + np.array([0, 1], np.uint32),
-                       route="grouped")
+    # the grouped route without a scratch: llmm's own, the same result as with the caller's
+    w, x, ids = rand(4, 7, 35), rand(9, 35), np.zeros((9, 2), np.uint32) + np.array([0, 1], np.uint32)
+    np.testing.assert_array_equal(llmm.matmul_id(w, x, ids, route="grouped"),
+                                  llmm.matmul_id(w, x, ids, route="grouped", scratch=llmm.matmul_id_scratch(4, 9)))
 
 
 

@@ -14,6 +14,7 @@ void cuda_fill_arch(int device, ArchInfo& arch);
 StreamHandle cuda_create_stream(int device);
 void cuda_destroy_stream(int device, StreamHandle s) noexcept;
 void cuda_sync(int device, StreamHandle s);
+bool cuda_stream_capturing(int device, StreamHandle s);  // s is being captured into a CUDA graph
 void* cublaslt_create(int device);
 void cublaslt_destroy(void* handle) noexcept;
 void* cuda_alloc(std::size_t bytes, int device);

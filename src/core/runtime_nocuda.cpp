@@ -15,6 +15,7 @@ void cuda_fill_arch(int, ArchInfo&) { no_cuda("Context::cuda"); }
 StreamHandle cuda_create_stream(int) { no_cuda("Context::cuda"); }
 void cuda_destroy_stream(int, StreamHandle) noexcept {}
 void cuda_sync(int, StreamHandle) { no_cuda("Context::synchronize"); }
+bool cuda_stream_capturing(int, StreamHandle) { return false; }
 void* cublaslt_create(int) { no_cuda("Context::cublaslt_handle"); }
 void cublaslt_destroy(void*) noexcept {}
 void* cuda_alloc(std::size_t, int) { no_cuda("DeviceBuffer"); }

@@ -164,9 +164,6 @@ TEST(MatmulIdCall, RefusalsLaunchNothingWriteNothing) {
     matmul_id(c, b.wv(), b.iv(), ids, View::contiguous(arena.data() + 10, DType::F32, {9, 2, 7}), nullptr, seed_params());
   }, ErrorCode::InvalidArgument, "matmul_id: output must not overlap expert ids");
   expect_call_refused([](C& c, SeedBufs& b, S&) {
-    matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, seed_params(MatmulIdRoute::GroupedPrefill));
-  }, ErrorCode::InvalidArgument, "matmul_id: grouped prefill requires caller-owned scratch (MatmulIdScratch");
-  expect_call_refused([](C& c, SeedBufs& b, S&) {
     MatmulIdScratch small(c, 4, 8);
     matmul_id(c, b.wv(), b.iv(), b.idv(), b.ov(), &small, seed_params(MatmulIdRoute::GroupedPrefill));
   }, ErrorCode::InvalidArgument, "matmul_id: scratch capacity experts/tokens=4/8 is smaller than 4/9");
@@ -252,8 +249,13 @@ TEST(MatmulIdPlan, CpuPlanIsWhatTheCallLaunches) {
     rec.launched.clear();
     std::fill(b.out.begin(), b.out.end(), NAN);
   }
-  expect_error([&] { plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, seed_params(MatmulIdRoute::GroupedPrefill)); },
-               ErrorCode::InvalidArgument, "matmul_id: grouped prefill requires caller-owned scratch");
+  // No scratch: the context's own serves the call; the plan says so and allocates nothing.
+  const MatmulIdPlan pooled = plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), nullptr, seed_params(MatmulIdRoute::GroupedPrefill));
+  std::fill(scratch.counts(), scratch.counts() + 4, 0xABCDu);  // the grouped call above wrote them
+  w.expect_untouched("a plan without a scratch");
+  EXPECT_TRUE(pooled.pooled);
+  EXPECT_EQ(pooled.kernels, (std::vector<std::string>{"cpu_matmul_id_map", "cpu_matmul_id_reference"}));
+  EXPECT_FALSE(plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), &scratch, seed_params(MatmulIdRoute::GroupedPrefill)).pooled);
   MatmulIdScratch small(ctx, 4, 8);
   expect_error([&] { plan_matmul_id(ctx, b.wv(), b.iv(), b.idv(), b.ov(), &small, seed_params(MatmulIdRoute::GroupedPrefill)); },
                ErrorCode::InvalidArgument, "matmul_id: scratch capacity experts/tokens=4/8 is smaller than 4/9");
@@ -279,6 +281,62 @@ TEST(MatmulIdPlan, CpuPlanIsWhatTheCallLaunches) {
                                             zero_k);
   EXPECT_EQ(zeros.route, MatmulIdRoute::Direct);
   EXPECT_EQ(zeros.kernels, std::vector<std::string>{"cpu_matmul_id_reference"});
+}
+
+// A grouped call given no scratch uses the context's own, grown when a call needs more and
+// reused by smaller ones; every result as the float64 reference's.
+TEST(MatmulIdCpu, GroupedWithoutScratchUsesTheContextsOwn) {
+  Context ctx = Context::cpu(2);
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  std::vector<const void*> counts_at;  // where each call's map wrote its counts
+  for (std::uint32_t m : {3u, 9u, 40u, 9u}) {
+    MoeCase c;
+    c.p = seed_params(MatmulIdRoute::GroupedPrefill);
+    c.p.m = m, c.p.top_k = 3;
+    c.w_dtype = DType::BF16, c.out_of_range_every = 5, c.seed = m, c.shape_form = m == 40;
+    rec.records.clear();
+    const MoeOutcome o = run_moe_case(ctx, c, nullptr);
+    EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+    EXPECT_GT(o.zero_rows_checked, 0) << c.describe();
+    ASSERT_EQ(o.receipt.kernels_launched, 2) << c.describe();
+    ASSERT_EQ(rec.records.size(), 2u);
+    ASSERT_EQ(rec.records[0].kernel, "cpu_matmul_id_map");
+    EXPECT_EQ(rec.records[0].ranges.writes.at(1).bytes, m * 3u * 4) << "the routed-row lists of " << c.describe();
+    counts_at.push_back(rec.records[0].ranges.writes.at(0).begin);
+  }
+  EXPECT_EQ(counts_at[0], counts_at[1]) << "m 9 fits the scratch m 3 grew (tokens to a power of two, >= 16)";
+  EXPECT_EQ(counts_at[2], counts_at[3]) << "m 9 after m 40: the grown scratch is reused";
+}
+
+// Auto, the default route, runs what suggest_matmul_id_route says for the call on the context's
+// device, with or without a scratch.
+TEST(MatmulIdCpu, AutoRunsTheSuggestedRoute) {
+  EXPECT_EQ(MatmulIdParams{}.route, MatmulIdRoute::Auto);
+  EXPECT_STREQ(matmul_id_route_name(MatmulIdRoute::Auto), "auto");
+  Context ctx = Context::cpu(2);
+  MatmulIdScratch scratch(ctx, 4, 64, 2);
+  int grouped = 0, direct = 0;
+  for (std::uint32_t m : {1u, 3u, 8u, 9u, 64u})
+    for (MatmulIdScratch* s : {static_cast<MatmulIdScratch*>(nullptr), &scratch}) {
+      MoeCase c;
+      c.p = seed_params(MatmulIdRoute::Auto);
+      c.p.m = m;
+      c.w_dtype = DType::F16, c.out_of_range_every = 6, c.seed = m;
+      const MoeOutcome o = run_moe_case(ctx, c, s);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+      const MatmulIdRoute want = suggest_matmul_id_route(c.p, ctx.arch());
+      EXPECT_EQ(o.receipt.route, std::string(matmul_id_route_name(want))) << c.describe();
+      (want == MatmulIdRoute::Direct ? direct : grouped) += 1;
+    }
+  EXPECT_GT(grouped, 0);  // both routes reached: the check above is not vacuous
+  EXPECT_GT(direct, 0);
+  // The capability of an Auto call reports no scratch (a call without one uses the context's).
+  EXPECT_FALSE(matmul_id_capability(DType::F32, seed_params(MatmulIdRoute::Auto)).scratch.has_value());
+  MatmulIdParams many = seed_params(MatmulIdRoute::Auto);
+  many.n_experts = 2000, many.expert_stride_bytes = 7 * 35 * 4;
+  EXPECT_NO_THROW(matmul_id_capability(DType::F32, many));  // Auto takes direct beyond the grouped limit
+  EXPECT_EQ(suggest_matmul_id_route(many, ctx.arch()), MatmulIdRoute::Direct);
 }
 
 // Staging room is a CUDA-only extra: a CPU scratch ignores it (the reference never stages).

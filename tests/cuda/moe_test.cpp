@@ -15,6 +15,7 @@
 #include "llmm/error.hpp"
 #include "llmm/moe.hpp"
 #include "llmm/reference.hpp"
+#include "support/expect_error.hpp"
 #include "support/gpu.hpp"
 #include "support/moe_case.hpp"
 #include "support/random.hpp"
@@ -375,6 +376,82 @@ TEST(MoeGpu, PlanIsWhatTheCallLaunches) {
     EXPECT_EQ(plan.staged, plan.engine && !fused && s.stage) << c.describe();
     if (plan.fused) EXPECT_EQ(plan.kernels.size(), 1u) << c.describe();
   }
+}
+
+// No scratch: the context's own serves the grouped route (and Auto, the default), sized by the
+// plan: staged where the engine stages, grown by a larger call, the same bytes as with a
+// caller's scratch; the plan (pooled) is what the call launches.
+TEST(MoeGpu, ContextScratchServesCallsWithoutOne) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  LaunchRecorder rec;
+  struct S { std::uint32_t m, k; DType in; MatmulIdRoute route; };
+  const S cases[] = {{4, 256, DType::BF16, MatmulIdRoute::GroupedPrefill},   // fused engine
+                     {64, 264, DType::BF16, MatmulIdRoute::GroupedPrefill},  // map + staged engine
+                     {300, 256, DType::F16, MatmulIdRoute::Auto},
+                     {40, 256, DType::F32, MatmulIdRoute::GroupedPrefill},   // mma.sync: no staging
+                     {2100, 128, DType::BF16, MatmulIdRoute::Auto},          // grows the scratch
+                     {64, 264, DType::BF16, MatmulIdRoute::Auto}};
+  for (const S& s : cases) {
+    MoeCase c;
+    c.p = params(s.m, 96, s.k, 8, 32, s.route);
+    c.p.input_dtype = s.in, c.p.output_dtype = s.in;
+    c.w_dtype = s.in == DType::F32 ? DType::BF16 : s.in, c.out_of_range_every = 7, c.seed = 77 + s.m;
+    MoeBuffers b = make_moe_buffers(c);
+    DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+    ctx.set_launch_recorder(&rec);
+    rec.launched.clear();
+    const MatmulIdPlan plan = plan_matmul_id(ctx, dw.view, din.view, dids.view, dout.view, nullptr, b.p);
+    EXPECT_TRUE(rec.launched.empty());
+    const Receipt r = matmul_id(ctx, dw.view, din.view, dids.view, dout.view, nullptr, b.p);
+    ctx.synchronize();
+    ctx.set_launch_recorder(nullptr);
+    EXPECT_EQ(rec.launched, plan.kernels) << c.describe();
+    EXPECT_EQ(r.route, matmul_id_route_name(plan.route)) << c.describe();
+    const bool grouped = plan.route == MatmulIdRoute::GroupedPrefill;
+    EXPECT_EQ(plan.pooled, grouped) << c.describe();
+    if (s.route == MatmulIdRoute::Auto)
+      EXPECT_EQ(plan.route, suggest_matmul_id_route(b.p, ctx.arch())) << c.describe();
+    if (plan.engine && !plan.fused) EXPECT_TRUE(plan.staged) << c.describe() << ": the context's scratch stages";
+    // The same call with a caller's scratch (staging room for every row): the same bytes.
+    MoeOutcome pooled = run_moe_case(ctx, c, nullptr);
+    EXPECT_TRUE(pooled.cmp.ok()) << c.describe() << " [" << pooled.receipt.kernel << "]: " << pooled.cmp.summary();
+    MatmulIdScratch own(ctx, 32, s.m, 8, std::uint64_t{s.k} * dtype_size(s.in));
+    MoeOutcome given = run_moe_case(ctx, c, &own);
+    EXPECT_EQ(pooled.receipt.kernel, given.receipt.kernel) << c.describe();
+    EXPECT_EQ(pooled.out_bytes, given.out_bytes) << c.describe();
+  }
+  // During CUDA-graph capture the context's scratch cannot be made or grown: refused before
+  // anything is enqueued (the capture stays valid); once made, a call captures and replays.
+  Context cap = Context::cuda(0);
+  MoeCase c;
+  c.p = params(64, 96, 128, 2, 16, MatmulIdRoute::GroupedPrefill);
+  c.p.input_dtype = DType::BF16, c.w_dtype = DType::BF16, c.out_of_range_every = 9;
+  MoeBuffers b = make_moe_buffers(c);
+  DeviceTensor dw = to_device(b.w), din = to_device(b.in), dids = to_device(b.ids), dout = to_device(b.out);
+  cudaStream_t s = cap.stream();
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  expect_error([&] { matmul_id(cap, dw.view, din.view, dids.view, dout.view, nullptr, b.p); }, ErrorCode::InvalidArgument,
+               "during CUDA-graph capture, where memory cannot be allocated");
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphDestroy(graph);
+  matmul_id(cap, dw.view, din.view, dids.view, dout.view, nullptr, b.p);  // makes the scratch
+  cap.synchronize();
+  std::vector<unsigned char> eager(b.out.bytes.size()), replayed(b.out.bytes.size());
+  copy_to_host(eager.data(), dout.buffer.data(), eager.size());
+  copy_to_device(dout.buffer.data(), b.out.bytes.data(), b.out.bytes.size());  // poisoned again
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  matmul_id(cap, dw.view, din.view, dids.view, dout.view, nullptr, b.p);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  copy_to_host(replayed.data(), dout.buffer.data(), replayed.size());
+  EXPECT_EQ(eager, replayed);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 // The Hopper tiled engine under the grouped route, forced: wide (256) and narrow (64) tiles, alone

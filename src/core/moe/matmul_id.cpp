@@ -6,7 +6,9 @@
 
 #include "core/log.hpp"
 #include "core/moe/matmul_id_checks.hpp"
+#include "core/moe/matmul_id_pool.hpp"
 #include "core/moe/moe_dispatch.hpp"
+#include "core/moe/moe_kernels.hpp"
 #include "core/moe/moe_plan.hpp"
 #include "core/ranges.hpp"
 #include "llmm/checked.hpp"
@@ -41,6 +43,7 @@ std::string describe_all(const View& w, const View& in, const View& ids, const V
 struct Prepared {
   bool empty = false;  // no output element: nothing runs
   bool zeros = false;  // k or n_experts is 0: every output row is zero (the direct kernel writes them)
+  bool pooled = false;  // grouped without a caller's scratch: the context's own (filled in by run)
   MatmulIdRoute route = MatmulIdRoute::Direct;
   std::uint64_t routed = 0;
   cuda_moe::MoeArgs g;
@@ -58,9 +61,14 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   // k == 0 or no experts: every output is an empty sum or an out-of-range row, i.e. zero. The
   // direct kernel (and the reference) write exactly that without reading weights or input.
   const bool zeros = p.k == 0 || p.n_experts == 0;
-  const MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
+  MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
+  if (route == MatmulIdRoute::Auto) route = suggest_matmul_id_route(p, ctx.arch());
   pr.zeros = zeros, pr.route = route;
-  if (!zeros) (void)matmul_id_capability(weights.dtype, p);  // strides, alignment, extents, route limits
+  if (!zeros) {  // strides, alignment, extents, the resolved route's limits
+    MatmulIdParams resolved = p;
+    resolved.route = route;
+    (void)matmul_id_capability(weights.dtype, resolved);
+  }
   const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
   if (routed > UINT32_MAX)  // the capability checks it too, but is not asked when the output is zeros
     fail(ErrorCode::InvalidArgument, kOp, ": ", p.m, " x ", p.top_k, " routed rows exceed the u32 range");
@@ -73,9 +81,9 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
     if (!ctx.is_cuda() && opts.grouped_kernel != MatmulIdGroupedKernel::Auto)
       fail(ErrorCode::Unsupported, kOp, ": grouped kernel ", matmul_id_grouped_kernel_name(opts.grouped_kernel),
            " runs on CUDA devices only (a CPU context runs the reference: leave grouped_kernel Auto)");
-    if (!scratch)
-      fail(ErrorCode::InvalidArgument, kOp, ": grouped prefill requires caller-owned scratch (MatmulIdScratch, or "
-                                            "llmm.matmul_id_scratch in Python)");
+    pr.pooled = scratch == nullptr;
+  }
+  if (route == MatmulIdRoute::GroupedPrefill && scratch) {
     if (scratch->max_experts() < p.n_experts || scratch->max_tokens() < p.m)
       fail(ErrorCode::InvalidArgument, kOp, ": scratch capacity experts/tokens=", scratch->max_experts(), "/",
            scratch->max_tokens(), " is smaller than ", p.n_experts, "/", p.m);
@@ -111,12 +119,41 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   g.ids = ids.data, g.ids64 = p.ids_dtype == DType::I64;
   g.out_dtype = p.output_dtype, g.out = out.data;
   g.exact = opts.precision == Precision::Exact;
-  if (route == MatmulIdRoute::GroupedPrefill) {
+  if (route == MatmulIdRoute::GroupedPrefill && scratch) {
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
     g.block_counts = scratch->map_block_counts(), g.block_count_words = static_cast<std::int64_t>(scratch->map_block_count_words());
     if (scratch->staged()) g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
   }
   return pr;
+}
+
+void use_scratch(cuda_moe::MoeArgs& g, const MatmulIdScratch& s) {
+  g.counts = s.counts(), g.rows = s.rows(), g.row_capacity = static_cast<std::int64_t>(s.row_capacity());
+  g.block_counts = s.map_block_counts(), g.block_count_words = static_cast<std::int64_t>(s.map_block_count_words());
+  g.staged = s.staged(), g.staged_bytes = static_cast<std::int64_t>(s.staged_bytes());
+}
+
+// The CUDA plan of a grouped call that will use the context's scratch, before that scratch is had
+// (a pure function: nothing allocated): the pool's memory as the planner sees it, non-null
+// 256-byte aligned stand-ins (cudaMalloc's alignment; never dereferenced) with room to stage
+// every routed row.
+cuda_moe::MoePlan plan_pooled_cuda(const ArchInfo& arch, cuda_moe::MoeArgs g, MatmulIdGroupedKernel kernel) {
+  auto* stand_in = reinterpret_cast<std::uint32_t*>(std::uintptr_t{256});
+  const std::int64_t routed = g.m * g.top_k;
+  g.counts = stand_in, g.rows = stand_in, g.row_capacity = routed;
+  g.block_counts = stand_in, g.block_count_words = static_cast<std::int64_t>(cuda_moe::kMoeMapBlockCountWords);
+  g.staged = stand_in, g.staged_bytes = routed * g.k * static_cast<std::int64_t>(dtype_size(g.in_dtype));
+  return cuda_moe::plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, arch, kernel);
+}
+
+// The context's scratch for a pooled call, sized by its plan: staging room only where the engine
+// stages (on CUDA), then g pointed at it. Before anything is enqueued.
+void use_pool(Context& ctx, cuda_moe::MoeArgs& g, const MatmulIdOptions& opts) {
+  std::uint64_t row_bytes = 0;
+  if (ctx.is_cuda() && plan_pooled_cuda(ctx.arch(), g, opts.grouped_kernel).staged)
+    row_bytes = static_cast<std::uint64_t>(g.k) * dtype_size(g.in_dtype);
+  use_scratch(g, detail::matmul_id_pool_scratch(ctx, static_cast<std::uint32_t>(g.n_experts), static_cast<std::uint32_t>(g.m),
+                                                static_cast<std::uint32_t>(g.top_k), row_bytes));
 }
 
 Receipt run(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
@@ -127,6 +164,7 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
   const MatmulIdRoute route = pr.route;
   const std::uint64_t routed = pr.routed;
   cuda_moe::MoeArgs& g = pr.g;
+  if (pr.pooled) use_pool(ctx, g, opts);
   auto logged = [&](Receipt r) {
     if (log_level() > 0)
       detail::log_call(kOp,
@@ -136,7 +174,9 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
                            " out " + std::string(dtype_name(p.output_dtype)) + " ids " +
                            std::string(dtype_name(p.ids_dtype)) +
                            (p.input_layout == MatmulIdInputLayout::Slotted ? " slotted" : " shared"),
-                       r, zeros ? "k or n_experts is 0: zero rows" : "the caller's route");
+                       r, zeros                                       ? "k or n_experts is 0: zero rows"
+                          : p.route == MatmulIdRoute::Auto ? "auto: suggest_matmul_id_route"
+                                                           : "the caller's route");
     return r;
   };
   if (ctx.is_cuda()) return logged(detail::run_matmul_id_cuda(ctx, route, g, opts.grouped_kernel));
@@ -287,9 +327,11 @@ MatmulIdPlan plan_matmul_id(const Context& ctx, const View& weights, const View&
   const Prepared pr = prepare(ctx, weights, input, ids, out, scratch, p, opts);
   MatmulIdPlan plan;
   plan.route = pr.route;
+  plan.pooled = pr.pooled;
   if (pr.empty) return plan;
   if (ctx.is_cuda()) {  // the function run_matmul_id_cuda plans with, on the same arguments
-    const cuda_moe::MoePlan cp = cuda_moe::plan_matmul_id_cuda(pr.g, pr.route, ctx.arch(), opts.grouped_kernel);
+    const cuda_moe::MoePlan cp = pr.pooled ? plan_pooled_cuda(ctx.arch(), pr.g, opts.grouped_kernel)
+                                           : cuda_moe::plan_matmul_id_cuda(pr.g, pr.route, ctx.arch(), opts.grouped_kernel);
     plan.kernels = cp.kernels, plan.engine = cp.engine, plan.staged = cp.staged, plan.fused = cp.fused;
     plan.reason = cp.reason;
     return plan;

@@ -63,7 +63,12 @@ const char* matmul_id_grouped_kernel_name(MatmulIdGroupedKernel k) noexcept {
 }
 
 const char* matmul_id_route_name(MatmulIdRoute r) noexcept {
-  return r == MatmulIdRoute::Direct ? "direct" : "grouped_prefill";
+  switch (r) {
+    case MatmulIdRoute::Direct: return "direct";
+    case MatmulIdRoute::GroupedPrefill: return "grouped_prefill";
+    case MatmulIdRoute::Auto: return "auto";
+  }
+  return "?";
 }
 
 MatmulIdRoute suggest_matmul_id_route(const MatmulIdParams& p, const ArchInfo& arch) {

@@ -90,6 +90,13 @@ void cuda_sync(int device, StreamHandle s) {
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
+bool cuda_stream_capturing(int device, StreamHandle s) {
+  DeviceGuard g(device);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void* cublaslt_create(int device) {
   DeviceGuard g(device);
   cublasLtHandle_t h = nullptr;
