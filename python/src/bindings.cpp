@@ -538,7 +538,28 @@ int capi_gemm_tq2(PyObject* weight, const View& x, const View& out, PyObject* pr
   }
 }
 
-const capi::Table kCapi{capi::kAbi, &capi_matmul, &capi_gemm_tq2};
+// Flags parsed in MatmulIdCall's order, so that a call refused for two reasons names the same one.
+int capi_matmul_id(const View& weights, const View& x, const View& ids, const View& out, PyObject* layout,
+                   PyObject* may_repeat, PyObject* route, PyObject* precision, PyObject* grouped_kernel,
+                   std::uintptr_t stream) {
+  try {
+    constexpr const char* op = "llmm.matmul_id";
+    const MatmulIdInputLayout l = layout_of(layout, op);
+    const MatmulIdMultiplicity mult =
+        bool_arg(may_repeat, op, "may_repeat") ? MatmulIdMultiplicity::MayRepeat : MatmulIdMultiplicity::DistinctPerToken;
+    const MatmulIdRoute r = matmul_id_route_of(route, op);
+    MatmulIdOptions o;
+    o.precision = precision_of(precision, op);
+    o.grouped_kernel = grouped_kernel_of(grouped_kernel, op);
+    llmm::matmul_id(context_for(out, stream, op, "out"), weights, x, ids, out, nullptr, l, mult, r, o);
+    return 0;
+  } catch (...) {
+    set_python_error();
+    return -1;
+  }
+}
+
+const capi::Table kCapi{capi::kAbi, &capi_matmul, &capi_gemm_tq2, &capi_matmul_id};
 
 MatmulIdParams sizes_params(const char* op, nb::handle m_, nb::handle n, nb::handle k, nb::handle top_k,
                             nb::handle n_experts) {

@@ -15,7 +15,7 @@
 
 namespace llmm::capi {
 
-inline constexpr unsigned kAbi = 1;  // bump when a signature below changes
+inline constexpr unsigned kAbi = 2;  // bump when a signature below changes
 inline constexpr const char* kCapsuleName = "llmm._llmm._capi";
 
 struct Table {
@@ -26,6 +26,12 @@ struct Table {
   // out[m, n] = x[m, k] @ W[n, k]^T for the llmm.TernaryWeight `weight` (llmm.gemm_tq2's contract).
   int (*gemm_tq2)(PyObject* weight, const View& x, const View& out, PyObject* precision, PyObject* route,
                   std::uintptr_t stream);
+  // out[t, s, :] = weights[ids[t, s]] @ x(t, s) with the library's own grouped scratch for out's
+  // device and `stream` (llmm.matmul_id's contract without scratch=). The flags are the Python
+  // objects as given, so that their refusals are the DLPack path's.
+  int (*matmul_id)(const View& weights, const View& x, const View& ids, const View& out, PyObject* layout,
+                   PyObject* may_repeat, PyObject* route, PyObject* precision, PyObject* grouped_kernel,
+                   std::uintptr_t stream);
 };
 
 }  // namespace llmm::capi
