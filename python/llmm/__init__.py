@@ -649,6 +649,11 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     choice at m <= 16, 0.83-1.06x the mapped route's time there); a kernel that cannot take the
     call, and any but "auto" on the CPU, is refused.
     """
+    if (out is None and scratch is None and type(may_repeat) is bool and _is_torch(weights) and _is_torch(x)
+            and _is_torch(ids) and (out_dtype is None or isinstance(out_dtype, sys.modules["torch"].dtype))):
+        f = _fast_ext or _fast()
+        if f:  # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
+            return f.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel)
     weights, x, ids, out, route = _matmul_id_args("matmul_id", weights, x, ids, out, route, scratch, may_repeat, out_dtype)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
             scratch=scratch, precision=precision, grouped_kernel=grouped_kernel)

@@ -132,10 +132,10 @@ def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=
     return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_dtype is None else out_dtype)
 
 
-# llmm._llmm_torch, where built, registers the CPU and CUDA kernels of llmm::matmul and
-# llmm::gemm_tq2 in C++: they take the ops' calls from the Python kernels above (a backend kernel
-# outranks the CompositeExplicitAutograd one custom_op registers), with the same results and
-# refusals. The Python kernels stay for builds without it.
+# llmm._llmm_torch, where built, registers the CPU and CUDA kernels of llmm::matmul,
+# llmm::matmul_id and llmm::gemm_tq2 in C++: they take the ops' calls from the Python kernels
+# above (a backend kernel outranks the CompositeExplicitAutograd one custom_op registers), with
+# the same results and refusals. The Python kernels stay for builds without it.
 llmm._fast()
 
 

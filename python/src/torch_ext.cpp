@@ -12,12 +12,14 @@
 // Functions (positional, all required; the llmm package calls them, users call llmm.matmul etc.):
 //   matmul(a, b, transpose_a, transpose_b, precision, route) -> Tensor
 //   gemm_tq2(x, weight, n, precision, route, out_dtype) -> Tensor   (out_dtype: torch.dtype)
+//   matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel) -> Tensor
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
@@ -27,6 +29,7 @@
 #endif
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -190,6 +193,14 @@ PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   });
 }
 
+// An out_dtype argument: None (float32, the default of llmm.gemm_tq2 and llmm.matmul_id) or a torch.dtype.
+c10::ScalarType out_dtype_arg(PyObject* o, const char* op) {
+  if (o == Py_None) return c10::ScalarType::Float;
+  if (!THPDtype_Check(o))
+    throw Raise{PyExc_TypeError, std::string(op) + ": out_dtype must be a torch.dtype or None, got " + Py_TYPE(o)->tp_name};
+  return reinterpret_cast<THPDtype*>(o)->scalar_type;
+}
+
 // llmm.gemm_tq2's contract for a torch x [m, k]: a new [m, n] output of dtype dt like x.
 at::Tensor run_gemm_tq2(const at::Tensor& x, PyObject* weight, int64_t n, c10::ScalarType dt, PyObject* precision,
                         PyObject* route) {
@@ -215,14 +226,50 @@ PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       PyErr_Clear();
       throw Raise{g_error, std::string(op) + ": n must be a non-negative int64"};
     }
-    c10::ScalarType dt = c10::ScalarType::Float;  // llmm.gemm_tq2's default output
-    if (args[5] != Py_None) {
-      if (!THPDtype_Check(args[5]))
-        throw Raise{PyExc_TypeError, std::string(op) + ": out_dtype must be a torch.dtype or None, got " +
-                                         Py_TYPE(args[5])->tp_name};
-      dt = reinterpret_cast<THPDtype*>(args[5])->scalar_type;
-    }
-    return THPVariable_Wrap(run_gemm_tq2(x, args[1], static_cast<int64_t>(n), dt, args[3], args[4]));
+    return THPVariable_Wrap(run_gemm_tq2(x, args[1], static_cast<int64_t>(n), out_dtype_arg(args[5], op), args[3],
+                                         args[4]));
+  });
+}
+
+// llmm.matmul_id's contract for torch tensors without out= and scratch=: a new [m, top_k, n]
+// output of dtype dt on x's device, the grouped route on the library's own scratch. The checks
+// before the allocation are llmm.matmul_id's in Python (_matmul_id_args), in its order.
+at::Tensor run_matmul_id(const at::Tensor& w, const at::Tensor& x, const at::Tensor& ids, PyObject* layout,
+                         PyObject* route, PyObject* may_repeat, PyObject* precision, c10::ScalarType dt,
+                         PyObject* grouped_kernel) {
+  constexpr const char* op = "llmm.matmul_id";
+  if (w.dim() != 3)
+    throw Raise{g_error, std::string(op) + ": weights must be [n_experts, n, k], got shape " + shape_str(w)};
+  if (ids.dim() != 2) throw Raise{g_error, std::string(op) + ": ids must be [m, top_k], got shape " + shape_str(ids)};
+  if (x.dim() != 2 && x.dim() != 3)
+    throw Raise{g_error, std::string(op) + ": x must be [m, k], [m * top_k, k] or [m, top_k, k], got shape " +
+                             shape_str(x)};
+  constexpr int64_t u32_max = std::numeric_limits<uint32_t>::max();
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"m (tokens)", ids.size(0)}, {"top_k", ids.size(1)},
+                                {"n", w.size(1)}})
+    if (v > u32_max)  // refused before a huge output is allocated
+      throw Raise{g_error, std::string(op) + ": " + name + " " + std::to_string(v) + " is outside 0.." +
+                               std::to_string(u32_max)};
+  // Strided whatever x's layout (the DLPack path's torch.empty): a sparse x is refused below.
+  at::Tensor out = at::empty({ids.size(0), ids.size(1), w.size(1)}, at::TensorOptions().dtype(dt).device(x.device()));
+  const View vw = view_of(w, op, "weights"), vx = view_of(x, op, "x"), vi = view_of(ids, op, "ids"),
+             vo = view_of(out, op, "out");
+#ifdef LLMM_TORCH_CUDA
+  const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
+#endif
+  if (g_capi->matmul_id(vw, vx, vi, vo, layout, may_repeat, route, precision, grouped_kernel, stream_of(out)) != 0)
+    throw PyErrorSet{};
+  return out;
+}
+
+PyObject* matmul_id(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  constexpr const char* op = "llmm.matmul_id";
+  if (nargs != 9) return arity(op, nargs, 9);
+  return guarded([&]() -> PyObject* {
+    const at::Tensor &w = tensor_arg(args[0], op, "weights"), &x = tensor_arg(args[1], op, "x"),
+                     &ids = tensor_arg(args[2], op, "ids");
+    return THPVariable_Wrap(
+        run_matmul_id(w, x, ids, args[3], args[4], args[5], args[6], out_dtype_arg(args[7], op), args[8]));
   });
 }
 
@@ -256,7 +303,7 @@ auto op_guarded(F&& f) -> decltype(f()) {
   throw err;
 }
 
-// torch.ops.llmm.matmul's and gemm_tq2's CPU and CUDA kernels (the schemas and the fake
+// torch.ops.llmm.matmul's, gemm_tq2's and matmul_id's CPU and CUDA kernels (the schemas and the fake
 // implementations are llmm/torch_ops.py's): the ops' calls skip custom_op's Python kernels.
 at::Tensor matmul_op(const at::Tensor& a, const at::Tensor& b, bool ta, bool tb, c10::string_view precision,
                      c10::string_view route) {
@@ -300,14 +347,35 @@ at::Tensor gemm_tq2_op(const at::Tensor& x, int64_t key, int64_t n, c10::string_
   });
 }
 
+// The op refuses what its fake implementation refuses, with the same messages (torch_ops.py's
+// _matmul_id_check: the output's shape depends on these), then runs llmm.matmul_id's path.
+at::Tensor matmul_id_op(const at::Tensor& w, const at::Tensor& x, const at::Tensor& ids, c10::string_view layout,
+                        c10::string_view route, bool may_repeat, c10::string_view precision,
+                        std::optional<c10::ScalarType> out_dtype) {
+  return op_guarded([&] {
+    const c10::ScalarType it = ids.scalar_type();
+    if (it != c10::ScalarType::Int && it != c10::ScalarType::Long && it != c10::ScalarType::UInt32)
+      throw Raise{g_error, std::string("llmm.matmul_id: ids must be int32, int64 or uint32, got torch.") +
+                               torch::getTHPDtype(it)->name};
+    if (ids.dim() != 2 || w.dim() != 3 || (x.dim() != 2 && x.dim() != 3))
+      throw Raise{g_error, "llmm.matmul_id: weights must be [E, n, k], ids [m, top_k] and x [m, k], [m * top_k, k] or "
+                           "[m, top_k, k], got " + shape_str(w) + ", " + shape_str(ids) + " and " + shape_str(x)};
+    const Ref l(py_str(layout)), r(py_str(route)), p(py_str(precision)), g(py_str("auto"));
+    return run_matmul_id(w, x, ids, l.p, r.p, may_repeat ? Py_True : Py_False, p.p,
+                         out_dtype.value_or(c10::ScalarType::Float), g.p);
+  });
+}
+
 TORCH_LIBRARY_IMPL(llmm, CPU, m) {
   m.impl("matmul", &matmul_op);
   m.impl("gemm_tq2", &gemm_tq2_op);
+  m.impl("matmul_id", &matmul_id_op);
 }
 #ifdef LLMM_TORCH_CUDA
 TORCH_LIBRARY_IMPL(llmm, CUDA, m) {
   m.impl("matmul", &matmul_op);
   m.impl("gemm_tq2", &gemm_tq2_op);
+  m.impl("matmul_id", &matmul_id_op);
 }
 #endif
 
@@ -316,6 +384,9 @@ PyMethodDef kMethods[] = {
      "matmul(a, b, transpose_a, transpose_b, precision, route) -> Tensor. Low level: use llmm.matmul."},
     {"gemm_tq2", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&gemm_tq2)), METH_FASTCALL,
      "gemm_tq2(x, weight, n, precision, route, out_dtype) -> Tensor. Low level: use llmm.gemm_tq2."},
+    {"matmul_id", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul_id)), METH_FASTCALL,
+     "matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel) -> Tensor. Low "
+     "level: use llmm.matmul_id."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_llmm_torch",
