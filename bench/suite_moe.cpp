@@ -283,9 +283,11 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
         std::vector<RouteRun> runs;
         // Grouped twice on 16-bit shapes: Auto (the Hopper engine on sm_90) and the mma.sync kernel, A/B.
         const bool ab = dt != DType::F32 && env.ctx.arch().cc_major == 9 && m >= 16;
-        struct Try { MatmulIdRoute route; MatmulIdGroupedKernel kernel; bool plain; };
+        // `pooled`: the call a user makes by default (route Auto, no scratch: the context's own).
+        struct Try { MatmulIdRoute route; MatmulIdGroupedKernel kernel; bool plain; bool pooled = false; };
         std::vector<Try> tries = {{MatmulIdRoute::Direct, MatmulIdGroupedKernel::Auto, false},
-                                  {MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, false}};
+                                  {MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::Auto, false},
+                                  {MatmulIdRoute::Auto, MatmulIdGroupedKernel::Auto, false, true}};
         if (ab) {
           tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::MmaSync, false});
           tries.push_back({MatmulIdRoute::GroupedPrefill, MatmulIdGroupedKernel::TiledSm90, true});  // engine after the map, gathering
@@ -303,7 +305,7 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           RouteRun rr;
           rr.route = route;
           rr.kernel = tr.kernel;
-          rr.scratch = tr.plain ? &scratch_plain : &scratch;
+          rr.scratch = tr.pooled ? nullptr : tr.plain ? &scratch_plain : &scratch;
           MatmulIdParams& p = rr.p;
           p.m = m, p.n = md.n, p.k = md.k, p.top_k = md.top_k, p.n_experts = md.e;
           p.expert_stride_bytes = expert_bytes;
@@ -364,7 +366,8 @@ void run_model(BenchEnv& env, const ModelRun& mr, std::FILE* routing_log) {
           const Timing& ti = t[i + 1];
           Row row;
           row.suite = "moe", row.route = rr.receipt.route, row.kernel = rr.receipt.kernel;
-          row.name = rr.kernel == MatmulIdGroupedKernel::MmaSync     ? cname + "_mma_sync"
+          row.name = rr.p.route == MatmulIdRoute::Auto               ? cname + "_default"
+                     : rr.kernel == MatmulIdGroupedKernel::MmaSync     ? cname + "_mma_sync"
                      : rr.scratch == &scratch_plain                    ? cname + "_gather"
                      : rr.kernel == MatmulIdGroupedKernel::TiledSm90 ? cname + "_mapped"
                      : rr.kernel == MatmulIdGroupedKernel::TiledSm90Fused ? cname + "_fused"
