@@ -197,7 +197,8 @@ PyObject* matmul(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 c10::ScalarType out_dtype_arg(PyObject* o, const char* op) {
   if (o == Py_None) return c10::ScalarType::Float;
   if (!THPDtype_Check(o))
-    throw Raise{PyExc_TypeError, std::string(op) + ": out_dtype must be a torch.dtype or None, got " + Py_TYPE(o)->tp_name};
+    throw Raise{PyExc_TypeError,
+                std::string(op) + ": out_dtype must be a torch.dtype or None, got " + Py_TYPE(o)->tp_name};
   return reinterpret_cast<THPDtype*>(o)->scalar_type;
 }
 
