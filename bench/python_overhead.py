@@ -58,6 +58,7 @@ def main():
     xf = torch.randn(1, 256, device=dev, generator=g)
     nn_lin = torch.nn.Linear(256, 256, bias=False, device=dev, dtype=torch.bfloat16).requires_grad_(False)
     out = torch.empty(1, 256, device=dev, dtype=torch.bfloat16)
+    out_id = torch.empty(1, 2, 256, device=dev)
 
     rows = []
 
@@ -77,9 +78,15 @@ def main():
     # The same call through the DLPack path (out= given): the host path's A/B in one run.
     row("llmm.matmul (torch tensors, out=), DLPack", lambda: llmm.matmul(x, w, out, transpose_b=True), torch_us)
     row("torch.ops.llmm.matmul, grad mode", lambda: T.matmul(x, w, transpose_b=True), torch_us)
+    # matmul_id bf16, 8 experts of 256x256, one token, top_k 2: the C++ path and its DLPack A/B.
+    row(f"llmm.matmul_id direct, {fast}", lambda: llmm.matmul_id(experts, x, ids, route="direct"), torch_us,
+        graph=True)
+    row("llmm.matmul_id direct (out=), DLPack", lambda: llmm.matmul_id(experts, x, ids, out_id, route="direct"),
+        torch_us)
     with torch.inference_mode():
         row("torch.ops.llmm.matmul, inference_mode", lambda: T.matmul(x, w, transpose_b=True), torch_us, graph=True)
-        row("torch.ops.llmm.matmul_id direct, inference_mode", lambda: T.matmul_id(experts, x, ids), torch_us)
+        row("torch.ops.llmm.matmul_id direct, inference_mode", lambda: T.matmul_id(experts, x, ids, route="direct"),
+            torch_us, graph=True)
         row("TernaryLinear f32 (gemm_tq2), inference_mode", lambda: lin(xf), torch_us, graph=True)
         # What a BitNet layer runs: bf16 activations, against nn.Linear bf16 on the same shape.
         lin_us = row("nn.Linear bf16 1x256x256, inference_mode", lambda: nn_lin(x), torch_us, graph=True)
