@@ -8,6 +8,7 @@
 #include "llmm/log.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/moe.hpp"
+#include "llmm/moe_ffn.hpp"
 #include "llmm/reference.hpp"
 #include "llmm/ternary.hpp"
 #include "llmm/ternary_formats.hpp"

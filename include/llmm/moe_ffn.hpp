@@ -1,0 +1,55 @@
+// The expert FFN of a Mixture-of-Experts block in one call:
+//   out[t, :] = sum_{s < top_k} topk_weights[t, s] * W_down[e] . act(W_gate[e] . x[t], W_up[e] . x[t])
+// with e = ids[t, s] (an id outside [0, n_experts) contributes zero), W_gate / W_up the first /
+// last `inter` rows of w_gate_up[e] (vLLM's w13 and transformers' gate_up_proj layout), and the
+// sum over s in slot order (fixed, no atomics: the same bits on every run).
+// On CUDA: the gate_up matmul_id (its output rounded to x's dtype), the gated activation (one
+// rounding to x's dtype), the down matmul_id (f32 out), then the weighted sum over the slots in
+// f32 and one rounding to x's dtype. Intermediates and the grouped route's scratch come from the
+// context's grow-only workspace (per stream): no scratch to size. The receipt's kernel string
+// joins every kernel of the first pass in launch order. On CPU contexts: the float64
+// reference, with no intermediate rounding.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmm/context.hpp"
+#include "llmm/matmul.hpp"
+#include "llmm/moe.hpp"
+#include "llmm/view.hpp"
+
+namespace llmm {
+
+// Gated activations act(g, u) = f(g) * u.
+enum class MoeActivation {
+  Silu,      // SwiGLU: g / (1 + exp(-g)) * u (Qwen, Mixtral, DeepSeek, Llama-4)
+  GeluTanh,  // GeGLU, tanh approximation: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u
+  GeluErf,   // GeGLU, exact: 0.5 g (1 + erf(g / sqrt(2))) * u
+};
+const char* moe_activation_name(MoeActivation a) noexcept;
+
+struct MoeFfnOptions {
+  MoeActivation activation = MoeActivation::Silu;
+  Precision precision = Precision::Exact;    // f32 x on tensor cores: Exact keeps f32 accuracy
+  MatmulIdRoute route = MatmulIdRoute::Auto;  // both GEMMs (Auto: suggest_matmul_id_route's)
+};
+
+// Tokens per pass: a larger call runs in passes of this many tokens (in order, on one stream), so
+// the workspace stays bounded: kMoeFfnPassTokens x top_k x (3 inter x the size of x's dtype +
+// 4 hidden) bytes, plus the grouped route's scratch.
+inline constexpr std::uint32_t kMoeFfnPassTokens = 4096;
+
+// x [m, hidden] (f32, f16 or bf16, innermost stride 1, any row stride); w_gate_up [n_experts,
+// 2 * inter, hidden] and w_down [n_experts, hidden, inter], each expert a row-major matrix (any
+// expert stride), of one dtype: x's, or 16-bit with an f32 x; ids [m, top_k] u32 / i32 / i64 and
+// topk_weights [m, top_k] f32 / f16 / bf16, contiguous; out [m, hidden] of x's dtype, contiguous,
+// overlapping no input. Every size, dtype and overlap is checked (InvalidArgument naming the
+// values) before anything is enqueued or written. m or top_k of 0: nothing runs (out untouched
+// when m is 0; zeros when top_k is 0). Enqueues on ctx's stream; never synchronises. The first
+// call of a size allocates workspace: warm up outside CUDA-graph capture (a call that would grow
+// it during capture is refused).
+Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts = {});
+
+}  // namespace llmm

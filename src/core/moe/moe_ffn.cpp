@@ -1,0 +1,322 @@
+// moe_ffn: every check of the call, then the float64 reference (CPU contexts) or, on CUDA, passes
+// of at most kMoeFfnPassTokens tokens: gate_up matmul_id -> gated activation -> down matmul_id ->
+// slot sum, over the context's workspace.
+#include "llmm/moe_ffn.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/log.hpp"
+#include "core/moe/matmul_id_checks.hpp"
+#include "core/moe/matmul_id_pool.hpp"
+#include "core/moe/moe_ffn_launch.hpp"
+#include "core/ranges.hpp"
+#include "core/runtime.hpp"
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/ternary.hpp"  // BufferPool
+
+namespace llmm {
+namespace {
+
+constexpr const char* kOp = "moe_ffn";
+
+struct Dims {
+  std::int64_t m = 0, hidden = 0, inter = 0, top_k = 0, experts = 0;
+};
+
+// The views' shapes, dtypes, strides, devices and overlaps (InvalidArgument naming them).
+Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& wd, const View& ids, const View& tw,
+                const View& out) {
+  for (const auto& [v, name] : {std::pair{&x, "x"}, std::pair{&wgu, "w_gate_up"}, std::pair{&wd, "w_down"},
+                                std::pair{&ids, "ids"}, std::pair{&tw, "topk_weights"}, std::pair{&out, "out"}}) {
+    validate_view(*v, kOp, name);
+    if (v->device != ctx.kind() || (ctx.is_cuda() && v->device_index != ctx.arch().device_index))
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v->describe(), " but the context is ",
+           ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
+  }
+  if (x.rank != 2) fail(ErrorCode::InvalidArgument, kOp, ": x must be [m, hidden], got ", x.describe());
+  if (wgu.rank != 3 || wgu.dim(1) % 2 != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up rows), got ",
+         wgu.describe());
+  Dims d;
+  d.m = x.dim(0), d.hidden = wgu.dim(2), d.inter = wgu.dim(1) / 2, d.experts = wgu.dim(0);
+  if (x.dim(1) != d.hidden)
+    fail(ErrorCode::InvalidArgument, kOp, ": x is ", x.describe(), " but w_gate_up ", wgu.describe(), " has hidden ",
+         d.hidden);
+  if (wd.rank != 3 || wd.dim(0) != d.experts || wd.dim(1) != d.hidden || wd.dim(2) != d.inter)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden, ", ",
+         d.inter, "] (from w_gate_up ", wgu.describe(), "), got ", wd.describe());
+  if (ids.rank != 2 || ids.dim(0) != d.m)
+    fail(ErrorCode::InvalidArgument, kOp, ": ids must be [m, top_k] with m ", d.m, " (x's rows), got ", ids.describe());
+  d.top_k = ids.dim(1);
+  if (!is_expert_id(ids.dtype)) fail(ErrorCode::InvalidArgument, kOp, ": ids must be u32, i32 or i64, got ", dtype_name(ids.dtype));
+  if (!ids.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": ids must be contiguous, got ", ids.describe());
+  if (tw.rank != 2 || tw.dim(0) != d.m || tw.dim(1) != d.top_k)
+    fail(ErrorCode::InvalidArgument, kOp, ": topk_weights must be [m, top_k] = [", d.m, ", ", d.top_k, "] like ids, got ",
+         tw.describe());
+  if (!is_float(tw.dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": topk_weights must be f32, f16 or bf16, got ", dtype_name(tw.dtype));
+  if (!tw.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": topk_weights must be contiguous, got ", tw.describe());
+  if (!is_float(x.dtype)) fail(ErrorCode::InvalidArgument, kOp, ": x must be f32, f16 or bf16, got ", dtype_name(x.dtype));
+  if (wgu.dtype != wd.dtype)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up (", dtype_name(wgu.dtype), ") and w_down (", dtype_name(wd.dtype),
+         ") must have one dtype");
+  if (!is_float(wgu.dtype) || (wgu.dtype != x.dtype && x.dtype != DType::F32))
+    fail(ErrorCode::InvalidArgument, kOp, ": the weights must be of x's dtype (", dtype_name(x.dtype),
+         "), or f16 / bf16 with an f32 x; got ", dtype_name(wgu.dtype));
+  if (out.rank != 2 || out.dim(0) != d.m || out.dim(1) != d.hidden || out.dtype != x.dtype)
+    fail(ErrorCode::InvalidArgument, kOp, ": out must be ", dtype_name(x.dtype), "[", d.m, ", ", d.hidden,
+         "] (x's dtype and shape), got ", out.describe());
+  if (!out.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": out must be contiguous, got ", out.describe());
+  for (const auto& [v, name] : {std::pair{&x, "x"}, std::pair{&wgu, "w_gate_up"}, std::pair{&wd, "w_down"},
+                                std::pair{&ids, "ids"}, std::pair{&tw, "topk_weights"}})
+    if (overlaps(out, *v))
+      fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
+           v->describe(), ")");
+  (void)narrow_u32(d.m, kOp, "m (tokens)");
+  (void)narrow_u32(d.top_k, kOp, "top_k");
+  (void)narrow_u32(2 * d.inter, kOp, "2 * inter");
+  (void)narrow_u32(d.hidden, kOp, "hidden");
+  (void)narrow_u32(d.experts, kOp, "n_experts");
+  return d;
+}
+
+double activate(MoeActivation a, double g, double u) {
+  switch (a) {
+    case MoeActivation::Silu: return g / (1.0 + std::exp(-g)) * u;
+    case MoeActivation::GeluTanh:
+      return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+    case MoeActivation::GeluErf: return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))) * u;
+  }
+  return 0.0;
+}
+
+std::int64_t element_at(const View& v, std::int64_t i0, std::int64_t i1, std::int64_t i2 = 0) {
+  return i0 * v.stride(0) + i1 * v.stride(1) + (v.rank == 3 ? i2 * v.stride(2) : 0);
+}
+
+// The float64 reference: no intermediate rounding; out-of-range ids contribute zero.
+void run_cpu(const View& x, const View& wgu, const View& wd, const View& ids, const View& tw, const View& out,
+             const Dims& d, MoeActivation act) {
+  std::vector<double> xr(d.hidden), a(d.inter), acc(d.hidden);
+  for (std::int64_t t = 0; t < d.m; ++t) {
+    for (std::int64_t l = 0; l < d.hidden; ++l) xr[l] = load_as_double(x.data, x.dtype, element_at(x, t, l));
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (std::int64_t s = 0; s < d.top_k; ++s) {
+      const double id = load_as_double(ids.data, ids.dtype, t * d.top_k + s);
+      const double w = load_as_double(tw.data, tw.dtype, t * d.top_k + s);
+      if (!(id >= 0 && id < static_cast<double>(d.experts))) {
+        for (double& v : acc) v += w * 0.0;  // NaN / Inf weights still propagate
+        continue;
+      }
+      const auto e = static_cast<std::int64_t>(id);
+      for (std::int64_t i = 0; i < d.inter; ++i) {
+        double g = 0, u = 0;
+        for (std::int64_t l = 0; l < d.hidden; ++l) {
+          g += load_as_double(wgu.data, wgu.dtype, element_at(wgu, e, i, l)) * xr[l];
+          u += load_as_double(wgu.data, wgu.dtype, element_at(wgu, e, d.inter + i, l)) * xr[l];
+        }
+        a[i] = activate(act, g, u);
+      }
+      for (std::int64_t j = 0; j < d.hidden; ++j) {
+        double y = 0;
+        for (std::int64_t i = 0; i < d.inter; ++i) y += load_as_double(wd.data, wd.dtype, element_at(wd, e, j, i)) * a[i];
+        acc[j] += w * y;
+      }
+    }
+    for (std::int64_t j = 0; j < d.hidden; ++j) store_from_double(out.data, out.dtype, t * d.hidden + j, acc[j]);
+  }
+}
+
+View rows_of(const View& v, std::int64_t first, std::int64_t count) {
+  View r = v;
+  r.shape[0] = count;
+  if (count > 0)
+    r.data = static_cast<char*>(v.data) + static_cast<std::size_t>(first * v.stride(0)) * dtype_size(v.dtype);
+  return r;
+}
+
+// One pass's operands on CUDA: the token slices and the workspace views.
+struct Pass {
+  View x, ids, tw, out, h, a, y;
+  std::int64_t m = 0;
+};
+
+constexpr std::size_t kAlign = 256;
+std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+struct WorkspaceLayout {
+  std::size_t h = 0, a = 0, y = 0, total = 0;
+};
+WorkspaceLayout workspace_layout(const Dims& d, std::int64_t pass_m, DType xd) {
+  const auto rows = static_cast<std::uint64_t>(pass_m) * static_cast<std::uint64_t>(d.top_k);
+  WorkspaceLayout w;
+  w.h = aligned(to_usize(checked_mul(checked_mul(rows, 2 * d.inter, "moe_ffn workspace"), dtype_size(xd), "moe_ffn workspace"),
+                         "moe_ffn workspace"));
+  w.a = aligned(to_usize(checked_mul(checked_mul(rows, d.inter, "moe_ffn workspace"), dtype_size(xd), "moe_ffn workspace"),
+                         "moe_ffn workspace"));
+  w.y = aligned(to_usize(checked_mul(checked_mul(rows, d.hidden, "moe_ffn workspace"), 4, "moe_ffn workspace"),
+                         "moe_ffn workspace"));
+  w.total = w.h + w.a + w.y;
+  return w;
+}
+
+Pass make_pass(const View& x, const View& ids, const View& tw, const View& out, const Dims& d, std::int64_t first,
+               std::int64_t count, char* ws, const WorkspaceLayout& lay) {
+  Pass p;
+  p.m = count;
+  p.x = rows_of(x, first, count), p.ids = rows_of(ids, first, count), p.tw = rows_of(tw, first, count);
+  p.out = rows_of(out, first, count);
+  const DeviceKind dev = x.device;
+  const int idx = x.device_index;
+  p.h = View::contiguous(ws, x.dtype, {count, d.top_k, 2 * d.inter}, dev, idx);
+  p.a = View::contiguous(ws + lay.h, x.dtype, {count * d.top_k, d.inter}, dev, idx);
+  p.y = View::contiguous(ws + lay.h + lay.a, DType::F32, {count, d.top_k, d.hidden}, dev, idx);
+  return p;
+}
+
+// The context's workspace for this stream, grown to `bytes` (refused during graph capture).
+char* workspace(Context& ctx, std::size_t bytes) {
+  auto& slot = ctx.cache_slot("moe_ffn.workspace." + std::to_string(reinterpret_cast<std::uintptr_t>(ctx.stream())));
+  if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
+  auto& pool = *static_cast<BufferPool*>(slot.get());
+  if (pool.capacity("ws") < bytes && detail::cuda_stream_capturing(ctx.arch().device_index, ctx.stream()))
+    fail(ErrorCode::InvalidArgument, kOp, ": the call needs the context's workspace grown to ", bytes,
+         " bytes during CUDA-graph capture, where memory cannot be allocated: run one call of this size or larger on "
+         "this stream before capturing");
+  return static_cast<char*>(pool.get("ws", bytes));
+}
+
+MatmulIdRoute resolved(MatmulIdRoute r, const MatmulIdParams& p, const ArchInfo& arch) {
+  return r == MatmulIdRoute::Auto ? suggest_matmul_id_route(p, arch) : r;
+}
+
+}  // namespace
+
+const char* moe_activation_name(MoeActivation a) noexcept {
+  switch (a) {
+    case MoeActivation::Silu: return "silu";
+    case MoeActivation::GeluTanh: return "gelu_tanh";
+    case MoeActivation::GeluErf: return "gelu";
+  }
+  return "?";
+}
+
+Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
+  const Dims d = check_call(ctx, x, w_gate_up, w_down, ids, topk_weights, out);
+  const auto route_checks = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
+    // The two GEMMs by matmul_id's own rules (weight strides, alignment, extents), with its
+    // messages under this op's name.
+    MatmulIdParams p1 = detail::matmul_id_params_named(kOp, w_gate_up, xs, is, h, MatmulIdInputLayout::SharedPerToken,
+                                                       MatmulIdMultiplicity::MayRepeat, opts.route);
+    MatmulIdParams p2 = detail::matmul_id_params_named(kOp, w_down, a, is, y, MatmulIdInputLayout::Slotted,
+                                                       MatmulIdMultiplicity::MayRepeat, opts.route);
+    if (p1.m && p1.n && p1.k && p1.top_k && p1.n_experts) (void)matmul_id_capability(w_gate_up.dtype, p1);
+    if (p2.m && p2.n && p2.k && p2.top_k && p2.n_experts) (void)matmul_id_capability(w_down.dtype, p2);
+    return std::pair{p1, p2};
+  };
+  auto describe = [&] {
+    return "m " + std::to_string(d.m) + " hidden " + std::to_string(d.hidden) + " inter " + std::to_string(d.inter) +
+           " top_k " + std::to_string(d.top_k) + " experts " + std::to_string(d.experts) + " x " +
+           std::string(dtype_name(x.dtype)) + " w " + std::string(dtype_name(w_gate_up.dtype)) + " " +
+           moe_activation_name(opts.activation);
+  };
+  auto logged = [&](Receipt r) {
+    if (log_level() > 0) detail::log_call(kOp, describe(), r, "gate_up, activation, down, slot sum");
+    return r;
+  };
+  if (d.m == 0 || d.hidden == 0) return logged(Receipt{"none", "", 0});
+
+  if (!ctx.is_cuda()) {
+    const View none_h = View::contiguous(nullptr, x.dtype, {d.m, d.top_k, 2 * d.inter});
+    const View none_a = View::contiguous(nullptr, x.dtype, {d.m * d.top_k, d.inter});
+    const View none_y = View::contiguous(nullptr, DType::F32, {d.m, d.top_k, d.hidden});
+    (void)route_checks(x, ids, none_h, none_a, none_y);
+    ctx.check_launchable("cpu_moe_ffn_reference");
+    run_cpu(x, w_gate_up, w_down, ids, topk_weights, out, d, opts.activation);
+    ctx.note_launch("cpu_moe_ffn_reference", [&] {
+      return LaunchRanges{{byte_range(x), byte_range(w_gate_up), byte_range(w_down), byte_range(ids), byte_range(topk_weights)},
+                          {byte_range(out)}};
+    });
+    return logged(Receipt{"reference", "cpu_moe_ffn_reference", 1});
+  }
+
+  // CUDA: passes of at most kMoeFfnPassTokens tokens over one workspace (stream order).
+  const std::int64_t pass_m = std::min<std::int64_t>(d.m, kMoeFfnPassTokens);
+  const WorkspaceLayout lay = workspace_layout(d, pass_m, x.dtype);
+  std::vector<std::pair<std::int64_t, std::int64_t>> passes;  // first token, tokens
+  for (std::int64_t t = 0; t < d.m; t += pass_m) passes.emplace_back(t, std::min(pass_m, d.m - t));
+
+  // Every check and every kernel name before anything is allocated or enqueued: the GEMMs'
+  // params on stand-in workspace views (first pass, and the last when it is shorter).
+  const DeviceKind dev = DeviceKind::CUDA;
+  const int idx = ctx.arch().device_index;
+  bool grouped = false;
+  for (std::size_t i : {std::size_t{0}, passes.size() - 1}) {
+    const std::int64_t mc = passes[i].second;
+    const View h = View::contiguous(nullptr, x.dtype, {mc, d.top_k, 2 * d.inter}, dev, idx);
+    const View a = View::contiguous(nullptr, x.dtype, {mc * d.top_k, d.inter}, dev, idx);
+    const View y = View::contiguous(nullptr, DType::F32, {mc, d.top_k, d.hidden}, dev, idx);
+    const auto [p1, p2] = route_checks(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y);
+    grouped = grouped || resolved(opts.route, p1, ctx.arch()) == MatmulIdRoute::GroupedPrefill ||
+              resolved(opts.route, p2, ctx.arch()) == MatmulIdRoute::GroupedPrefill;
+  }
+  cuda_moe::MoeGatedArgs ga;
+  ga.dtype = x.dtype, ga.activation = opts.activation;
+  cuda_moe::MoeCombineArgs ca;
+  ca.w_dtype = topk_weights.dtype, ca.out_dtype = out.dtype;
+  const std::string gated_name = cuda_moe::moe_ffn_gated_kernel_name(ga), combine_name = cuda_moe::moe_ffn_combine_kernel_name(ca);
+  ctx.check_launchable(gated_name);
+  ctx.check_launchable(combine_name);
+
+  char* ws = workspace(ctx, lay.total);
+  // One scratch for both GEMMs (room to stage rows of either), so neither grows it mid-call.
+  MatmulIdScratch* scratch =
+      grouped && d.top_k > 0 && d.experts > 0
+          ? &detail::matmul_id_pool_scratch(ctx, narrow_u32(d.experts, kOp, "n_experts"), narrow_u32(pass_m, kOp, "m"),
+                                            narrow_u32(d.top_k, kOp, "top_k"),
+                                            static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype))
+          : nullptr;
+  MatmulIdOptions mo;
+  mo.precision = opts.precision;
+  Receipt first;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const Pass p = make_pass(x, ids, topk_weights, out, d, passes[i].first, passes[i].second, ws, lay);
+    std::string kernels;
+    int launched = 0;
+    auto add = [&](const Receipt& r) {
+      if (!r.kernel.empty()) kernels += (kernels.empty() ? "" : "+") + r.kernel;
+      launched += r.kernels_launched;
+    };
+    Receipt gate_up;
+    if (d.top_k > 0) {
+      gate_up = matmul_id(ctx, w_gate_up, p.x, p.ids, p.h, scratch, MatmulIdInputLayout::SharedPerToken,
+                          MatmulIdMultiplicity::MayRepeat, opts.route, mo);
+      add(gate_up);
+      ga.h = p.h.data, ga.a = p.a.data, ga.rows = p.m * d.top_k, ga.inter = d.inter;
+      cuda_moe::launch_moe_ffn_gated(ga, ctx.stream());
+      if (ga.rows > 0 && ga.inter > 0) {
+        ctx.note_launch(gated_name, [&] { return LaunchRanges{{byte_range(p.h)}, {byte_range(p.a)}}; });
+        add(Receipt{"", gated_name, 1});
+      }
+      add(matmul_id(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted, MatmulIdMultiplicity::MayRepeat,
+                    opts.route, mo));
+    }
+    ca.y = static_cast<const float*>(p.y.data), ca.w = p.tw.data, ca.out = p.out.data;
+    ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden;
+    cuda_moe::launch_moe_ffn_combine(ca, ctx.stream());
+    ctx.note_launch(combine_name, [&] {
+      return LaunchRanges{{byte_range(p.y), byte_range(p.tw)}, {byte_range(p.out)}};
+    });
+    add(Receipt{"", combine_name, 1});
+    if (i == 0) first = Receipt{d.top_k > 0 ? gate_up.route : "none", kernels, launched};
+  }
+  return logged(first);
+}
+
+}  // namespace llmm

@@ -1,0 +1,38 @@
+// Seam between moe_ffn and its two elementwise CUDA kernels (src/cuda/moe/moe_ffn_kernels.cu; a
+// refusal in CPU-only builds). Arguments are validated by moe_ffn; launchers enqueue on `stream`,
+// never synchronise or allocate, and throw llmm::Error (Cuda) naming the kernel when a launch fails.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "llmm/context.hpp"
+#include "llmm/dtype.hpp"
+#include "llmm/moe_ffn.hpp"
+
+namespace llmm::cuda_moe {
+
+// a[r, j] = act(h[r, j]) * h[r, inter + j] for r < rows, j < inter: h [rows, 2 inter] and
+// a [rows, inter] contiguous, both of dtype t (f32, f16, bf16); f32 math, one rounding.
+struct MoeGatedArgs {
+  DType dtype = DType::F32;
+  MoeActivation activation = MoeActivation::Silu;
+  const void* h = nullptr;
+  void* a = nullptr;
+  std::int64_t rows = 0, inter = 0;
+};
+std::string moe_ffn_gated_kernel_name(const MoeGatedArgs& g);
+void launch_moe_ffn_gated(const MoeGatedArgs& g, StreamHandle stream);
+
+// out[t, j] = sum_{s < top_k} w[t, s] * y[t, s, j], in slot order, f32: y [m, top_k, hidden] f32,
+// w [m, top_k] (f32, f16, bf16) and out [m, hidden] (f32, f16, bf16) contiguous. top_k 0: zeros.
+struct MoeCombineArgs {
+  DType w_dtype = DType::F32, out_dtype = DType::F32;
+  const float* y = nullptr;
+  const void* w = nullptr;
+  void* out = nullptr;
+  std::int64_t m = 0, top_k = 0, hidden = 0;
+};
+std::string moe_ffn_combine_kernel_name(const MoeCombineArgs& c);
+void launch_moe_ffn_combine(const MoeCombineArgs& c, StreamHandle stream);
+
+}  // namespace llmm::cuda_moe

@@ -1,0 +1,139 @@
+// moe_ffn on the GPU against the float64 reference of the test's own loops: decode and prefill
+// m (direct and grouped routes, the fused and staged engines), f16 / bf16 / f32 x, every
+// activation, id and routing-weight dtype, out-of-range ids, NaN staying in its token, token
+// passes (m > kMoeFfnPassTokens), bitwise determinism, graph capture and replay.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "llmm/buffer.hpp"
+#include "llmm/error.hpp"
+#include "llmm/moe_ffn.hpp"
+#include "support/expect_error.hpp"
+#include "support/gpu.hpp"
+#include "support/moe_ffn_case.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+struct OnDevice {
+  DeviceTensor x, wgu, wd, ids, tw, out;
+  explicit OnDevice(const MoeFfnBuffers& b)
+      : x(to_device(b.x)), wgu(to_device(b.w_gate_up)), wd(to_device(b.w_down)), ids(to_device(b.ids)),
+        tw(to_device(b.topk_weights)), out(to_device(b.out)) {}
+  Receipt run(Context& ctx, const MoeFfnOptions& o = {}) {
+    return moe_ffn(ctx, x.view, wgu.view, wd.view, ids.view, tw.view, out.view, o);
+  }
+};
+
+// Error bound over the magnitude (sum |w| |W_down| |a|): the intermediates rounded to x's dtype
+// (gate and up, then the activation: ~3 units), f32 sums; plus the output's rounding.
+double rel_bound(DType x) {
+  return x == DType::BF16 ? 4 * std::ldexp(1.0, -8) : x == DType::F16 ? 4 * std::ldexp(1.0, -11) : std::ldexp(1.0, -13);
+}
+double out_unit(DType x) { return x == DType::BF16 ? std::ldexp(1.0, -8) : x == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -23); }
+
+std::string check_case(Context& ctx, const MoeFfnCase& c, Receipt* receipt = nullptr, std::vector<unsigned char>* bytes = nullptr) {
+  MoeFfnBuffers b = make_moe_ffn(c);
+  OnDevice d(b);
+  MoeFfnOptions o;
+  o.activation = c.activation;
+  const Receipt r = d.run(ctx, o);
+  ctx.synchronize();
+  to_host(d.out, b.out);
+  if (receipt) *receipt = r;
+  if (bytes) *bytes = b.out.bytes;
+  return compare_moe_ffn(b, b.out, rel_bound(c.x_dtype), out_unit(c.x_dtype));
+}
+}  // namespace
+
+TEST(MoeFfnGpu, DecodeAndPrefillEveryDtypeAndActivation) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 100;
+  struct S { std::int64_t m, hidden, inter, top_k, experts; };
+  const S shapes[] = {{1, 256, 96, 4, 16}, {3, 128, 64, 2, 8}, {16, 264, 136, 8, 32}, {17, 128, 40, 2, 6},
+                      {100, 192, 72, 4, 16}, {700, 128, 64, 8, 64}};
+  for (const S& s : shapes)
+    for (DType x : {DType::BF16, DType::F16, DType::F32})
+      for (MoeActivation act : {MoeActivation::Silu, MoeActivation::GeluTanh, MoeActivation::GeluErf}) {
+        if (act != MoeActivation::Silu && x == DType::F16 && s.m > 20) continue;  // keep the sweep short
+        MoeFfnCase c;
+        c.m = s.m, c.hidden = s.hidden, c.inter = s.inter, c.top_k = s.top_k, c.experts = s.experts;
+        c.x_dtype = x, c.w_dtype = x, c.activation = act, c.seed = ++seed;
+        c.ids_dtype = seed % 3 == 0 ? DType::U32 : seed % 3 == 1 ? DType::I32 : DType::I64;
+        c.w_route_dtype = seed % 2 ? DType::F32 : x;
+        c.out_of_range_every = 7;
+        Receipt r;
+        EXPECT_EQ(check_case(ctx, c, &r), "") << c.describe() << " [" << r.kernel << "]";
+        EXPECT_NE(r.kernel.find("moe_ffn_gated_"), std::string::npos) << r.kernel;
+        EXPECT_NE(r.kernel.find("moe_ffn_combine_"), std::string::npos) << r.kernel;
+      }
+  // 16-bit weights with an f32 x.
+  MoeFfnCase c;
+  c.m = 24, c.hidden = 128, c.inter = 64, c.top_k = 2, c.experts = 8, c.x_dtype = DType::F32, c.w_dtype = DType::BF16;
+  EXPECT_EQ(check_case(ctx, c), "") << c.describe();
+}
+
+TEST(MoeFfnGpu, NanStaysInItsTokenAndRunsAreBitwiseEqual) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  for (std::int64_t m : {4, 300}) {
+    MoeFfnCase c;
+    c.m = m, c.hidden = 128, c.inter = 64, c.top_k = 4, c.experts = 8, c.x_dtype = DType::BF16, c.w_dtype = DType::BF16;
+    c.nan_token = 2, c.seed = 7 + static_cast<std::uint64_t>(m);
+    std::vector<unsigned char> first, second;
+    EXPECT_EQ(check_case(ctx, c, nullptr, &first), "") << c.describe();
+    EXPECT_EQ(check_case(ctx, c, nullptr, &second), "") << c.describe();
+    EXPECT_EQ(first, second) << c.describe() << ": two runs differ";
+  }
+}
+
+TEST(MoeFfnGpu, TokenPassesBeyondThePassSize) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MoeFfnCase c;
+  c.m = kMoeFfnPassTokens + 37, c.hidden = 64, c.inter = 32, c.top_k = 2, c.experts = 8;
+  c.x_dtype = DType::BF16, c.w_dtype = DType::BF16, c.out_of_range_every = 11, c.seed = 3;
+  Receipt r;
+  EXPECT_EQ(check_case(ctx, c, &r), "") << c.describe();
+  EXPECT_GE(r.kernels_launched, 4);
+}
+
+TEST(MoeFfnGpu, GraphCaptureAfterWarmUpAndRefusedBefore) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MoeFfnCase c;
+  c.m = 64, c.hidden = 128, c.inter = 64, c.top_k = 4, c.experts = 16, c.x_dtype = DType::BF16, c.w_dtype = DType::BF16;
+  MoeFfnBuffers b = make_moe_ffn(c);
+  OnDevice d(b);
+  cudaStream_t s = ctx.stream();
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  expect_error([&] { d.run(ctx); }, ErrorCode::InvalidArgument, "during CUDA-graph capture, where memory cannot be allocated");
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);  // nothing was enqueued: the capture is still valid
+  cudaGraphDestroy(graph);
+  d.run(ctx);  // warm: the workspace and the scratch are made
+  ctx.synchronize();
+  std::vector<unsigned char> eager(b.out.bytes.size());
+  copy_to_host(eager.data(), d.out.buffer.data(), eager.size());
+  copy_to_device(d.out.buffer.data(), b.out.bytes.data(), b.out.bytes.size());  // poisoned again
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  d.run(ctx);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  std::vector<unsigned char> replayed(eager.size());
+  copy_to_host(replayed.data(), d.out.buffer.data(), replayed.size());
+  EXPECT_EQ(eager, replayed);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  to_host(d.out, b.out);
+  EXPECT_EQ(compare_moe_ffn(b, b.out, rel_bound(c.x_dtype), out_unit(c.x_dtype)), "");
+}
