@@ -30,7 +30,7 @@ __version__: str = _llmm.__version__  # from project(llmm VERSION ...) in CMakeL
 __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
     "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id", "plan_matmul_id",
-    "upload_tq2_experts", "matmul_id_tq2",
+    "upload_tq2_experts", "matmul_id_tq2", "moe_ffn",
     "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
 ]
@@ -696,6 +696,32 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
                                                   out_dtype)
     return _launch(_llmm.plan_matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
                    scratch=scratch, precision=precision, grouped_kernel=grouped_kernel)
+
+
+def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "silu", out=None, route: str = "auto",
+            precision: str = "exact"):
+    """The expert FFN of a MoE block in one call: out[t] = sum_s topk_weights[t, s] *
+    w_down[e] @ act(gate, up), (gate, up) = w_gate_up[e] @ x[t] split in halves, e = topk_ids[t, s].
+
+    x [m, hidden] (float32, float16 or bfloat16); w_gate_up [E, 2 * inter, hidden] (gate rows then
+    up rows: vLLM's w13, transformers' gate_up_proj) and w_down [E, hidden, inter], of x's dtype
+    (or 16-bit with a float32 x); topk_ids [m, top_k] int32 / int64 / uint32 (an id outside
+    [0, E) contributes nothing); topk_weights [m, top_k] float32 / float16 / bfloat16. activation
+    "silu" (SwiGLU: silu(gate) * up), "gelu_tanh" or "gelu" (erf). Returns out [m, hidden] in x's
+    dtype (or writes out=). The slot sum runs in slot order: the same bits on every run. route
+    ("auto", "direct", "grouped") and precision as for matmul_id, for both GEMMs. No scratch: the
+    intermediates live in llmm's workspace per device and stream (the first call of a size
+    allocates it: warm up before CUDA-graph capture). On the CPU: the float64 reference."""
+    op = "moe_ffn"
+    x, w_gate_up, w_down = _array(op, "x", x), _array(op, "w_gate_up", w_gate_up), _array(op, "w_down", w_down)
+    topk_ids, topk_weights = _array(op, "topk_ids", topk_ids), _array(op, "topk_weights", topk_weights)
+    xs = tuple(x.shape)
+    if len(xs) != 2:
+        raise Error(f"llmm.moe_ffn: x must be [m, hidden], got shape {xs}")
+    out = _empty(op, x, xs) if out is None else _out(op, out)
+    _launch(_llmm.moe_ffn, out, x, w_gate_up, w_down, topk_ids, topk_weights, out, activation=activation, route=route,
+            precision=precision)
+    return out
 
 
 def matmul_id_tq2(experts: TernaryWeight, x, ids, out=None, *, layout: str = "shared", route: str = "auto",

@@ -47,7 +47,7 @@ from llmm import _llmm  # noqa: F401  (the extension must load before any op is 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
 
-__all__ = ["matmul", "matmul_id", "gemm_tq2", "TernaryLinear"]
+__all__ = ["matmul", "matmul_id", "gemm_tq2", "moe_ffn", "fused_experts", "TernaryLinear"]
 
 Tensor = torch.Tensor
 
@@ -132,6 +132,26 @@ def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=
     return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_dtype is None else out_dtype)
 
 
+# ---------------------------------------------------------------------------------------------
+# llmm::moe_ffn
+
+_MOE_ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
+
+
+@_custom_op("llmm::moe_ffn")
+def _moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk_weights: Tensor,
+             activation: str = "silu", route: str = "auto", precision: str = "exact") -> Tensor:
+    return llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation=activation, route=route,
+                        precision=precision)
+
+
+@_moe_ffn.register_fake
+def _moe_ffn_fake(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu", route="auto", precision="exact"):
+    if x.dim() != 2:
+        raise llmm.Error(f"llmm.moe_ffn: x must be [m, hidden], got shape {tuple(x.shape)}")
+    return x.new_empty(x.shape)
+
+
 # llmm._llmm_torch, where built, registers the CPU and CUDA kernels of llmm::matmul,
 # llmm::matmul_id and llmm::gemm_tq2 in C++: they take the ops' calls from the Python kernels
 # above (a backend kernel outranks the CompositeExplicitAutograd one custom_op registers), with
@@ -154,6 +174,40 @@ def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared"
     int64 (torch.topk's indices, taken as they are) or uint32 (see llmm.matmul_id). The grouped
     route's scratch is llmm's own, one per (device, stream)."""
     return torch.ops.llmm.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype)
+
+
+def moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk_weights: Tensor, *,
+            activation: str = "silu", route: str = "auto", precision: str = "exact") -> Tensor:
+    """torch.ops.llmm.moe_ffn: the MoE expert FFN, out [m, hidden] in x's dtype (see llmm.moe_ffn)."""
+    return torch.ops.llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation, route, precision)
+
+
+def fused_experts(hidden_states: Tensor, w1: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
+                  inplace: bool = False, activation: str = "silu", apply_router_weight_on_input: bool = False,
+                  global_num_experts: int = -1, expert_map: Optional[Tensor] = None, **quant) -> Tensor:
+    """vLLM's fused_experts semantics on llmm.moe_ffn: hidden_states [m, H], w1 [E, 2I, H] (gate
+    rows, then up rows), w2 [E, H, I], topk_weights / topk_ids [m, top_k]; returns [m, H] (written
+    into hidden_states when inplace). activation "silu", "gelu" (erf) or "gelu_tanh". What llmm does
+    not do is refused with llmm.Error rather than ignored: routing weights applied to the input,
+    expert maps (expert parallelism), a global expert count other than w1's, and every
+    quantization or bias argument given a value."""
+    if activation not in _MOE_ACTIVATIONS:
+        raise llmm.Error(f"llmm.fused_experts: activation must be one of {_MOE_ACTIVATIONS}, got {activation!r}")
+    if apply_router_weight_on_input:
+        raise llmm.Error("llmm.fused_experts: apply_router_weight_on_input=True is not supported")
+    if expert_map is not None:
+        raise llmm.Error("llmm.fused_experts: expert_map (expert parallelism) is not supported")
+    if global_num_experts not in (-1, w1.shape[0]):
+        raise llmm.Error(f"llmm.fused_experts: global_num_experts {global_num_experts} differs from w1's "
+                         f"{w1.shape[0]} experts (expert parallelism is not supported)")
+    given = sorted(k for k, v in quant.items() if v not in (None, False))
+    if given:
+        raise llmm.Error(f"llmm.fused_experts: quantized or biased experts are not supported (given: {', '.join(given)})")
+    out = moe_ffn(hidden_states, w1, w2, topk_ids, topk_weights, activation=activation)
+    if inplace:
+        hidden_states.copy_(out)
+        return hidden_states
+    return out
 
 
 def gemm_tq2(weight, x: Tensor, *, precision: str = "exact", route: str = "auto",

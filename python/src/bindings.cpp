@@ -927,6 +927,30 @@ NB_MODULE(_llmm, m) {
       "routed rows (max_top_k 0: max_experts), plus room to stage that many input rows of staged_row_bytes "
       "each. Low level: use llmm.matmul_id_scratch.");
   m.def(
+      "moe_ffn",
+      [](nb::handle x, nb::handle w_gate_up, nb::handle w_down, nb::handle ids, nb::handle topk_weights, nb::handle out,
+         nb::handle activation, nb::handle route, nb::handle precision, nb::handle stream) {
+        constexpr const char* op = "llmm.moe_ffn";
+        Arr vx = input_arg(x, op, "x"), vgu = input_arg(w_gate_up, op, "w_gate_up"), vd = input_arg(w_down, op, "w_down");
+        Arr vid = input_arg(ids, op, "topk_ids"), vtw = input_arg(topk_weights, op, "topk_weights");
+        Arr vo = output_arg(out, op, "out");
+        MoeFfnOptions o;
+        const std::string a = str_arg(activation, op, "activation");
+        bool known = false;
+        for (MoeActivation k : {MoeActivation::Silu, MoeActivation::GeluTanh, MoeActivation::GeluErf})
+          if (a == moe_activation_name(k)) o.activation = k, known = true;
+        if (!known) fail(ErrorCode::InvalidArgument, op, ": activation must be 'silu', 'gelu_tanh' or 'gelu', got '", a, "'");
+        o.route = matmul_id_route_of(route, op);
+        o.precision = precision_of(precision, op);
+        Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(llmm::moe_ffn(ctx, vx.v, vgu.v, vd.v, vid.v, vtw.v, vo.v, o));
+      },
+      nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(), nb::arg("topk_ids").none(),
+      nb::arg("topk_weights").none(), nb::arg("out").none(), nb::arg("activation").none() = "silu",
+      nb::arg("route").none() = "auto", nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
+      "The MoE expert FFN into out [m, hidden] on out's device and the given stream; returns the receipt. Low "
+      "level: use llmm.moe_ffn.");
+  m.def(
       "matmul_id_tq2",
       [](nb::handle experts, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle route,
          nb::handle scratch, nb::handle stream) {
