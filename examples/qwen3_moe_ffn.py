@@ -1,5 +1,5 @@
-"""A Qwen3-MoE-shaped FFN block with llmm.matmul_id: router top-k, gate_up (one expert-ID
-matmul), SiLU(gate) * up, down (a second, slotted expert-ID matmul), weighted combine; compared
+"""A Qwen3-MoE-shaped FFN block with llmm.moe_ffn: router top-k on the host, then one call for the
+experts (gate_up, SiLU(gate) * up, down, the routing-weighted sum over the top-k slots); compared
 with a float64 per-expert reference and, on CUDA, with the same block in plain torch (both timed).
 NumPy on the CPU; torch on a CUDA GPU with --device cuda. Shapes default to Qwen3-30B-A3B's
 (hidden 2048, expert 768, 128 experts, top 8); pass --small for a quick run.
@@ -31,18 +31,14 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
 
         T = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()  # noqa: E731
         xd, gu, dn, idd = T(x), T(w_gate_up), T(w_down), T(ids.astype(np.int64))  # int64 ids, as torch.topk gives them
+        wts = T(weights.astype(np.float32))
         sync = torch.cuda.synchronize
     else:
-        xd, gu, dn, idd, sync = x, w_gate_up, w_down, ids, (lambda: None)
+        xd, gu, dn, idd, wts, sync = x, w_gate_up, w_down, ids, weights.astype(np.float32), (lambda: None)
 
     def ffn():
-        # route "auto" (the default): llmm's calibrated choice; the grouped route's scratch is llmm's own
-        h = llmm.matmul_id(gu, xd, idd, route=route)  # [tokens, top_k, 2 * inter]
-        g, u = h[..., :inter], h[..., inter:]
-        act = (g / (1 + (np.exp(-g) if device == "cpu" else (-g).exp()))) * u  # SiLU(g) * u
-        act = act.reshape(tokens * top_k, inter)
-        act = np.ascontiguousarray(act) if device == "cpu" else act.contiguous()
-        return llmm.matmul_id(dn, act, idd, layout="slotted", route=route)  # [tokens, top_k, hidden]
+        # route "auto" (the default): llmm's calibrated choice for both GEMMs; no scratch to size
+        return llmm.moe_ffn(xd, gu, dn, idd, wts, route=route)  # [tokens, hidden]
 
     def reference():
         out = np.zeros((tokens, top_k, hidden))
@@ -56,15 +52,15 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
 
     def torch_ffn():
         """The same block in plain torch, as an eager MoE layer usually is: one loop over the
-        active experts, each gathering its rows (the pure-torch baseline on CUDA)."""
-        out = torch.empty(tokens, top_k, hidden, device=xd.device, dtype=xd.dtype)
+        active experts, each gathering its rows, then the weighted sum (the pure-torch baseline)."""
+        out = torch.zeros(tokens * top_k, hidden, device=xd.device, dtype=xd.dtype)
         flat = idt.flatten()
         for e in torch.unique(flat).tolist():
             slots = (flat == e).nonzero().squeeze(1)
             h = xd[slots // top_k] @ gu[e].T
             g, u = h[:, :inter], h[:, inter:]
-            out.view(-1, hidden)[slots] = (torch.nn.functional.silu(g) * u) @ dn[e].T
-        return out
+            out[slots] = (torch.nn.functional.silu(g) * u) @ dn[e].T
+        return (out.view(tokens, top_k, hidden) * wts[..., None]).sum(dim=1)
 
     def timed(fn, reps=20):
         y = fn()
@@ -77,8 +73,7 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
 
     def combined_err(y):
         y_np = y.cpu().numpy() if device == "cuda" else y
-        combined = (y_np.astype(np.float64) * weights[..., None]).sum(axis=1)
-        return float(np.max(np.abs(combined - combined_ref)))
+        return float(np.max(np.abs(y_np.astype(np.float64) - combined_ref)))
 
     y, t_llmm = timed(ffn)
     t0 = time.perf_counter()
@@ -89,8 +84,7 @@ def run(device="cpu", tokens=4, hidden=2048, inter=768, experts=128, top_k=8, se
     if not quiet:
         print(f"qwen3_moe_ffn {device}: tokens={tokens} hidden={hidden} inter={inter} experts={experts} "
               f"top_k={top_k} route={route} f32")
-        print(f"  llmm (2 x matmul_id + SiLU): {t_llmm:10.1f} us   max abs err of the combined output vs float64: "
-              f"{err:.3e}")
+        print(f"  llmm.moe_ffn (the whole expert FFN): {t_llmm:10.1f} us   max abs err vs float64: {err:.3e}")
     if device == "cuda":
         idt = idd.long()
         y_t, t_torch = timed(torch_ffn)
@@ -109,7 +103,7 @@ if __name__ == "__main__":
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda needs torch and a GPU")
     ap.add_argument("--tokens", type=int, default=4, help="tokens in the batch")
     ap.add_argument("--route", default="auto", choices=["auto", "direct", "grouped"],
-                    help="matmul_id route (auto: llmm.suggest_matmul_id_route)")
+                    help="the route of moe_ffn's two GEMMs (auto: llmm.suggest_matmul_id_route's)")
     ap.add_argument("--small", action="store_true",
                     help="hidden 256, expert 96, 16 experts, top 4 (the default on the CPU)")
     ap.add_argument("--full", action="store_true", help="Qwen3-30B-A3B shapes on the CPU too (slow: the float64 "
