@@ -17,7 +17,7 @@ def case(m=5, hidden=48, inter=24, top_k=3, experts=6, dtype=np.float32, seed=0,
     wd = (rng.standard_normal((experts, hidden, inter)) * 0.5 / math.sqrt(inter)).astype(dtype)
     ids = rng.integers(0, experts, (m, top_k)).astype(np.int32)
     if oor:
-        ids[1, 0] = experts  # out of range: contributes nothing
+        ids[min(1, m - 1), 0] = experts  # out of range: contributes nothing
         ids[-1, -1] = -1
     tw = rng.random((m, top_k)).astype(np.float32)
     return x, wgu, wd, ids, tw
