@@ -56,13 +56,16 @@ def test_refuses_what_llmm_does_not_do():
     for attr, value, match in (("has_bias", True, "expert biases"), ("has_gate", False, "ungated experts"),
                                ("is_transposed", True, "transposed expert weights"),
                                ("_is_expert_parallel", True, "expert parallelism")):
-        old = getattr(experts, attr)
+        had, old = hasattr(experts, attr), getattr(experts, attr, None)  # (older transformers 5 lack some)
         setattr(experts, attr, value)
         try:
             with pytest.raises(llmm.Error, match=match), torch.inference_mode():
                 model(ids)
         finally:
-            setattr(experts, attr, old)
+            if had:
+                setattr(experts, attr, old)
+            else:
+                delattr(experts, attr)
     experts.act_fn = torch.nn.ReLU()
     with pytest.raises(llmm.Error, match="activation ReLU is not supported"), torch.inference_mode():
         model(ids)
