@@ -7,8 +7,9 @@
 namespace llmm {
 
 // I32 and I64 exist for index arrays (expert ids as frameworks produce them); kernels take them
-// only where an op says so.
-enum class DType : std::uint8_t { F32, F16, BF16, U8, U32, I32, I64 };
+// only where an op says so. F8E4M3 is float8_e4m3fn (1 sign, 4 exponent bits with bias 7, 3
+// mantissa bits; no infinity, NaN = S.1111.111, largest finite 448): FP8 weights, with scales.
+enum class DType : std::uint8_t { F32, F16, BF16, U8, U32, I32, I64, F8E4M3 };
 
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
@@ -19,6 +20,7 @@ constexpr std::size_t dtype_size(DType t) noexcept {
     case DType::U32: return 4;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::F8E4M3: return 1;
   }
   return 0;
 }
@@ -32,6 +34,7 @@ constexpr std::string_view dtype_name(DType t) noexcept {
     case DType::U32: return "u32";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::F8E4M3: return "f8e4m3";
   }
   return "?";
 }
@@ -59,6 +62,14 @@ std::uint16_t f32_to_f16_bits(float x) noexcept;
 float f16_bits_to_f32(std::uint16_t h) noexcept;
 std::uint16_t f32_to_bf16_bits(float x) noexcept;
 float bf16_bits_to_f32(std::uint16_t h) noexcept;
+
+// float8_e4m3fn conversions, bit-exact with ml_dtypes' float8_e4m3fn: round to nearest even,
+// subnormals produced and read, -0 kept, NaN -> NaN of the same sign (0x7F / 0xFF). A finite
+// value that rounds above 448 (|x| > 464) and an infinity become NaN, as ml_dtypes' cast does;
+// with `saturate` they become +-448 instead (a quantizer's clamp; NaN stays NaN).
+std::uint8_t f32_to_e4m3fn_bits(float x, bool saturate = false) noexcept;
+float e4m3fn_bits_to_f32(std::uint8_t b) noexcept;
+inline constexpr float kE4M3Max = 448.0f;
 
 // Storage types for host code: a bit pattern with explicit conversions.
 struct f16 {

@@ -5,6 +5,7 @@
 #include "llmm/context.hpp"
 #include "llmm/dtype.hpp"
 #include "llmm/error.hpp"
+#include "llmm/fp8.hpp"
 #include "llmm/log.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/moe.hpp"

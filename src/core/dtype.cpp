@@ -2,6 +2,7 @@
 #include "llmm/dtype.hpp"
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 namespace llmm {
@@ -77,6 +78,32 @@ float f16_bits_to_f32(std::uint16_t h) noexcept {
   return float_of(sign | ((exp + 127 - 15) << 23) | (mant << 13));
 }
 
+std::uint8_t f32_to_e4m3fn_bits(float x, bool saturate) noexcept {
+  const std::uint8_t sign = (bits_of(x) >> 24) & 0x80u;
+  if (std::isnan(x)) return sign | 0x7Fu;
+  const float a = std::fabs(x);
+  // 464 is halfway between 448 (mantissa 110) and the would-be 480 (111, NaN's pattern): a tie
+  // goes to the even 448; anything above rounds past the largest finite value.
+  if (a > 464.0f) return sign | (saturate ? 0x7Eu : 0x7Fu);
+  if (a < 0x1p-6f) {  // subnormal: multiples of 2^-9 (code 8, rounded up to 2^-6, is the smallest normal)
+    return sign | static_cast<std::uint8_t>(std::nearbyint(a * 512.0f));
+  }
+  int e = 0;
+  const float f = std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): exponent e - 1, significand 2f
+  int exponent = e - 1;
+  int mantissa = static_cast<int>(std::nearbyint((2.0f * f - 1.0f) * 8.0f));  // exact scaling, then RNE
+  if (mantissa == 8) mantissa = 0, ++exponent;
+  return sign | static_cast<std::uint8_t>(((exponent + 7) << 3) | mantissa);
+}
+
+float e4m3fn_bits_to_f32(std::uint8_t b) noexcept {
+  const float sign = (b & 0x80u) ? -1.0f : 1.0f;
+  const int exponent = (b >> 3) & 0xF, mantissa = b & 7;
+  if (exponent == 15 && mantissa == 7) return sign * std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
 double load_as_double(const void* base, DType t, std::int64_t i) noexcept {
   switch (t) {
     case DType::F32: return static_cast<const float*>(base)[i];
@@ -86,6 +113,7 @@ double load_as_double(const void* base, DType t, std::int64_t i) noexcept {
     case DType::U32: return static_cast<const std::uint32_t*>(base)[i];
     case DType::I32: return static_cast<const std::int32_t*>(base)[i];
     case DType::I64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+    case DType::F8E4M3: return e4m3fn_bits_to_f32(static_cast<const std::uint8_t*>(base)[i]);
   }
   return 0.0;
 }
@@ -99,6 +127,7 @@ void store_from_double(void* base, DType t, std::int64_t i, double v) noexcept {
     case DType::U32: static_cast<std::uint32_t*>(base)[i] = static_cast<std::uint32_t>(v); break;
     case DType::I32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
     case DType::I64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
+    case DType::F8E4M3: static_cast<std::uint8_t*>(base)[i] = f32_to_e4m3fn_bits(round_to_odd(v)); break;
   }
 }
 
