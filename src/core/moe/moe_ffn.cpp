@@ -15,6 +15,7 @@
 #include "core/moe/moe_ffn_launch.hpp"
 #include "core/ranges.hpp"
 #include "core/runtime.hpp"
+#include "cpu/parallel_for.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"  // BufferPool
@@ -99,13 +100,14 @@ std::int64_t element_at(const View& v, std::int64_t i0, std::int64_t i1, std::in
   return i0 * v.stride(0) + i1 * v.stride(1) + (v.rank == 3 ? i2 * v.stride(2) : 0);
 }
 
-// The float64 reference: no intermediate rounding; out-of-range ids contribute zero.
+// The float64 reference: no intermediate rounding; out-of-range ids contribute zero. Tokens in
+// parallel (each token's result is computed by one thread: the same bits for any thread count).
 void run_cpu(const View& x, const View& wgu, const View& wd, const View& ids, const View& tw, const View& out,
-             const Dims& d, MoeActivation act) {
-  std::vector<double> xr(d.hidden), a(d.inter), acc(d.hidden);
-  for (std::int64_t t = 0; t < d.m; ++t) {
+             const Dims& d, MoeActivation act, int threads) {
+  cpu::detail::parallel_for(d.m, threads, [&](std::int64_t t) {
+    std::vector<double> xr(static_cast<std::size_t>(d.hidden)), a(static_cast<std::size_t>(d.inter)),
+        acc(static_cast<std::size_t>(d.hidden), 0.0);
     for (std::int64_t l = 0; l < d.hidden; ++l) xr[l] = load_as_double(x.data, x.dtype, element_at(x, t, l));
-    std::fill(acc.begin(), acc.end(), 0.0);
     for (std::int64_t s = 0; s < d.top_k; ++s) {
       const double id = load_as_double(ids.data, ids.dtype, t * d.top_k + s);
       const double w = load_as_double(tw.data, tw.dtype, t * d.top_k + s);
@@ -129,7 +131,7 @@ void run_cpu(const View& x, const View& wgu, const View& wd, const View& ids, co
       }
     }
     for (std::int64_t j = 0; j < d.hidden; ++j) store_from_double(out.data, out.dtype, t * d.hidden + j, acc[j]);
-  }
+  });
 }
 
 View rows_of(const View& v, std::int64_t first, std::int64_t count) {
@@ -238,7 +240,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
     const View none_y = View::contiguous(nullptr, DType::F32, {d.m, d.top_k, d.hidden});
     (void)route_checks(x, ids, none_h, none_a, none_y);
     ctx.check_launchable("cpu_moe_ffn_reference");
-    run_cpu(x, w_gate_up, w_down, ids, topk_weights, out, d, opts.activation);
+    run_cpu(x, w_gate_up, w_down, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads);
     ctx.note_launch("cpu_moe_ffn_reference", [&] {
       return LaunchRanges{{byte_range(x), byte_range(w_gate_up), byte_range(w_down), byte_range(ids), byte_range(topk_weights)},
                           {byte_range(out)}};
