@@ -17,6 +17,7 @@
 #include "llmm/context.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/moe.hpp"
+#include "llmm/ternary.hpp"
 #include "llmm/view.hpp"
 
 namespace llmm {
@@ -50,6 +51,13 @@ inline constexpr std::uint32_t kMoeFfnPassTokens = 4096;
 // call of a size allocates workspace: warm up outside CUDA-graph capture (a call that would grow
 // it during capture is refused).
 Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts = {});
+
+// The same FFN on ternary expert stacks (TernaryWeightCache::get_or_upload_experts): w_gate_up
+// of [n_experts, 2 * inter, hidden] and w_down of [n_experts, hidden, inter] TQ2_0_g128 weights,
+// on ctx's device; the GEMMs are matmul_id_tq2's (its Auto route: opts.route must be Auto); x
+// f32, f16 or bf16. On CPU contexts the float64 reference of the decoded weights.
+Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, const WeightHandle& w_down, const View& ids,
                 const View& topk_weights, const View& out, const MoeFfnOptions& opts = {});
 
 }  // namespace llmm

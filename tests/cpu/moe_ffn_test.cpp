@@ -1,7 +1,9 @@
 // moe_ffn on the CPU backend: the float64 reference against the test's own loops over every
 // activation, dtype and id dtype with out-of-range ids; NaN stays in its token; empty and zero
 // sizes; every refusal names the values, launches nothing and writes nothing.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -9,6 +11,7 @@
 
 #include "llmm/error.hpp"
 #include "llmm/moe_ffn.hpp"
+#include "llmm/ternary.hpp"
 #include "support/expect_error.hpp"
 #include "support/moe_ffn_case.hpp"
 #include "support/random.hpp"
@@ -172,4 +175,43 @@ TEST(MoeFfnCpu, RefusalsNameTheValuesAndWriteNothing) {
     c.launch_recorder()->before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected failure resolving ", k); };
     moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view);
   }, "injected failure resolving cpu_moe_ffn_reference", ErrorCode::Cuda);
+}
+
+// Ternary expert stacks: the reference on the decoded TQ2 weights is the dense reference on the
+// same (dequantized) values, bit for bit; their shape and route refusals.
+TEST(MoeFfnCpu, TernaryExpertsEqualTheDenseReferenceOfTheirValues) {
+  Context ctx = Context::cpu(2);
+  TernaryWeightCache cache(ctx);
+  const std::int64_t e = 3, hidden = 256, inter = 128;
+  MoeFfnCase c;
+  c.m = 4, c.hidden = hidden, c.inter = inter, c.top_k = 2, c.experts = e, c.out_of_range_every = 5, c.seed = 21;
+  MoeFfnBuffers b = make_moe_ffn(c);  // f32 weights, quantized below
+  auto ternary = [&](const HostTensor& w, std::int64_t rows, std::int64_t k, std::uint64_t key, HostTensor& dense) {
+    const std::vector<BlockTQ2_128> aos = tq2_quantize(static_cast<const float*>(w.view.data), e * rows, k, Tq2ScaleRule::AbsMax);
+    const std::vector<float> values = tq2_dequantize(aos.data(), aos.size() * kTq2BlockBytes, e * rows, k);
+    std::memcpy(dense.view.data, values.data(), values.size() * 4);
+    return cache.get_or_upload_experts(key, aos.data(), aos.size() * kTq2BlockBytes, e, rows, k);
+  };
+  HostTensor gu_dense = host_tensor(DType::F32, {e, 2 * inter, hidden}), dn_dense = host_tensor(DType::F32, {e, hidden, inter});
+  const WeightHandle gu = ternary(b.w_gate_up, 2 * inter, hidden, 1, gu_dense);
+  const WeightHandle dn = ternary(b.w_down, hidden, inter, 2, dn_dense);
+  HostTensor want = host_tensor(DType::F32, {c.m, hidden});
+  moe_ffn(ctx, b.x.view, gu_dense.view, dn_dense.view, b.ids.view, b.topk_weights.view, want.view);
+  const Receipt r = moe_ffn(ctx, b.x.view, gu, dn, b.ids.view, b.topk_weights.view, b.out.view);
+  EXPECT_EQ(r.kernel, "cpu_moe_ffn_reference");
+  EXPECT_EQ(b.out.bytes, want.bytes);
+  double biggest = 0;
+  for (std::int64_t i = 0; i < c.m * hidden; ++i) biggest = std::max(biggest, std::fabs(want.get(i)));
+  EXPECT_GT(biggest, 0.0);  // not a vacuous comparison of zeros
+
+  poison(b.out.view);
+  expect_error([&] { moe_ffn(ctx, b.x.view, gu, gu, b.ids.view, b.topk_weights.view, b.out.view); },
+               ErrorCode::InvalidArgument, "moe_ffn: ternary w_down must be [n_experts, hidden, inter] = [3, 256, 128]");
+  MoeFfnOptions direct;
+  direct.route = MatmulIdRoute::Direct;
+  expect_error([&] { moe_ffn(ctx, b.x.view, gu, dn, b.ids.view, b.topk_weights.view, b.out.view, direct); },
+               ErrorCode::InvalidArgument, "moe_ffn: ternary experts take route auto");
+  expect_error([&] { moe_ffn(ctx, b.x.view, WeightHandle{}, dn, b.ids.view, b.topk_weights.view, b.out.view); },
+               ErrorCode::InvalidArgument, "moe_ffn: w_gate_up is a null ternary weight");
+  for (std::int64_t i = 0; i < c.m * hidden; ++i) ASSERT_TRUE(std::isnan(b.out.get(i))) << "a refused call wrote out";
 }

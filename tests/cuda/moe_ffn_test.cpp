@@ -4,6 +4,7 @@
 // passes (m > kMoeFfnPassTokens), bitwise determinism, graph capture and replay.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -12,9 +13,11 @@
 #include "llmm/buffer.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe_ffn.hpp"
+#include "llmm/ternary.hpp"
 #include "support/expect_error.hpp"
 #include "support/gpu.hpp"
 #include "support/moe_ffn_case.hpp"
+#include "support/random.hpp"
 
 using namespace llmm;
 using namespace llmm::test;
@@ -136,4 +139,42 @@ TEST(MoeFfnGpu, GraphCaptureAfterWarmUpAndRefusedBefore) {
   cudaGraphDestroy(graph);
   to_host(d.out, b.out);
   EXPECT_EQ(compare_moe_ffn(b, b.out, rel_bound(c.x_dtype), out_unit(c.x_dtype)), "");
+}
+
+// Ternary expert stacks through the same call: matmul_id_tq2's routes (streaming at m <= 64,
+// the staged engine above) against the CPU reference of the same decoded weights.
+TEST(MoeFfnGpu, TernaryExpertsMatchTheReference) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0), cpu = Context::cpu(4);
+  TernaryWeightCache dev_cache(ctx), cpu_cache(cpu);
+  const std::int64_t e = 8, hidden = 256, inter = 128;
+  for (std::int64_t m : {1, 16, 100}) {
+    MoeFfnCase c;
+    c.m = m, c.hidden = hidden, c.inter = inter, c.top_k = 2, c.experts = e, c.out_of_range_every = 7;
+    c.x_dtype = DType::BF16, c.seed = 40 + static_cast<std::uint64_t>(m);
+    MoeFfnBuffers b = make_moe_ffn(c);  // f32 weights in b, quantized here
+    HostTensor gu32 = host_tensor(DType::F32, {e, 2 * inter, hidden}), dn32 = host_tensor(DType::F32, {e, hidden, inter});
+    fill_random(gu32.view, c.seed + 7, 0.05);
+    fill_random(dn32.view, c.seed + 8, 0.05);
+    const auto gu = tq2_quantize(static_cast<const float*>(gu32.view.data), e * 2 * inter, hidden, Tq2ScaleRule::AbsMean);
+    const auto dn = tq2_quantize(static_cast<const float*>(dn32.view.data), e * hidden, inter, Tq2ScaleRule::AbsMean);
+    const std::uint64_t key = 100 + static_cast<std::uint64_t>(m);
+    const WeightHandle gu_d = dev_cache.get_or_upload_experts(key, gu.data(), gu.size() * kTq2BlockBytes, e, 2 * inter, hidden);
+    const WeightHandle dn_d = dev_cache.get_or_upload_experts(key + 1000, dn.data(), dn.size() * kTq2BlockBytes, e, hidden, inter);
+    const WeightHandle gu_h = cpu_cache.get_or_upload_experts(key, gu.data(), gu.size() * kTq2BlockBytes, e, 2 * inter, hidden);
+    const WeightHandle dn_h = cpu_cache.get_or_upload_experts(key + 1000, dn.data(), dn.size() * kTq2BlockBytes, e, hidden, inter);
+    HostTensor want = host_tensor(DType::BF16, {m, hidden});
+    moe_ffn(cpu, b.x.view, gu_h, dn_h, b.ids.view, b.topk_weights.view, want.view);
+    DeviceTensor x = to_device(b.x), ids = to_device(b.ids), tw = to_device(b.topk_weights), out = to_device(b.out);
+    const Receipt r = moe_ffn(ctx, x.view, gu_d, dn_d, ids.view, tw.view, out.view);
+    ctx.synchronize();
+    to_host(out, b.out);
+    double worst = 0, scale = 0;
+    for (std::int64_t i = 0; i < m * hidden; ++i) {
+      worst = std::max(worst, std::fabs(b.out.get(i) - want.get(i)));
+      scale = std::max(scale, std::fabs(want.get(i)));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(worst, 2e-2 * scale) << "m " << m << " [" << r.kernel << "]";
+  }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/log.hpp"
@@ -19,6 +20,8 @@
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/ternary.hpp"  // BufferPool
+#include "core/ternary/tq2_moe_stream_plan.hpp"
+#include "llmm/ternary_moe.hpp"
 
 namespace llmm {
 namespace {
@@ -29,28 +32,24 @@ struct Dims {
   std::int64_t m = 0, hidden = 0, inter = 0, top_k = 0, experts = 0;
 };
 
-// The views' shapes, dtypes, strides, devices and overlaps (InvalidArgument naming them).
-Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& wd, const View& ids, const View& tw,
-                const View& out) {
-  for (const auto& [v, name] : {std::pair{&x, "x"}, std::pair{&wgu, "w_gate_up"}, std::pair{&wd, "w_down"},
-                                std::pair{&ids, "ids"}, std::pair{&tw, "topk_weights"}, std::pair{&out, "out"}}) {
-    validate_view(*v, kOp, name);
-    if (v->device != ctx.kind() || (ctx.is_cuda() && v->device_index != ctx.arch().device_index))
-      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v->describe(), " but the context is ",
-           ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
-  }
+void check_device(const Context& ctx, const View& v, const char* name) {
+  validate_view(v, kOp, name);
+  if (v.device != ctx.kind() || (ctx.is_cuda() && v.device_index != ctx.arch().device_index))
+    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v.describe(), " but the context is ",
+         ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
+}
+
+// x, ids, topk_weights and out against the experts' sizes d.experts, d.inter, d.hidden (set by
+// the caller from the weights): shapes, dtypes, devices, overlaps; fills d.m and d.top_k.
+void check_activations(const Context& ctx, const View& x, const View& ids, const View& tw, const View& out, Dims& d,
+                       const char* weights_desc) {
+  for (const auto& [v, name] : {std::pair{&x, "x"}, std::pair{&ids, "ids"}, std::pair{&tw, "topk_weights"},
+                                std::pair{&out, "out"}})
+    check_device(ctx, *v, name);
   if (x.rank != 2) fail(ErrorCode::InvalidArgument, kOp, ": x must be [m, hidden], got ", x.describe());
-  if (wgu.rank != 3 || wgu.dim(1) % 2 != 0)
-    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up rows), got ",
-         wgu.describe());
-  Dims d;
-  d.m = x.dim(0), d.hidden = wgu.dim(2), d.inter = wgu.dim(1) / 2, d.experts = wgu.dim(0);
+  d.m = x.dim(0);
   if (x.dim(1) != d.hidden)
-    fail(ErrorCode::InvalidArgument, kOp, ": x is ", x.describe(), " but w_gate_up ", wgu.describe(), " has hidden ",
-         d.hidden);
-  if (wd.rank != 3 || wd.dim(0) != d.experts || wd.dim(1) != d.hidden || wd.dim(2) != d.inter)
-    fail(ErrorCode::InvalidArgument, kOp, ": w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden, ", ",
-         d.inter, "] (from w_gate_up ", wgu.describe(), "), got ", wd.describe());
+    fail(ErrorCode::InvalidArgument, kOp, ": x is ", x.describe(), " but w_gate_up ", weights_desc, " has hidden ", d.hidden);
   if (ids.rank != 2 || ids.dim(0) != d.m)
     fail(ErrorCode::InvalidArgument, kOp, ": ids must be [m, top_k] with m ", d.m, " (x's rows), got ", ids.describe());
   d.top_k = ids.dim(1);
@@ -63,18 +62,11 @@ Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& 
     fail(ErrorCode::InvalidArgument, kOp, ": topk_weights must be f32, f16 or bf16, got ", dtype_name(tw.dtype));
   if (!tw.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": topk_weights must be contiguous, got ", tw.describe());
   if (!is_float(x.dtype)) fail(ErrorCode::InvalidArgument, kOp, ": x must be f32, f16 or bf16, got ", dtype_name(x.dtype));
-  if (wgu.dtype != wd.dtype)
-    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up (", dtype_name(wgu.dtype), ") and w_down (", dtype_name(wd.dtype),
-         ") must have one dtype");
-  if (!is_float(wgu.dtype) || (wgu.dtype != x.dtype && x.dtype != DType::F32))
-    fail(ErrorCode::InvalidArgument, kOp, ": the weights must be of x's dtype (", dtype_name(x.dtype),
-         "), or f16 / bf16 with an f32 x; got ", dtype_name(wgu.dtype));
   if (out.rank != 2 || out.dim(0) != d.m || out.dim(1) != d.hidden || out.dtype != x.dtype)
     fail(ErrorCode::InvalidArgument, kOp, ": out must be ", dtype_name(x.dtype), "[", d.m, ", ", d.hidden,
          "] (x's dtype and shape), got ", out.describe());
   if (!out.is_contiguous()) fail(ErrorCode::InvalidArgument, kOp, ": out must be contiguous, got ", out.describe());
-  for (const auto& [v, name] : {std::pair{&x, "x"}, std::pair{&wgu, "w_gate_up"}, std::pair{&wd, "w_down"},
-                                std::pair{&ids, "ids"}, std::pair{&tw, "topk_weights"}})
+  for (const auto& [v, name] : {std::pair{&x, "x"}, std::pair{&ids, "ids"}, std::pair{&tw, "topk_weights"}})
     if (overlaps(out, *v))
       fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
            v->describe(), ")");
@@ -83,6 +75,58 @@ Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& 
   (void)narrow_u32(2 * d.inter, kOp, "2 * inter");
   (void)narrow_u32(d.hidden, kOp, "hidden");
   (void)narrow_u32(d.experts, kOp, "n_experts");
+}
+
+// Dense experts: their shapes and dtypes, then the activations' checks.
+Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& wd, const View& ids, const View& tw,
+                const View& out) {
+  check_device(ctx, wgu, "w_gate_up");
+  check_device(ctx, wd, "w_down");
+  if (wgu.rank != 3 || wgu.dim(1) % 2 != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up rows), got ",
+         wgu.describe());
+  Dims d;
+  d.hidden = wgu.dim(2), d.inter = wgu.dim(1) / 2, d.experts = wgu.dim(0);
+  if (x.rank == 2 && x.dim(1) != d.hidden)  // named before w_down, as the first mismatch a reader sees
+    fail(ErrorCode::InvalidArgument, kOp, ": x is ", x.describe(), " but w_gate_up ", wgu.describe(), " has hidden ",
+         d.hidden);
+  if (wd.rank != 3 || wd.dim(0) != d.experts || wd.dim(1) != d.hidden || wd.dim(2) != d.inter)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden, ", ",
+         d.inter, "] (from w_gate_up ", wgu.describe(), "), got ", wd.describe());
+  check_activations(ctx, x, ids, tw, out, d, wgu.describe().c_str());
+  if (wgu.dtype != wd.dtype)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up (", dtype_name(wgu.dtype), ") and w_down (", dtype_name(wd.dtype),
+         ") must have one dtype");
+  if (!is_float(wgu.dtype) || (wgu.dtype != x.dtype && x.dtype != DType::F32))
+    fail(ErrorCode::InvalidArgument, kOp, ": the weights must be of x's dtype (", dtype_name(x.dtype),
+         "), or f16 / bf16 with an f32 x; got ", dtype_name(wgu.dtype));
+  for (const auto& [v, name] : {std::pair{&wgu, "w_gate_up"}, std::pair{&wd, "w_down"}})
+    if (overlaps(out, *v))
+      fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
+           v->describe(), ")");
+  return d;
+}
+
+// Ternary expert stacks (upload_tq2_experts): [E, 2 inter, hidden] and [E, hidden, inter].
+Dims check_call_tq2(const Context& ctx, const View& x, const WeightHandle& gu, const WeightHandle& dn, const View& ids,
+                    const View& tw, const View& out) {
+  for (const auto& [h, name] : {std::pair{&gu, "w_gate_up"}, std::pair{&dn, "w_down"}}) {
+    if (!*h) fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is a null ternary weight");
+    if ((*h)->device() != ctx.kind() || (ctx.is_cuda() && (*h)->device_index() != ctx.arch().device_index))
+      fail(ErrorCode::InvalidArgument, kOp, ": ternary ", name, " lives on another device than the context");
+  }
+  auto shape = [](const WeightHandle& h) {
+    return "[" + std::to_string(h->experts()) + ", " + std::to_string(h->n()) + ", " + std::to_string(h->k()) + "]";
+  };
+  if (gu->n() % 2 != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": ternary w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up "
+         "rows), got ", shape(gu));
+  Dims d;
+  d.hidden = gu->k(), d.inter = gu->n() / 2, d.experts = gu->experts();
+  if (dn->experts() != d.experts || dn->n() != d.hidden || dn->k() != d.inter)
+    fail(ErrorCode::InvalidArgument, kOp, ": ternary w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden,
+         ", ", d.inter, "] (from w_gate_up ", shape(gu), "), got ", shape(dn));
+  check_activations(ctx, x, ids, tw, out, d, shape(gu).c_str());
   return d;
 }
 
@@ -102,8 +146,10 @@ std::int64_t element_at(const View& v, std::int64_t i0, std::int64_t i1, std::in
 
 // The float64 reference: no intermediate rounding; out-of-range ids contribute zero. Tokens in
 // parallel (each token's result is computed by one thread: the same bits for any thread count).
-void run_cpu(const View& x, const View& wgu, const View& wd, const View& ids, const View& tw, const View& out,
-             const Dims& d, MoeActivation act, int threads) {
+// gate_up(e, r, l) and down(e, j, i) give the experts' weights as doubles.
+template <class GateUp, class Down>
+void run_cpu(const View& x, const View& ids, const View& tw, const View& out, const Dims& d, MoeActivation act,
+             int threads, GateUp gate_up, Down down) {
   cpu::detail::parallel_for(d.m, threads, [&](std::int64_t t) {
     std::vector<double> xr(static_cast<std::size_t>(d.hidden)), a(static_cast<std::size_t>(d.inter)),
         acc(static_cast<std::size_t>(d.hidden), 0.0);
@@ -119,20 +165,30 @@ void run_cpu(const View& x, const View& wgu, const View& wd, const View& ids, co
       for (std::int64_t i = 0; i < d.inter; ++i) {
         double g = 0, u = 0;
         for (std::int64_t l = 0; l < d.hidden; ++l) {
-          g += load_as_double(wgu.data, wgu.dtype, element_at(wgu, e, i, l)) * xr[l];
-          u += load_as_double(wgu.data, wgu.dtype, element_at(wgu, e, d.inter + i, l)) * xr[l];
+          g += gate_up(e, i, l) * xr[l];
+          u += gate_up(e, d.inter + i, l) * xr[l];
         }
         a[i] = activate(act, g, u);
       }
       for (std::int64_t j = 0; j < d.hidden; ++j) {
         double y = 0;
-        for (std::int64_t i = 0; i < d.inter; ++i) y += load_as_double(wd.data, wd.dtype, element_at(wd, e, j, i)) * a[i];
+        for (std::int64_t i = 0; i < d.inter; ++i) y += down(e, j, i) * a[i];
         acc[j] += w * y;
       }
     }
     for (std::int64_t j = 0; j < d.hidden; ++j) store_from_double(out.data, out.dtype, t * d.hidden + j, acc[j]);
   });
 }
+
+// A ternary expert stack's weight (e, r, l) on the host: (code - 1) * the block's f16 scale.
+struct Tq2HostWeight {
+  const TernaryWeight* w;
+  double operator()(std::int64_t e, std::int64_t r, std::int64_t l) const {
+    const std::int64_t row = e * w->n() + r, k = w->k();
+    const int code = (w->codes()[row * (k / 4) + l / 4] >> (2 * (l % 4))) & 3;
+    return (code - 1) * static_cast<double>(f16_bits_to_f32(w->scales()[row * (k / 128) + l / 128]));
+  }
+};
 
 View rows_of(const View& v, std::int64_t first, std::int64_t count) {
   View r = v;
@@ -208,70 +264,61 @@ const char* moe_activation_name(MoeActivation a) noexcept {
   return "?";
 }
 
-Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& w_down, const View& ids,
-                const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
-  const Dims d = check_call(ctx, x, w_gate_up, w_down, ids, topk_weights, out);
-  const auto route_checks = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
-    // The two GEMMs by matmul_id's own rules (weight strides, alignment, extents), with its
-    // messages under this op's name.
-    MatmulIdParams p1 = detail::matmul_id_params_named(kOp, w_gate_up, xs, is, h, MatmulIdInputLayout::SharedPerToken,
-                                                       MatmulIdMultiplicity::MayRepeat, opts.route);
-    MatmulIdParams p2 = detail::matmul_id_params_named(kOp, w_down, a, is, y, MatmulIdInputLayout::Slotted,
-                                                       MatmulIdMultiplicity::MayRepeat, opts.route);
-    if (p1.m && p1.n && p1.k && p1.top_k && p1.n_experts) (void)matmul_id_capability(w_gate_up.dtype, p1);
-    if (p2.m && p2.n && p2.k && p2.top_k && p2.n_experts) (void)matmul_id_capability(w_down.dtype, p2);
-    return std::pair{p1, p2};
-  };
-  auto describe = [&] {
-    return "m " + std::to_string(d.m) + " hidden " + std::to_string(d.hidden) + " inter " + std::to_string(d.inter) +
-           " top_k " + std::to_string(d.top_k) + " experts " + std::to_string(d.experts) + " x " +
-           std::string(dtype_name(x.dtype)) + " w " + std::string(dtype_name(w_gate_up.dtype)) + " " +
-           moe_activation_name(opts.activation);
-  };
+namespace {
+
+// Both forms of the op after their checks: the CPU reference, or on CUDA passes of at most
+// kMoeFfnPassTokens tokens over one workspace (stream order). `validate(x, ids, h, a, y)` checks
+// the two GEMMs on a pass's views (nothing launched) and says whether either takes a grouped
+// route; `gemm(pass, scratch, first)` runs gate_up (first) or down and returns its receipt.
+template <class CpuRun, class Validate, class Gemm>
+Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, const View& out, const Dims& d,
+                const MoeFfnOptions& opts, const std::string& weights_desc, std::uint64_t scratch_row_bytes,
+                CpuRun cpu_run, Validate validate, Gemm gemm) {
   auto logged = [&](Receipt r) {
-    if (log_level() > 0) detail::log_call(kOp, describe(), r, "gate_up, activation, down, slot sum");
+    if (log_level() > 0)
+      detail::log_call(kOp,
+                       "m " + std::to_string(d.m) + " hidden " + std::to_string(d.hidden) + " inter " +
+                           std::to_string(d.inter) + " top_k " + std::to_string(d.top_k) + " experts " +
+                           std::to_string(d.experts) + " x " + std::string(dtype_name(x.dtype)) + " w " + weights_desc +
+                           " " + moe_activation_name(opts.activation),
+                       r, "gate_up, activation, down, slot sum");
     return r;
   };
   if (d.m == 0 || d.hidden == 0) return logged(Receipt{"none", "", 0});
-
+  const DeviceKind dev = ctx.kind();
+  const int idx = ctx.arch().device_index;
+  auto stand_ins = [&](std::int64_t mc) {  // the workspace views' shapes, for the checks
+    return std::tuple{View::contiguous(nullptr, x.dtype, {mc, d.top_k, 2 * d.inter}, dev, idx),
+                      View::contiguous(nullptr, x.dtype, {mc * d.top_k, d.inter}, dev, idx),
+                      View::contiguous(nullptr, DType::F32, {mc, d.top_k, d.hidden}, dev, idx)};
+  };
   if (!ctx.is_cuda()) {
-    const View none_h = View::contiguous(nullptr, x.dtype, {d.m, d.top_k, 2 * d.inter});
-    const View none_a = View::contiguous(nullptr, x.dtype, {d.m * d.top_k, d.inter});
-    const View none_y = View::contiguous(nullptr, DType::F32, {d.m, d.top_k, d.hidden});
-    (void)route_checks(x, ids, none_h, none_a, none_y);
+    const auto [h, a, y] = stand_ins(d.m);
+    (void)validate(x, ids, h, a, y);
     ctx.check_launchable("cpu_moe_ffn_reference");
-    run_cpu(x, w_gate_up, w_down, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads);
+    cpu_run();
     ctx.note_launch("cpu_moe_ffn_reference", [&] {
-      return LaunchRanges{{byte_range(x), byte_range(w_gate_up), byte_range(w_down), byte_range(ids), byte_range(topk_weights)},
-                          {byte_range(out)}};
+      return LaunchRanges{{byte_range(x), byte_range(ids), byte_range(tw)}, {byte_range(out)}};
     });
     return logged(Receipt{"reference", "cpu_moe_ffn_reference", 1});
   }
 
-  // CUDA: passes of at most kMoeFfnPassTokens tokens over one workspace (stream order).
   const std::int64_t pass_m = std::min<std::int64_t>(d.m, kMoeFfnPassTokens);
   const WorkspaceLayout lay = workspace_layout(d, pass_m, x.dtype);
   std::vector<std::pair<std::int64_t, std::int64_t>> passes;  // first token, tokens
   for (std::int64_t t = 0; t < d.m; t += pass_m) passes.emplace_back(t, std::min(pass_m, d.m - t));
-
-  // Every check and every kernel name before anything is allocated or enqueued: the GEMMs'
-  // params on stand-in workspace views (first pass, and the last when it is shorter).
-  const DeviceKind dev = DeviceKind::CUDA;
-  const int idx = ctx.arch().device_index;
+  // Every check and every kernel name before anything is allocated or enqueued (first pass, and
+  // the last when it is shorter).
   bool grouped = false;
   for (std::size_t i : {std::size_t{0}, passes.size() - 1}) {
     const std::int64_t mc = passes[i].second;
-    const View h = View::contiguous(nullptr, x.dtype, {mc, d.top_k, 2 * d.inter}, dev, idx);
-    const View a = View::contiguous(nullptr, x.dtype, {mc * d.top_k, d.inter}, dev, idx);
-    const View y = View::contiguous(nullptr, DType::F32, {mc, d.top_k, d.hidden}, dev, idx);
-    const auto [p1, p2] = route_checks(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y);
-    grouped = grouped || resolved(opts.route, p1, ctx.arch()) == MatmulIdRoute::GroupedPrefill ||
-              resolved(opts.route, p2, ctx.arch()) == MatmulIdRoute::GroupedPrefill;
+    const auto [h, a, y] = stand_ins(mc);
+    grouped = validate(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y) || grouped;
   }
   cuda_moe::MoeGatedArgs ga;
   ga.dtype = x.dtype, ga.activation = opts.activation;
   cuda_moe::MoeCombineArgs ca;
-  ca.w_dtype = topk_weights.dtype, ca.out_dtype = out.dtype;
+  ca.w_dtype = tw.dtype, ca.out_dtype = out.dtype;
   const std::string gated_name = cuda_moe::moe_ffn_gated_kernel_name(ga), combine_name = cuda_moe::moe_ffn_combine_kernel_name(ca);
   ctx.check_launchable(gated_name);
   ctx.check_launchable(combine_name);
@@ -281,14 +328,11 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
   MatmulIdScratch* scratch =
       grouped && d.top_k > 0 && d.experts > 0
           ? &detail::matmul_id_pool_scratch(ctx, narrow_u32(d.experts, kOp, "n_experts"), narrow_u32(pass_m, kOp, "m"),
-                                            narrow_u32(d.top_k, kOp, "top_k"),
-                                            static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype))
+                                            narrow_u32(d.top_k, kOp, "top_k"), scratch_row_bytes)
           : nullptr;
-  MatmulIdOptions mo;
-  mo.precision = opts.precision;
   Receipt first;
   for (std::size_t i = 0; i < passes.size(); ++i) {
-    const Pass p = make_pass(x, ids, topk_weights, out, d, passes[i].first, passes[i].second, ws, lay);
+    const Pass p = make_pass(x, ids, tw, out, d, passes[i].first, passes[i].second, ws, lay);
     std::string kernels;
     int launched = 0;
     auto add = [&](const Receipt& r) {
@@ -297,8 +341,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
     };
     Receipt gate_up;
     if (d.top_k > 0) {
-      gate_up = matmul_id(ctx, w_gate_up, p.x, p.ids, p.h, scratch, MatmulIdInputLayout::SharedPerToken,
-                          MatmulIdMultiplicity::MayRepeat, opts.route, mo);
+      gate_up = gemm(p, scratch, true);
       add(gate_up);
       ga.h = p.h.data, ga.a = p.a.data, ga.rows = p.m * d.top_k, ga.inter = d.inter;
       cuda_moe::launch_moe_ffn_gated(ga, ctx.stream());
@@ -306,19 +349,80 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
         ctx.note_launch(gated_name, [&] { return LaunchRanges{{byte_range(p.h)}, {byte_range(p.a)}}; });
         add(Receipt{"", gated_name, 1});
       }
-      add(matmul_id(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted, MatmulIdMultiplicity::MayRepeat,
-                    opts.route, mo));
+      add(gemm(p, scratch, false));
     }
     ca.y = static_cast<const float*>(p.y.data), ca.w = p.tw.data, ca.out = p.out.data;
     ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden;
     cuda_moe::launch_moe_ffn_combine(ca, ctx.stream());
-    ctx.note_launch(combine_name, [&] {
-      return LaunchRanges{{byte_range(p.y), byte_range(p.tw)}, {byte_range(p.out)}};
-    });
+    ctx.note_launch(combine_name, [&] { return LaunchRanges{{byte_range(p.y), byte_range(p.tw)}, {byte_range(p.out)}}; });
     add(Receipt{"", combine_name, 1});
     if (i == 0) first = Receipt{d.top_k > 0 ? gate_up.route : "none", kernels, launched};
   }
   return logged(first);
+}
+
+}  // namespace
+
+Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
+  const Dims d = check_call(ctx, x, w_gate_up, w_down, ids, topk_weights, out);
+  // The two GEMMs by matmul_id's own rules (weight strides, alignment, extents), with its messages
+  // under this op's name; true when either resolves to the grouped route.
+  auto validate = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
+    const MatmulIdParams p1 = detail::matmul_id_params_named(kOp, w_gate_up, xs, is, h, MatmulIdInputLayout::SharedPerToken,
+                                                             MatmulIdMultiplicity::MayRepeat, opts.route);
+    const MatmulIdParams p2 = detail::matmul_id_params_named(kOp, w_down, a, is, y, MatmulIdInputLayout::Slotted,
+                                                             MatmulIdMultiplicity::MayRepeat, opts.route);
+    if (p1.m && p1.n && p1.k && p1.top_k && p1.n_experts) (void)matmul_id_capability(w_gate_up.dtype, p1);
+    if (p2.m && p2.n && p2.k && p2.top_k && p2.n_experts) (void)matmul_id_capability(w_down.dtype, p2);
+    return resolved(opts.route, p1, ctx.arch()) == MatmulIdRoute::GroupedPrefill ||
+           resolved(opts.route, p2, ctx.arch()) == MatmulIdRoute::GroupedPrefill;
+  };
+  auto cpu_run = [&] {
+    auto weight = [](const View& w) {
+      return [&w](std::int64_t e, std::int64_t r, std::int64_t l) { return load_as_double(w.data, w.dtype, element_at(w, e, r, l)); };
+    };
+    run_cpu(x, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads, weight(w_gate_up), weight(w_down));
+  };
+  MatmulIdOptions mo;
+  mo.precision = opts.precision;
+  auto gemm = [&](const Pass& p, MatmulIdScratch* scratch, bool first) {
+    return first ? matmul_id(ctx, w_gate_up, p.x, p.ids, p.h, scratch, MatmulIdInputLayout::SharedPerToken,
+                             MatmulIdMultiplicity::MayRepeat, opts.route, mo)
+                 : matmul_id(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted,
+                             MatmulIdMultiplicity::MayRepeat, opts.route, mo);
+  };
+  return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string(dtype_name(w_gate_up.dtype)),
+                 static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype), cpu_run, validate, gemm);
+}
+
+Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, const WeightHandle& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
+  const Dims d = check_call_tq2(ctx, x, w_gate_up, w_down, ids, topk_weights, out);
+  if (opts.route != MatmulIdRoute::Auto)
+    fail(ErrorCode::InvalidArgument, kOp, ": ternary experts take route auto (matmul_id_tq2's own), got ",
+         matmul_id_route_name(opts.route));
+  // The GEMMs' view checks by matmul_id's rules on stand-in [E, n, k] weight views (as
+  // matmul_id_tq2 reads its own); the grouped ternary route needs staging room (f16 rows).
+  auto validate = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
+    const View gu = View::contiguous(nullptr, DType::F16, {d.experts, 2 * d.inter, d.hidden}, ctx.kind(), ctx.arch().device_index);
+    const View dn = View::contiguous(nullptr, DType::F16, {d.experts, d.hidden, d.inter}, ctx.kind(), ctx.arch().device_index);
+    (void)detail::matmul_id_params_named(kOp, gu, xs, is, h, MatmulIdInputLayout::SharedPerToken,
+                                         MatmulIdMultiplicity::MayRepeat, MatmulIdRoute::GroupedPrefill);
+    (void)detail::matmul_id_params_named(kOp, dn, a, is, y, MatmulIdInputLayout::Slotted, MatmulIdMultiplicity::MayRepeat,
+                                         MatmulIdRoute::GroupedPrefill);
+    return xs.dim(0) > cuda_ternary::kTq2MoeStreamAutoMaxTokens;  // above it the ternary engine wants staged rows
+  };
+  auto cpu_run = [&] {
+    run_cpu(x, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads, Tq2HostWeight{w_gate_up.get()},
+            Tq2HostWeight{w_down.get()});
+  };
+  auto gemm = [&](const Pass& p, MatmulIdScratch* scratch, bool first) {
+    return first ? matmul_id_tq2(ctx, w_gate_up, p.x, p.ids, p.h, scratch, MatmulIdInputLayout::SharedPerToken)
+                 : matmul_id_tq2(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted);
+  };
+  return run_ffn(ctx, x, ids, topk_weights, out, d, opts, "tq2", static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * 2,
+                 cpu_run, validate, gemm);
 }
 
 }  // namespace llmm
