@@ -23,14 +23,35 @@ std::vector<BlockTQ2_128> tq2_from_gguf_tq2_0(const void* data, std::size_t byte
 // + j). Every byte decodes, so only d can be bad. Lossless. Requires k % 256 == 0.
 std::vector<BlockTQ2_128> tq2_from_gguf_tq1_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
 
-// Q2_0 with 128-weight groups as PrismML writes it (the Ternary-Bonsai GGUFs: GGML type 42 in
-// PrismML's llama.cpp branch; not mainline ggml's Q2_0, whose groups are 64 weights in 18 bytes):
-// a row of k weights is k / 128 blocks of 34 bytes {d (f16), qs[32]}, weight j at bits
-// 2 * (j % 4) of qs[j / 4], value (code - 1) * d. TQ2_0_g128 is the same block with the scale
-// last: a reorder, lossless. The format also allows code 3 (+2), which a ternary block cannot
-// hold: refused, naming the row, block and byte, as is a non-finite d. Requires k % 128 == 0 and
-// bytes == n * k / 128 * 34.
+// Q2_0 with 128-weight groups as PrismML first wrote it (the first Ternary-Bonsai GGUFs, as GGML
+// type 42, which upstream ggml now uses for its group-64 Q2_0 below): a row of k weights is
+// k / 128 blocks of 34 bytes {d (f16), qs[32]}, weight j at bits 2 * (j % 4) of qs[j / 4], value
+// (code - 1) * d. TQ2_0_g128 is the same block with the scale last: a reorder, lossless. The
+// format also allows code 3 (+2), which a ternary block cannot hold: refused, naming the row,
+// block and byte, as is a non-finite d. Requires k % 128 == 0 and bytes == n * k / 128 * 34.
 std::vector<BlockTQ2_128> tq2_from_q2_0_g128(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
+
+// PQ2_0, GGML type 142 in PrismML's llama.cpp fork (the current Ternary-Bonsai GGUFs): byte for
+// byte the layout of tq2_from_q2_0_g128 above ({d, qs[32]} per 128 weights, codes 0..3 = -1, 0,
+// +1, +2 times d), converted by the same code; errors name PQ2_0. Lossless; refuses code 3 (+2).
+std::vector<BlockTQ2_128> tq2_from_pq2_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
+
+// PTQ1_0, GGML type 143 in PrismML's fork: TQ1_0's base-3 digits with one scale per 128 weights.
+// A row is k / 128 blocks of 28 bytes {qs[24], qh[2], d (f16)}; digit i of a byte as in TQ1_0;
+// weight 16 i + m is digit i of qs[m] (m < 16), 80 + 8 i + m digit i of qs[16 + m] (m < 8),
+// 120 + 2 i + h digit i of qh[h] (i < 4); value (digit - 1) * d. Every byte decodes, so only d can
+// be bad (non-finite: refused). Lossless. Requires k % 128 == 0 and bytes == n * k / 128 * 28.
+std::vector<BlockTQ2_128> tq2_from_ptq1_0(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
+
+// Q2_0 as upstream ggml defines it (GGML type 42): a row is k / 64 blocks of 18 bytes {d (f16),
+// qs[16]}, weight j at bits 2 * (j % 4) of qs[j / 4], value (code - 1) * d, codes 0..3 = -1, 0,
+// +1, +2. A TQ2_0_g128 block has one scale for 128 weights, so blocks 2 i and 2 i + 1 of a row
+// become TQ2_0_g128 block i exactly when their scales have the same f16 bits, or when one of the
+// two is all zeros (every code 1; the other's scale is kept). Otherwise refused, naming the row,
+// both blocks and both scales: a group-64 variant of TQ2_0_g128 is not implemented. Also refuses
+// code 3 (+2 x d, not ternary) naming the row, block and byte, and a non-finite d. Lossless where
+// it converts. Requires k % 128 == 0 and bytes == n * k / 64 * 18.
+std::vector<BlockTQ2_128> tq2_from_q2_0_g64(const void* data, std::size_t bytes, std::int64_t n, std::int64_t k);
 
 // Hugging Face BitNet packing (BitNet b1.58 2B4T, Falcon3-1.58bit): uint8 [out / 4, in], weight
 // row r in packed row r % (out / 4) at bits 2 * (r / (out / 4)), code - 1 in {-1, 0, 1}; the
