@@ -424,13 +424,18 @@ def dequantize_tq2(aos, n: int, k: int) -> np.ndarray:
 
 
 def tq2_from_gguf(data, kind: str, n: int, k: int) -> bytes:
-    """TQ2_0_g128 AoS bytes of a GGUF tensor's raw bytes: kind "TQ2_0" (66-byte blocks of 256),
-    "TQ1_0" (54-byte base-3 blocks of 256), both with k % 256 == 0, or "Q2_0_g128" (PrismML's
-    Ternary-Bonsai Q2_0, GGML type 42 in their llama.cpp branch: 34-byte blocks {d, qs[32]} of 128,
-    k % 128 == 0; gguf-py does not know type 42, so read its bytes yourself); n rows of k weights.
-    Lossless: every weight keeps its code and its block's f16 scale. Refuses a wrong byte count, a
-    code 3 (invalid in TQ2_0; +2 in Q2_0, which a ternary block cannot hold) or a non-finite scale,
-    naming the row and block."""
+    """TQ2_0_g128 AoS bytes of a GGUF tensor's raw bytes (n rows of k weights). kind:
+    "TQ2_0" (GGML type 35: 66-byte blocks of 256) and "TQ1_0" (34: 54-byte base-3 blocks of 256),
+    both with k % 256 == 0; "PQ2_0" (PrismML's type 142: 34-byte blocks {d, qs[32]} of 128) and
+    "Q2_0_g128" (the same layout under type 42 in PrismML's first Ternary-Bonsai files);
+    "PTQ1_0" (PrismML's type 143: 28-byte base-3 blocks of 128); "Q2_0" (upstream ggml's type 42:
+    18-byte blocks {d, qs[16]} of 64). All but TQ2_0 / TQ1_0 need k % 128 == 0. Lossless: every
+    weight keeps its code and its block's f16 scale. For "Q2_0" two group-64 blocks become one
+    128-weight block, so their scales must have the same f16 bits (or one of the two blocks be all
+    zeros); otherwise it is refused naming the row, the blocks and both scales (a group-64 variant
+    of TQ2_0_g128 is not implemented). Refuses a wrong byte count, a code 3 (invalid in TQ2_0; +2
+    in the Q2_0 family, which a ternary block cannot hold) or a non-finite scale, naming the row
+    and block."""
     return _llmm.tq2_from_gguf(data, kind, n, k)
 
 
@@ -445,23 +450,56 @@ def tq2_from_bitnet(packed, weight_scale: float) -> bytes:
     return _llmm.tq2_from_bitnet(a, 4 * a.shape[0], a.shape[1], float(weight_scale))
 
 
+# GGML type id -> (tq2_from_gguf kind, weights a block, bytes a block).
+_GGUF_TERNARY = {35: ("TQ2_0", 256, 66), 34: ("TQ1_0", 256, 54), 142: ("PQ2_0", 128, 34), 143: ("PTQ1_0", 128, 28)}
+# Type 42 is upstream ggml's Q2_0 (group 64) or, in PrismML's first files, Q2_0 with groups of 128.
+_GGUF_TYPE42 = (("Q2_0", 64, 18, "upstream Q2_0 (group 64)"), ("Q2_0_g128", 128, 34, "PrismML's first Q2_0 (group 128)"))
+
+
+def _gguf_ternary_layout(t, n: int, k: int) -> Tuple[str, int]:
+    """(tq2_from_gguf kind, byte count) of GGUF tensor t (an llmm._gguf.TensorInfo) of n rows of k.
+    Type 42 has two layouts of different sizes: the one that fills the room t has before the next
+    tensor (short of it by less than one alignment step) is taken; none or both fitting is refused."""
+    from ._gguf import type_name
+
+    op = "llmm.load_tq2_gguf"
+    if t.type_id in _GGUF_TERNARY:
+        kind, weights, block = _GGUF_TERNARY[t.type_id]
+        return kind, n * (k // weights) * block
+    if t.type_id != 42:
+        raise Error(f"{op}: tensor {t.name!r} is {type_name(t.type_id)}, not TQ2_0, TQ1_0, Q2_0, PQ2_0 or PTQ1_0")
+    sizes = [(kind, n * (k // w) * b, what) for kind, w, b, what in _GGUF_TYPE42 if k % w == 0]
+    fits = [(kind, size) for kind, size, _ in sizes if size <= t.span < size + t.alignment]
+    if len(fits) == 1:
+        return fits[0]
+    layouts = " and ".join(f"{size} bytes as {what}" for _, size, what in sizes)
+    room = f"{t.span} bytes up to the next tensor or the file's end (alignment {t.alignment})"
+    if fits:
+        raise Error(f"{op}: tensor {t.name!r} ([{n}, {k}], GGML type 42) is ambiguous: {layouts} both fit its {room}; "
+                    f"refused rather than guessed")
+    raise Error(f"{op}: tensor {t.name!r} ([{n}, {k}], GGML type 42) fits neither {layouts}: it has {room}")
+
+
 def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
-    """A TQ2_0 or TQ1_0 tensor of a GGUF file (read with gguf-py's GGUFReader: pip install gguf)
-    as a TernaryWeight on `device` ([n, k] with k = the tensor's first GGUF dimension)."""
-    try:
-        import gguf
-    except ImportError as e:
-        raise ImportError("llmm.load_tq2_gguf needs the gguf package (pip install gguf)") from e
-    reader = gguf.GGUFReader(str(path))
-    t = next((t for t in reader.tensors if t.name == tensor_name), None)
+    """A ternary tensor of a GGUF file as a TernaryWeight on `device` ([n, k] with k = the tensor's
+    first GGUF dimension): GGML types 35 TQ2_0, 34 TQ1_0, PrismML's 142 PQ2_0 and 143 PTQ1_0, and
+    42, which is upstream ggml's Q2_0 (group 64) or the Q2_0 with groups of 128 of PrismML's first
+    Ternary-Bonsai files: told apart by the tensor's byte size (the room before the next tensor),
+    refused where both sizes fit (possible below 64 x alignment weights: 2048 at GGUF's default
+    alignment of 32). Converted as
+    tq2_from_gguf does. The file is read by llmm's own minimal GGUF reader (llmm._gguf: header,
+    metadata, tensor-info table), not gguf-py's GGUFReader, which cannot open a file holding a
+    tensor of a type it does not know (gguf 0.17.1: 42, 142 and 143)."""
+    from . import _gguf
+
+    t = next((t for t in _gguf.read_tensor_infos(path) if t.name == tensor_name), None)
     if t is None:
         raise Error(f"llmm.load_tq2_gguf: no tensor {tensor_name!r} in {path}")
-    kinds = {gguf.GGMLQuantizationType.TQ2_0: "TQ2_0", gguf.GGMLQuantizationType.TQ1_0: "TQ1_0"}
-    if t.tensor_type not in kinds:
-        raise Error(f"llmm.load_tq2_gguf: tensor {tensor_name!r} is {t.tensor_type.name}, not TQ2_0 or TQ1_0")
-    k = int(t.shape[0])
-    n = int(t.n_elements) // k
-    aos = tq2_from_gguf(np.ascontiguousarray(t.data).view(np.uint8).reshape(-1), kinds[t.tensor_type], n, k)
+    k = int(t.shape[0]) if t.shape else 0
+    n = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
+    kind, nbytes = _gguf_ternary_layout(t, n, k)
+    # Past its room the data is not there: the converter then names the byte count it wanted.
+    aos = tq2_from_gguf(_gguf.read_bytes(path, t.offset, min(nbytes, t.span)), kind, n, k)
     return upload_tq2(aos, n, k, device=device, key=key)
 
 

@@ -669,12 +669,17 @@ NB_MODULE(_llmm, m) {
         if (kind == "TQ2_0") blocks = tq2_from_gguf_tq2_0(b.data, b.size, n, k);
         else if (kind == "TQ1_0") blocks = tq2_from_gguf_tq1_0(b.data, b.size, n, k);
         else if (kind == "Q2_0_g128") blocks = tq2_from_q2_0_g128(b.data, b.size, n, k);
-        else fail(ErrorCode::InvalidArgument, op, ": kind must be 'TQ2_0', 'TQ1_0' or 'Q2_0_g128', got '", kind, "'");
+        else if (kind == "PQ2_0") blocks = tq2_from_pq2_0(b.data, b.size, n, k);
+        else if (kind == "PTQ1_0") blocks = tq2_from_ptq1_0(b.data, b.size, n, k);
+        else if (kind == "Q2_0") blocks = tq2_from_q2_0_g64(b.data, b.size, n, k);
+        else
+          fail(ErrorCode::InvalidArgument, op,
+               ": kind must be 'TQ2_0', 'TQ1_0', 'Q2_0_g128', 'PQ2_0', 'PTQ1_0' or 'Q2_0' (group 64), got '", kind, "'");
         return nb::bytes(reinterpret_cast<const char*>(blocks.data()), blocks.size() * sizeof(BlockTQ2_128));
       },
       nb::arg("data").none(), nb::arg("kind").none(), nb::arg("n").none(), nb::arg("k").none(),
-      "TQ2_0_g128 AoS bytes of a GGUF TQ2_0, TQ1_0 or PrismML Q2_0 (group 128) tensor's raw bytes (n rows of k "
-      "weights). Lossless.");
+      "TQ2_0_g128 AoS bytes of a GGUF TQ2_0, TQ1_0, PrismML Q2_0 (group 128), PQ2_0 or PTQ1_0 tensor's raw bytes "
+      "(lossless), or of upstream Q2_0 (group 64) where each pair of blocks shares a scale (n rows of k weights).");
   m.def(
       "tq2_from_bitnet",
       [](nb::handle packed, nb::handle out_, nb::handle in_, nb::handle scale) {

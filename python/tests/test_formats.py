@@ -38,7 +38,8 @@ def test_gguf_refusals_name_the_problem():
     bad[66 + 3] |= 0xC0  # row 1, block 0, byte 3: a code 3
     with pytest.raises(llmm.Error, match="invalid code 3 in row 1, block 0, byte 3"):
         llmm.tq2_from_gguf(bytes(bad), "TQ2_0", 2, 256)
-    with pytest.raises(llmm.Error, match="kind must be 'TQ2_0', 'TQ1_0' or 'Q2_0_g128', got 'Q4_0'"):
+    with pytest.raises(llmm.Error, match=r"kind must be 'TQ2_0', 'TQ1_0', 'Q2_0_g128', 'PQ2_0', 'PTQ1_0' or 'Q2_0' "
+                                         r"\(group 64\), got 'Q4_0'"):
         llmm.tq2_from_gguf(q.tobytes(), "Q4_0", 2, 256)
 
 
@@ -59,7 +60,7 @@ def test_load_tq2_gguf_reads_what_ggufwriter_wrote(tmp_path, kind):
     assert (weight.n, weight.k) == (n, k)
     x = np.eye(k, dtype=np.float32)[:40]  # the CPU reference: out[m, j] = W[j, m] exactly
     assert np.array_equal(llmm.gemm_tq2(weight, x), w[:, :40].T)
-    with pytest.raises(llmm.Error, match="is F32, not TQ2_0 or TQ1_0"):
+    with pytest.raises(llmm.Error, match="is F32, not TQ2_0, TQ1_0, Q2_0, PQ2_0 or PTQ1_0"):
         llmm.load_tq2_gguf(path, "blk.0.norm.weight")
     with pytest.raises(llmm.Error, match="no tensor 'nope'"):
         llmm.load_tq2_gguf(path, "nope")
