@@ -259,6 +259,15 @@ def test_reader_refusals(tmp_path):
     path.write_bytes(b"GGUF" + struct.pack(">I", 3) + bytes(16))
     with pytest.raises(llmm.Error, match="a big-endian GGUF file is not supported"):
         llmm.load_tq2_gguf(path, "w")
+    path.write_bytes(b"GGUF" + struct.pack("<I", 1) + bytes(16))
+    with pytest.raises(llmm.Error, match="GGUF version 1 is not supported"):
+        llmm.load_tq2_gguf(path, "w")
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("x") + struct.pack("<I", 13) + bytes(8))
+    with pytest.raises(llmm.Error, match="unknown metadata value type 13"):
+        llmm.load_tq2_gguf(path, "w")
+    write_gguf(path, [("w", 143, (256, 3), bytes(168))], alignment=48)
+    with pytest.raises(llmm.Error, match="general.alignment 48 is not a power of two"):
+        llmm.load_tq2_gguf(path, "w")
     write_gguf(path, [("w", 143, (256, 3), bytes(168))])
     path.write_bytes(path.read_bytes()[:-40])
     with pytest.raises(llmm.Error, match=r"152 bytes given, an \[3, 256\] PTQ1_0 tensor is 168"):
