@@ -64,7 +64,8 @@ std::uint16_t f32_to_bf16_bits(float x) noexcept;
 float bf16_bits_to_f32(std::uint16_t h) noexcept;
 
 // float8_e4m3fn conversions, bit-exact with ml_dtypes' float8_e4m3fn: round to nearest even,
-// subnormals produced and read, -0 kept, NaN -> NaN of the same sign (0x7F / 0xFF). A finite
+// subnormals produced and read, -0 kept, NaN -> NaN of the same sign (0x7F / 0xFF, decoded to
+// the quiet NaN of that sign). A finite
 // value that rounds above 448 (|x| > 464) and an infinity become NaN, as ml_dtypes' cast does;
 // with `saturate` they become +-448 instead (a quantizer's clamp; NaN stays NaN).
 std::uint8_t f32_to_e4m3fn_bits(float x, bool saturate = false) noexcept;

@@ -33,6 +33,7 @@ __all__ = [
     "upload_tq2_experts", "matmul_id_tq2", "moe_ffn",
     "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
+    "to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "load_fp8_safetensors",
 ]
 
 # llmm's dtype codes and the frameworks' names for them (NumPy and CuPy have no bfloat16).
@@ -801,3 +802,6 @@ if "torch" in sys.modules:  # torch already loaded: register the custom ops now 
         from . import torch_ops  # noqa: E402,F401
     except ImportError:  # torch too old for torch.library.custom_op: `import llmm.torch_ops` says so
         pass
+
+
+from .fp8 import dequantize_fp8, from_fp8_bits, load_fp8_safetensors, quantize_fp8, to_fp8_bits  # noqa: E402

@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -658,6 +659,57 @@ NB_MODULE(_llmm, m) {
       },
       nb::arg("w").none(), nb::arg("rule").none() = "absmean",
       "TQ2_0_g128 AoS bytes of a C-contiguous float32 [n, k] host array (rule 'absmean' or 'absmax').");
+  // FP8 e4m3 (host): conversions and quantization with f32 scales.
+  m.def(
+      "fp8_from_f32",
+      [](nb::handle x, nb::handle saturate) {
+        constexpr const char* op = "llmm.fp8_from_f32";
+        Arr a = input_arg(x, op, "x");
+        const View& v = a.v;
+        if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || !v.is_contiguous())
+          fail(ErrorCode::InvalidArgument, op, ": x must be a C-contiguous float32 host array, got ", v.describe());
+        const bool sat = bool_arg(saturate, op, "saturate");
+        const std::uint64_t count = v.numel();
+        std::string out(static_cast<std::size_t>(count), '\0');
+        const float* f = static_cast<const float*>(v.data);
+        for (std::uint64_t i = 0; i < count; ++i) out[i] = static_cast<char>(f32_to_e4m3fn_bits(f[i], sat));
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("x").none(), nb::arg("saturate").none() = false,
+      "float8_e4m3fn bits (bytes) of a C-contiguous float32 host array. Low level: use llmm.to_fp8.");
+  m.def(
+      "fp8_to_f32",
+      [](nb::handle codes) {
+        constexpr const char* op = "llmm.fp8_to_f32";
+        Blob b = blob_arg(codes, op, "codes");
+        std::string out(b.size * 4, '\0');
+        const auto* c = static_cast<const std::uint8_t*>(b.data);
+        for (std::size_t i = 0; i < b.size; ++i) {
+          const float f = e4m3fn_bits_to_f32(c[i]);
+          std::memcpy(out.data() + 4 * i, &f, 4);
+        }
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("codes").none(), "float32 values (bytes) of float8_e4m3fn bits. Low level: use llmm.from_fp8.");
+  m.def(
+      "fp8_quantize",
+      [](nb::handle w, nb::handle scale) {
+        constexpr const char* op = "llmm.quantize_fp8";
+        Arr a = input_arg(w, op, "w");
+        const View& v = a.v;
+        if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || v.rank != 2 || !v.is_contiguous())
+          fail(ErrorCode::InvalidArgument, op, ": w must be a C-contiguous float32 [n, k] host array, got ", v.describe());
+        const std::string kind = str_arg(scale, op, "scale");
+        Fp8ScaleKind k = Fp8ScaleKind::Block128;
+        if (kind == "tensor") k = Fp8ScaleKind::Tensor;
+        else if (kind == "channel") k = Fp8ScaleKind::Channel;
+        else if (kind != "block") fail(ErrorCode::InvalidArgument, op, ": scale must be 'block', 'channel' or 'tensor', got '", kind, "'");
+        const Fp8Weight q = quantize_fp8(static_cast<const float*>(v.data), v.dim(0), v.dim(1), v.dim(1), k);
+        return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(q.codes.data()), q.codes.size()),
+                              nb::bytes(reinterpret_cast<const char*>(q.scales.data()), q.scales.size() * 4));
+      },
+      nb::arg("w").none(), nb::arg("scale").none() = "block",
+      "(codes, scales) bytes of a C-contiguous float32 [n, k] host array. Low level: use llmm.quantize_fp8.");
   m.def(
       "tq2_from_gguf",
       [](nb::handle data, nb::handle kind_, nb::handle n_, nb::handle k_) {

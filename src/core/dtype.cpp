@@ -99,7 +99,7 @@ std::uint8_t f32_to_e4m3fn_bits(float x, bool saturate) noexcept {
 float e4m3fn_bits_to_f32(std::uint8_t b) noexcept {
   const float sign = (b & 0x80u) ? -1.0f : 1.0f;
   const int exponent = (b >> 3) & 0xF, mantissa = b & 7;
-  if (exponent == 15 && mantissa == 7) return sign * std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 15 && mantissa == 7) return std::copysign(std::numeric_limits<float>::quiet_NaN(), sign);
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
