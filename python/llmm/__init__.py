@@ -750,9 +750,16 @@ def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "
     dtype (or writes out=). The slot sum runs in slot order: the same bits on every run. route
     ("auto", "direct", "grouped") and precision as for matmul_id, for both GEMMs. No scratch: the
     intermediates live in llmm's workspace per device and stream (the first call of a size
-    allocates it: warm up before CUDA-graph capture). On the CPU: the float64 reference."""
+    allocates it: warm up before CUDA-graph capture). On the CPU: the float64 reference.
+    w_gate_up and w_down may instead both be ternary expert stacks (llmm.upload_tq2_experts of
+    [E, 2 * inter, hidden] and [E, hidden, inter] TQ2_0_g128 weights): the GEMMs are then
+    matmul_id_tq2's (route "auto" only)."""
     op = "moe_ffn"
-    x, w_gate_up, w_down = _array(op, "x", x), _array(op, "w_gate_up", w_gate_up), _array(op, "w_down", w_down)
+    x = _array(op, "x", x)
+    if not isinstance(w_gate_up, TernaryWeight):
+        w_gate_up = _array(op, "w_gate_up", w_gate_up)
+    if not isinstance(w_down, TernaryWeight):
+        w_down = _array(op, "w_down", w_down)
     topk_ids, topk_weights = _array(op, "topk_ids", topk_ids), _array(op, "topk_weights", topk_weights)
     xs = tuple(x.shape)
     if len(xs) != 2:

@@ -988,7 +988,14 @@ NB_MODULE(_llmm, m) {
       [](nb::handle x, nb::handle w_gate_up, nb::handle w_down, nb::handle ids, nb::handle topk_weights, nb::handle out,
          nb::handle activation, nb::handle route, nb::handle precision, nb::handle stream) {
         constexpr const char* op = "llmm.moe_ffn";
-        Arr vx = input_arg(x, op, "x"), vgu = input_arg(w_gate_up, op, "w_gate_up"), vd = input_arg(w_down, op, "w_down");
+        // Ternary expert stacks (llmm.upload_tq2_experts) or dense [E, rows, cols] arrays, both of one kind.
+        const bool ternary = nb::isinstance<PyTernaryWeight>(w_gate_up) || nb::isinstance<PyTernaryWeight>(w_down);
+        if (ternary && !(nb::isinstance<PyTernaryWeight>(w_gate_up) && nb::isinstance<PyTernaryWeight>(w_down)))
+          type_error(concat(op, ": w_gate_up and w_down must both be arrays or both llmm.TernaryWeight expert stacks, got ",
+                            tp_name(w_gate_up), " and ", tp_name(w_down)));
+        Arr vx = input_arg(x, op, "x");
+        std::optional<Arr> vgu, vd;
+        if (!ternary) vgu.emplace(input_arg(w_gate_up, op, "w_gate_up")), vd.emplace(input_arg(w_down, op, "w_down"));
         Arr vid = input_arg(ids, op, "topk_ids"), vtw = input_arg(topk_weights, op, "topk_weights");
         Arr vo = output_arg(out, op, "out");
         MoeFfnOptions o;
@@ -1000,7 +1007,10 @@ NB_MODULE(_llmm, m) {
         o.route = matmul_id_route_of(route, op);
         o.precision = precision_of(precision, op);
         Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
-        return receipt_dict(llmm::moe_ffn(ctx, vx.v, vgu.v, vd.v, vid.v, vtw.v, vo.v, o));
+        if (ternary)
+          return receipt_dict(llmm::moe_ffn(ctx, vx.v, nb::inst_ptr<PyTernaryWeight>(w_gate_up)->handle,
+                                            nb::inst_ptr<PyTernaryWeight>(w_down)->handle, vid.v, vtw.v, vo.v, o));
+        return receipt_dict(llmm::moe_ffn(ctx, vx.v, vgu->v, vd->v, vid.v, vtw.v, vo.v, o));
       },
       nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(), nb::arg("topk_ids").none(),
       nb::arg("topk_weights").none(), nb::arg("out").none(), nb::arg("activation").none() = "silu",

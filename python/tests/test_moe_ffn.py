@@ -153,3 +153,21 @@ def test_cuda_graph_capture_after_warm_up():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+def test_ternary_experts_equal_the_dense_reference_of_their_values():
+    x, wgu, wd, ids, tw = case(hidden=256, inter=128, experts=4, seed=8)
+    e, hidden, inter = 4, 256, 128
+    gu_aos = llmm.quantize_tq2(wgu.reshape(e * 2 * inter, hidden), "absmax")
+    dn_aos = llmm.quantize_tq2(wd.reshape(e * hidden, inter), "absmax")
+    gu = llmm.upload_tq2_experts(gu_aos, e, 2 * inter, hidden)
+    dn = llmm.upload_tq2_experts(dn_aos, e, hidden, inter)
+    gu_dense = llmm.dequantize_tq2(gu_aos, e * 2 * inter, hidden).reshape(e, 2 * inter, hidden)
+    dn_dense = llmm.dequantize_tq2(dn_aos, e * hidden, inter).reshape(e, hidden, inter)
+    got = llmm.moe_ffn(x, gu, dn, ids, tw)
+    np.testing.assert_array_equal(got, llmm.moe_ffn(x, gu_dense, dn_dense, ids, tw))  # both float64 references
+    np.testing.assert_allclose(got, ref64(x, gu_dense, dn_dense, ids, tw), rtol=1e-6, atol=1e-6)
+    with pytest.raises(TypeError, match="must both be arrays or both llmm.TernaryWeight"):
+        llmm.moe_ffn(x, gu, dn_dense, ids, tw)
+    with pytest.raises(llmm.Error, match="ternary experts take route auto"):
+        llmm.moe_ffn(x, gu, dn, ids, tw, route="direct")
