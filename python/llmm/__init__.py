@@ -490,12 +490,28 @@ def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = 
     alignment of 32). Converted as
     tq2_from_gguf does. The file is read by llmm's own minimal GGUF reader (llmm._gguf: header,
     metadata, tensor-info table), not gguf-py's GGUFReader, which cannot open a file holding a
-    tensor of a type it does not know (gguf 0.17.1: 42, 142 and 143)."""
+    tensor of a type it does not know (gguf 0.17.1: 42, 142 and 143). A tensor that the file's
+    prism.hadamard.* metadata marks as Hadamard-folded (Ternary-Bonsai-2) is refused: its
+    activation rotation is not applied by llmm yet."""
     from . import _gguf
 
-    t = next((t for t in _gguf.read_tensor_infos(path) if t.name == tensor_name), None)
+    infos, hadamard = _gguf.read_header(path)
+    t = next((t for t in infos if t.name == tensor_name), None)
     if t is None:
         raise Error(f"llmm.load_tq2_gguf: no tensor {tensor_name!r} in {path}")
+    # Ternary-Bonsai-2 folds a blockwise signed Walsh-Hadamard rotation into some weights: their
+    # activations must be rotated before the matmul. llmm does not apply it yet, and without it
+    # the result is wrong with no error: refuse those weights (all of them when the file does not
+    # say which).
+    if hadamard:
+        names = hadamard.get("prism.hadamard.weight_names")
+        if not isinstance(names, list) or tensor_name in names:
+            block = hadamard.get("prism.hadamard.block_size", "?")
+            why = "is listed in prism.hadamard.weight_names" if isinstance(names, list) else \
+                "may be (the file has prism.hadamard.* keys but no prism.hadamard.weight_names list)"
+            raise Error(f"llmm.load_tq2_gguf: tensor {tensor_name!r} {why}: a Hadamard-folded weight (block size "
+                        f"{block}) whose activations must be rotated before the matmul, which llmm does not do "
+                        f"yet; loaded as is it would give wrong results without an error")
     k = int(t.shape[0]) if t.shape else 0
     n = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
     kind, nbytes = _gguf_ternary_layout(t, n, k)

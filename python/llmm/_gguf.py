@@ -1,4 +1,5 @@
-"""A minimal GGUF reader: the header, the metadata (skipped, but for general.alignment) and the
+"""A minimal GGUF reader: the header, the metadata (skipped, but for general.alignment and PrismML's
+prism.hadamard.* keys) and the
 tensor-info table of a little-endian GGUF file (versions 2 and 3, as ggml's docs/gguf.md describes
 them), giving a tensor's GGML type id, shape and raw bytes for any type id.
 
@@ -62,24 +63,34 @@ class _Cursor:
         at = self.take(n)
         return bytes(self.mm[at:at + n]).decode("utf-8", errors="replace")
 
-    def value(self, vtype: int):
+    def value(self, vtype: int, keep: bool = False):
+        """The value (arrays only when keep: the tokenizer's are long, and skipped)."""
         if vtype in _FIXED:
             return self.scalar(_FIXED[vtype])
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             etype, count = self.scalar("<I"), self.scalar("<Q")
-            if etype in _FIXED:  # skipped whole: tokenizer arrays are long
+            if etype in _FIXED and not keep:
                 self.take(count * struct.calcsize(_FIXED[etype]))
-            else:
-                for _ in range(count):
-                    self.value(etype)
-            return None
+                return None
+            items = [self.value(etype, keep) for _ in range(count)]
+            return items if keep else None
         raise Error(f"GGUF file {self.path}: unknown metadata value type {vtype} at byte {self.at - 4}")
+
+
+# Metadata kept for the callers (the rest is skipped): PrismML's Hadamard fold, whose rotation a
+# loader must not silently ignore.
+_KEPT_PREFIX = "prism.hadamard."
 
 
 def read_tensor_infos(path) -> list:
     """Every tensor's TensorInfo, in the order of the file's tensor-info table."""
+    return read_header(path)[0]
+
+
+def read_header(path):
+    """(every tensor's TensorInfo, {key: value} of the prism.hadamard.* metadata)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         c = _Cursor(mm, path)
         if bytes(mm[:4]) != _MAGIC:
@@ -92,9 +103,12 @@ def read_tensor_infos(path) -> list:
             raise Error(f"{path}: {why} is not supported (little-endian GGUF 2 or 3 only)")
         n_tensors, n_kv = c.scalar("<Q"), c.scalar("<Q")
         alignment = _DEFAULT_ALIGNMENT
+        kept = {}
         for _ in range(n_kv):
             key, vtype = c.string(), c.scalar("<I")
-            value = c.value(vtype)
+            value = c.value(vtype, keep=key.startswith(_KEPT_PREFIX))
+            if key.startswith(_KEPT_PREFIX):
+                kept[key] = value
             if key == "general.alignment":
                 if not isinstance(value, int) or value < 1 or value & (value - 1):
                     raise Error(f"{path}: general.alignment {value!r} is not a power of two")
@@ -112,7 +126,7 @@ def read_tensor_infos(path) -> list:
         i = bisect.bisect_right(starts, off)
         end = data_start + starts[i] if i < len(starts) else size
         infos.append(TensorInfo(name, type_id, shape, data_start + off, end - (data_start + off), alignment))
-    return infos
+    return infos, kept
 
 
 def read_bytes(path, offset: int, count: int) -> bytes:

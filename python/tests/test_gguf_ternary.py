@@ -23,7 +23,7 @@ def gguf_string(s):
     return struct.pack("<Q", len(b)) + b
 
 
-def write_gguf(path, tensors, *, alignment=None, pad_last=True, trailing=b""):
+def write_gguf(path, tensors, *, alignment=None, pad_last=True, trailing=b"", extra_kv=()):
     """tensors: (name, GGML type id, GGUF shape (row length first), raw bytes). The metadata holds
     an architecture string, a string array and a float array (for the reader to skip), and
     general.alignment when given. Each tensor's data starts at a multiple of the alignment."""
@@ -34,6 +34,7 @@ def write_gguf(path, tensors, *, alignment=None, pad_last=True, trailing=b""):
           gguf_string("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 3) + struct.pack("<3f", 0, -1, -2)]
     if alignment is not None:
         kv.append(gguf_string("general.alignment") + struct.pack("<II", 4, alignment))
+    kv += list(extra_kv)
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv)) + b"".join(kv)
     data, infos = b"", b""
     for i, (name, type_id, shape, raw) in enumerate(tensors):
@@ -275,3 +276,24 @@ def test_reader_refusals(tmp_path):
     path.write_bytes(path.read_bytes()[:50])
     with pytest.raises(llmm.Error, match="ends inside its header"):
         llmm.load_tq2_gguf(path, "w")
+
+
+def test_hadamard_folded_weights_are_refused(tmp_path):
+    """Ternary-Bonsai-2's prism.hadamard.* metadata: the weights it lists are refused (their
+    activation rotation is not applied), the others load; without a list every weight is refused."""
+    n, k = 8, 256
+    codes, d = random_ternary(n, k, 128)
+    raw = encode_q2(codes, d, 128)
+    names = gguf_string("prism.hadamard.weight_names") + struct.pack("<IIQ", 9, 8, 2) + \
+        gguf_string("blk.0.ffn_down.weight") + gguf_string("blk.1.attn_qkv.weight")
+    block = gguf_string("prism.hadamard.block_size") + struct.pack("<II", 4, 1024)
+    tensors = [("blk.0.ffn_up.weight", 142, (k, n), raw), ("blk.0.ffn_down.weight", 142, (k, n), raw)]
+    path = tmp_path / "bonsai.gguf"
+    write_gguf(path, tensors, extra_kv=[block, names])
+    assert np.array_equal(load_dense(path, "blk.0.ffn_up.weight", n, k), values(codes, d, 128))
+    with pytest.raises(llmm.Error, match=r"'blk.0.ffn_down.weight' is listed in prism.hadamard.weight_names: a "
+                                         r"Hadamard-folded weight \(block size 1024\)"):
+        llmm.load_tq2_gguf(path, "blk.0.ffn_down.weight")
+    write_gguf(path, tensors, extra_kv=[block])
+    with pytest.raises(llmm.Error, match="may be \\(the file has prism.hadamard.\\* keys but no"):
+        llmm.load_tq2_gguf(path, "blk.0.ffn_up.weight")
