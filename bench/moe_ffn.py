@@ -2,8 +2,9 @@
 """llmm.moe_ffn (the whole MoE expert FFN in one call) against the same FFN composed in torch.
 
     python bench/moe_ffn.py [--models qwen3-30b,qwen3-235b,mixtral,dsv2-lite] [--m 1,4,16,...]
-                            [--json FILE] [--reps N] [--seed S]
-    python bench/moe_ffn.py --cpu-check      # no GPU: correctness of the code paths only
+                            [--json FILE] [--reps N] [--seed S] [--no-triton] [--triton-tune-s S]
+    python bench/moe_ffn.py --cpu-check      # no GPU: correctness of the code paths only (Triton's
+                                             # in its interpreter)
 
 Per case (bf16, model shape x m tokens; uniform random routing: torch.topk of random logits,
 softmax over the chosen logits, fixed seed) this times
@@ -15,6 +16,14 @@ softmax over the chosen logits, fixed seed) this times
                   (bf16), scattered back to [m, top_k, H] and summed over top_k
   torch_loop      (m <= 64 only, eager only: it syncs) transformers-style eager experts: a loop
                   over the active experts with F.linear and index_add_
+  triton          bench/triton_fused_moe.py: our Triton fused MoE after vLLM's published fused_moe
+                  algorithm (alignment kernels, two grouped GEMMs with gathered rows, SwiGLU, the
+                  slot sum), tuned per case first (a <= 24-candidate sweep per GEMM timed in graph
+                  replay; tuning time excluded, printed once per case; the sweep stops starting
+                  candidates after --triton-tune-s s, not counting first calls (compiles: once
+                  per tile config per process, ~40 configs in all), and keeps its best so far:
+                  "partial", 'p' after vs_triton; no timed candidate: the case has no Triton
+                  figure). --no-triton, or no importable triton, skips it
 each as (1) CUDA-graph replay time per call (warm-up call on the capture stream, a graph of
 back-to-back calls lasting ~--target-ms, median over --reps replays timed with CUDA events) and
 (2) eager time per call (CUDA events around a loop of calls, median over --reps loops). llmm's
@@ -22,16 +31,21 @@ and torch's repetitions alternate round by round. Where a case's weights total <
 cases (m <= 64) rotate over 2-4 copies of them (> ~120 MB in all) so that they do not stay in L2.
 
 Before timing, llmm's output is compared with the torch_grouped composition's: max |diff| /
-max |ref| ("!" after it when > 3e-2 or not finite; at m <= 64 the loop is compared too).
-ratio = torch us / llmm us (> 1: llmm faster). GB/s = weight bytes of the distinct experts the
+max |ref| ("!" after it when > 3e-2 or not finite; at m <= 64 the loop is compared too; Triton's
+too, and a Triton output over 3e-2 is not timed). ratio = torch us / llmm us (> 1: llmm faster);
+vs_triton = triton us / llmm us (graph replay). GB/s = weight bytes of the distinct experts the
 routing touches (both matrices) / llmm graph time; TFLOP/s = 2 m top_k (2 I H + H I) / the same.
---json FILE writes one JSON line per case (suite "moe_ffn"). Ends with one summary line per m
-band (m <= 16, 32..512, >= 1024). Exits 2 when torch, CUDA, torch._grouped_mm or llmm.moe_ffn is
-missing, 1 when a case failed or a correctness check is over tolerance, else 0.
+--json FILE writes one JSON line per case (suite "moe_ffn"; triton_us, triton_speedup,
+triton_config, ... where Triton ran). Ends with summary lines per m band (m <= 16, 32..512,
+>= 1024), against torch and against Triton (with issue 48's targets 1.5x / 1.3x / 1.2x). Exits
+2 when torch, CUDA, torch._grouped_mm or llmm.moe_ffn is missing, 1 when a case failed or a
+correctness check (Triton's included) is over tolerance, else 0; a missing or skipped Triton is
+no failure.
 """
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -49,6 +63,7 @@ MAX_CALLS = 200          # calls in one captured graph / one eager sample
 ROTATE_BELOW = 200e6     # weight bytes under which decode cases rotate copies
 ROTATE_TARGET = 120e6    # total bytes the copies should exceed
 BASELINE = "torch_grouped_mm_ffn"
+TRITON_TARGETS = {"m <= 16": 1.5, "m 32..512": 1.3, "m >= 1024": 1.2}  # issue 48, vs Triton fused MoE
 
 
 def fail(msg, code=2):
@@ -109,6 +124,23 @@ def torch_loop_ffn(x, w13, w2, ids, wts):
     return out
 
 
+def load_triton(interpret):
+    """bench/triton_fused_moe.py as a module, or (None, why). interpret: Triton's CPU interpreter
+    (must be on before the module's kernels are defined)."""
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        return None, "TRITON_INTERPRET=1 is set (the kernels would run on the CPU)"
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        import triton_fused_moe
+    except Exception as e:  # no triton, or one this code cannot use
+        return None, "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
+    return triton_fused_moe, None
+
+
 def rel_err(got, ref):
     """max |got - ref| / max |ref| in float32 (inf when got is not finite)."""
     got, ref = got.float(), ref.float()
@@ -140,6 +172,49 @@ def case_numbers(m, H, inter, top_k, ids, esize):
     wbytes = float(active) * (2 * inter * H + H * inter) * esize
     flops = 2.0 * m * top_k * (2 * inter * H + H * inter)
     return active, wbytes, flops
+
+
+def triton_case(tfm, x, w13, w2, ids, wts, ref, budget_s):
+    """Tunes Triton's fused MoE on this case and checks it against ref. Returns (record for the row,
+    the config to time or None: none timed in the budget, or over tolerance)."""
+    import triton
+    rec = {"version": triton.__version__}
+    res = tfm.tune(x, w13, w2, wts, ids, budget_s=budget_s)
+    rec.update(tune_s=res["tune_s"], compile_s=res.get("compile_s"), complete=res["complete"], timed=res["timed"],
+               candidates=res["candidates"], failures=len(res["failures"]), tuned_us=res.get("us"))
+    if res["gate_up"] is None:
+        rec["skipped"] = "no candidate timed within the %.0f s tuning budget (%d failed: %s)" % (
+            budget_s, len(res["failures"]), "; ".join(res["failures"][:2]))
+        return rec, None
+    cfg = {"gate_up": res["gate_up"], "down": res["down"]}
+    rec["config"] = cfg
+    out = tfm.fused_moe(x, w13, w2, wts, ids, cfg)
+    rec["rel_err"] = rel_err(out, ref)
+    if not (rec["rel_err"] <= TOL):
+        rec["skipped"] = "rel err %.2e over %.0e: not timed" % (rec["rel_err"], TOL)
+        return rec, None
+    return rec, cfg
+
+
+def triton_note(tfm, rec):
+    """The once-per-case line on Triton's tuning."""
+    if rec.get("tune_s") is None:
+        return "    triton skipped: %s" % rec.get("skipped")
+    how = "%d/%d candidates" % (rec["timed"], rec["candidates"])
+    if not rec["complete"]:
+        how += ", stopped at the budget: best so far, 'p' in vs_triton"
+    if rec["failures"]:
+        how += ", %d did not compile or run" % rec["failures"]
+    line = "    triton: tuned in %.1f s, %.1f s of it first calls/compiles (%s; excluded from the timings)" % (
+        rec["tune_s"], rec.get("compile_s") or 0.0, how)
+    if rec.get("config"):
+        line += ": gate_up %s, down %s" % (tfm.cfg_str(rec["config"]["gate_up"]), tfm.cfg_str(rec["config"]["down"]))
+    if rec.get("tuned_us"):
+        line += "; tuned gate_up + down + align %.1f us (align %.1f)" % (rec["tuned_us"]["sum"],
+                                                                           rec["tuned_us"]["align"])
+    if rec.get("skipped"):
+        line += "; skipped: " + rec["skipped"]
+    return line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,33 +298,49 @@ def measure_loop(fn, budget_ms=60.0):
 # ---------------------------------------------------------------------------------------------
 # Output
 
-HEAD = ("{:<16} {:>5} {:>4} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>10} {:>7} {:>7} {:>9}"
-        .format("model", "m", "act", "llmm_g_us", "torch_g_us", "ratio", "llmm_e_us", "torch_e_us", "e_rat",
-                "loop_us", "GB/s", "TFLOP/s", "rel_err"))
+HEAD = ("{:<16} {:>5} {:>4} {:>10} {:>10} {:>6} {:>11} {:>9} {:>10} {:>10} {:>6} {:>10} {:>7} {:>7} {:>9}"
+        .format("model", "m", "act", "llmm_g_us", "torch_g_us", "ratio", "triton_g_us", "vs_triton", "llmm_e_us",
+                "torch_e_us", "e_rat", "loop_us", "GB/s", "TFLOP/s", "rel_err"))
 
 
 def fmt_row(r):
     flag = " !" if not (r["max_rel_err"] <= TOL) else ""
     if r.get("loop_rel_err") is not None and not (r["loop_rel_err"] <= TOL):
         flag += " loop_err=%.2e!" % r["loop_rel_err"]
+    if r.get("triton_rel_err") is not None and not (r["triton_rel_err"] <= TOL):
+        flag += " triton_err=%.2e!" % r["triton_rel_err"]
     loop = "%.1f" % r["loop_eager_us"] if r.get("loop_eager_us") is not None else "-"
-    return ("{:<16} {:>5} {:>4} {:>10.2f} {:>10.2f} {:>6.2f} {:>10.2f} {:>10.2f} {:>6.2f} {:>10} {:>7.0f} {:>7.1f} "
-            "{:>9.2e}{}".format(r["model"][:16], r["m"], r["active_experts"], r["us"], r["baseline_us"], r["speedup"],
-                                r["eager_us"], r["baseline_eager_us"], r["eager_speedup"], loop, r["gbps"],
-                                r["tflops"], r["max_rel_err"], flag))
+    t_us = "%.2f" % r["triton_us"] if r.get("triton_us") is not None else "-"
+    t_rat = "%.2f%s" % (r["triton_speedup"], "" if r.get("triton_tune_complete", True) else "p") \
+        if r.get("triton_us") is not None else "-"
+    return ("{:<16} {:>5} {:>4} {:>10.2f} {:>10.2f} {:>6.2f} {:>11} {:>9} {:>10.2f} {:>10.2f} {:>6.2f} {:>10} {:>7.0f} "
+            "{:>7.1f} {:>9.2e}{}".format(r["model"][:16], r["m"], r["active_experts"], r["us"], r["baseline_us"],
+                                         r["speedup"], t_us, t_rat, r["eager_us"], r["baseline_eager_us"],
+                                         r["eager_speedup"], loop, r["gbps"], r["tflops"], r["max_rel_err"], flag))
 
 
 def make_row(model, H, inter, E, top_k, m, active, wbytes, flops, times, err, loop_us, loop_err, copies, device,
-             reps, dtype="bf16"):
+             reps, dtype="bf16", tri=None):
+    """tri: the Triton case's record (triton_case), or None where Triton was not run."""
     us, eager_us = times["llmm"]
     b_us, b_eager_us = times["torch_grouped"]
-    return {"suite": "moe_ffn", "case": "%s m%d" % (model, m), "model": model, "dtype": dtype, "m": m, "n": H,
+    t_us, t_eager_us = times.get("triton", (None, None))
+    extra = {}
+    if tri is not None:
+        extra = {"triton_us": t_us, "triton_speedup": t_us / us if t_us is not None else None,
+                 "triton_eager_us": t_eager_us, "triton_config": tri.get("config"),
+                 "triton_rel_err": tri.get("rel_err"), "triton_tune_s": tri.get("tune_s"),
+                 "triton_tune_complete": tri.get("complete"), "triton_tune_timed": tri.get("timed"),
+                 "triton_compile_s": tri.get("compile_s"),
+                 "triton_tune_candidates": tri.get("candidates"), "triton_skipped": tri.get("skipped"),
+                 "triton": tri.get("version")}
+    return dict({"suite": "moe_ffn", "case": "%s m%d" % (model, m), "model": model, "dtype": dtype, "m": m, "n": H,
             "k": inter, "top_k": top_k, "experts": E, "active_experts": active, "weight_bytes": wbytes,
             "us": us, "baseline": BASELINE, "baseline_us": b_us, "speedup": b_us / us,
             "eager_us": eager_us, "baseline_eager_us": b_eager_us, "eager_speedup": b_eager_us / eager_us,
             "loop_eager_us": loop_us, "loop_rel_err": loop_err, "gbps": wbytes / us * 1e-3,
             "tflops": flops / us * 1e-6, "max_rel_err": err, "weight_copies": copies, "reps": reps,
-            "device": device, "torch": torch.__version__, "llmm": getattr(llmm, "__version__", "?")}
+            "device": device, "torch": torch.__version__, "llmm": getattr(llmm, "__version__", "?")}, **extra)
 
 
 BANDS = [("m <= 16", lambda m: m <= 16), ("m 32..512", lambda m: 32 <= m <= 512), ("m >= 1024", lambda m: m >= 1024),
@@ -267,6 +358,25 @@ def summary(rows):
         lines.append("moe_ffn vs torch._grouped_mm FFN, %s: min %.2fx, median %.2fx (graph); eager min %.2fx, "
                      "median %.2fx (%d cases)" % (label, min(g), statistics.median(g), min(e), statistics.median(e),
                                                   len(rs)))
+    for label, inside in BANDS:
+        rs = [r for r in rows if inside(r["m"]) and r.get("triton_us") is not None]
+        no = [r for r in rows if inside(r["m"]) and "triton_us" in r and r.get("triton_us") is None]
+        if not rs and not no:
+            continue
+        target = TRITON_TARGETS.get(label)
+        tail = "target %.1fx" % target if target else "no target"
+        if not rs:
+            lines.append("moe_ffn vs the tuned Triton fused MoE, %s: no Triton figure (%d cases skipped; %s)" %
+                         (label, len(no), tail))
+            continue
+        t = [r["triton_speedup"] for r in rs]
+        if target:
+            tail += ", met in %d/%d" % (sum(1 for v in t if v >= target), len(t))
+        part = sum(1 for r in rs if not r.get("triton_tune_complete", True))
+        lines.append("moe_ffn vs the tuned Triton fused MoE, %s: min %.2fx, median %.2fx (graph; %s)%s%s" %
+                     (label, min(t), statistics.median(t), tail,
+                      "; %d partially tuned" % part if part else "",
+                      "; %d cases without a Triton figure" % len(no) if no else ""))
     return lines
 
 
@@ -280,9 +390,13 @@ def parse_args():
     ap.add_argument("--target-ms", type=float, default=2.0, help="GPU time of one timed sample (graph replay / loop)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-loop", action="store_true", help="skip the torch loop baseline")
+    ap.add_argument("--no-triton", action="store_true", help="skip the Triton fused-MoE baseline")
+    ap.add_argument("--triton-tune-s", type=float, default=20.0,
+                    help="Triton tuning budget per case in s, compiles not counted (default 20)")
     ap.add_argument("--cpu-check", action="store_true",
-                    help="no GPU: correctness of the three implementations on tiny float32 CPU cases, then the "
-                         "table, JSON and summary code with wall-clock CPU times (meaningless)")
+                    help="no GPU: correctness of the implementations on tiny float32 CPU cases (Triton's in its "
+                         "interpreter, with its own alignment / bf16 / tuning checks), then the table, JSON and "
+                         "summary code with wall-clock CPU times (meaningless)")
     a = ap.parse_args()
     a.models = [s.strip().lower() for s in a.models.split(",") if s.strip()]
     bad = [s for s in a.models if s not in MODELS]
@@ -302,7 +416,8 @@ def parse_args():
 
 def cpu_check(args):
     """Tiny float32 cases on the CPU: llmm (its float64 reference), the grouped composition (CPU
-    torch._grouped_mm where this torch has it) and the loop against a float64 loop."""
+    torch._grouped_mm where this torch has it), the loop and Triton's fused MoE (interpreter, default
+    configs) against a float64 loop; first triton_fused_moe.cpu_check (alignment, f32 / bf16, tune)."""
     have_grouped = hasattr(torch, "_grouped_mm")
     tiny = [("tiny-a", 64, 32, 8, 2), ("tiny-b", 48, 40, 16, 6), ("tiny-c", 32, 24, 4, 4)]
     ms = [1, 3, 17, 64]
@@ -310,6 +425,18 @@ def cpu_check(args):
     out_f = open(args.json, "w") if args.json else None
     print("cpu-check: torch %s, llmm %s, torch._grouped_mm on CPU: %s" %
           (torch.__version__, getattr(llmm, "__version__", "?"), "yes" if have_grouped else "no"))
+    tfm = None
+    if args.no_triton:
+        print("cpu-check: the Triton column is skipped (--no-triton)")
+    else:
+        tfm, why = load_triton(True)
+        if tfm is None:
+            print("cpu-check: the Triton column is skipped: bench/triton_fused_moe.py not importable (%s)" % why)
+        else:
+            import triton
+            print("cpu-check: Triton %s in its interpreter (TRITON_INTERPRET=1; its f32 -> bf16 casts truncate "
+                  "where the GPU rounds to nearest)" % triton.__version__)
+            bad += tfm.cpu_check(log=print)
     print(HEAD)
     for ci, (name, H, inter, E, top_k) in enumerate(tiny):
         w13, w2 = make_weights(H, inter, E, torch.float32, "cpu", args.seed + ci)
@@ -321,6 +448,8 @@ def cpu_check(args):
                 got["torch_grouped"] = torch_grouped_ffn(x, w13, w2, ids, wts)
             # int64 ids go through the same paths
             got["llmm_i64"] = llmm_ffn(x, w13, w2, ids.long(), wts)
+            if tfm is not None:  # default config: odd K and N (masked tiles), E 16 and 4, top_k 6 and 4
+                got["triton"] = tfm.fused_moe(x, w13, w2, wts, ids)
             errs = {k: rel_err(v, ref64) for k, v in got.items()}
             for k, v in got.items():
                 assert v.shape == x.shape and v.dtype == x.dtype, (k, v.shape, v.dtype)
@@ -337,10 +466,15 @@ def cpu_check(args):
             gfn = torch_grouped_ffn if have_grouped else torch_loop_ffn
             times = {"llmm": (wall_us(lambda: llmm_ffn(x, w13, w2, ids, wts)),) * 2,
                      "torch_grouped": (wall_us(lambda: gfn(x, w13, w2, ids, wts)),) * 2}
+            tri = None
+            if tfm is not None:
+                times["triton"] = (wall_us(lambda: tfm.fused_moe(x, w13, w2, wts, ids)),) * 2
+                tri = {"config": tfm.default_config(m, E, top_k), "rel_err": rel_err(got["triton"], base),
+                       "tune_s": 0.0, "complete": True}
             active, wbytes, flops = case_numbers(m, H, inter, top_k, ids, 4)
             r = make_row(name, H, inter, E, top_k, m, active, wbytes, flops, times, rel_err(got["llmm"], base),
                          wall_us(lambda: torch_loop_ffn(x, w13, w2, ids, wts)), rel_err(got["torch_loop"], base), 1,
-                         "cpu", 1, dtype="f32")
+                         "cpu", 1, dtype="f32", tri=tri)
             rows.append(r)
             print(fmt_row(r) + "   [f64 errs: %s]" % ", ".join("%s %.1e" % kv for kv in errs.items()))
             if out_f:
@@ -389,8 +523,21 @@ def gpu_run(args):
     if not (cap == (9, 0) or cap[0] == 10):
         print("moe_ffn: note: torch._grouped_mm's bf16 fast path needs sm90/sm100; sm%d%d takes its fallback" % cap,
               flush=True)
-    print("ratio = torch_grouped us / llmm us (> 1: llmm faster); g = CUDA-graph replay, e = eager; loop = "
-          "transformers-style eager loop (m <= %d); GB/s and TFLOP/s from llmm's graph time" % LOOP_MAX_M)
+    tfm = None
+    if args.no_triton:
+        print("moe_ffn: the Triton column is skipped (--no-triton)", flush=True)
+    else:
+        tfm, why = load_triton(False)
+        if tfm is None:
+            print("moe_ffn: the Triton column is skipped: bench/triton_fused_moe.py not importable (%s)" % why,
+                  flush=True)
+        else:
+            import triton
+            print("moe_ffn: Triton %s fused MoE, tuned per case (budget %.0f s besides compiles)" %
+                  (triton.__version__, args.triton_tune_s), flush=True)
+    print("ratio = torch_grouped us / llmm us (> 1: llmm faster); vs_triton = triton us / llmm us ('p': tuning "
+          "stopped at its budget); g = CUDA-graph replay, e = eager; loop = transformers-style eager loop "
+          "(m <= %d); GB/s and TFLOP/s from llmm's graph time" % LOOP_MAX_M)
     print(HEAD, flush=True)
     out_f = open(args.json, "w") if args.json else None
     stream = torch.cuda.Stream()
@@ -434,7 +581,33 @@ def gpu_run(args):
                 if m <= LOOP_MAX_M and not args.no_loop:
                     loop_err = rel_err(f_loop(0), ref)
                 del got
-                times = measure({"llmm": f_llmm, "torch_grouped": f_torch}, copies, reps, args.target_ms, stream)
+                tri = tcfg = None
+                if tfm is not None:
+                    try:
+                        tri, tcfg = triton_case(tfm, x, w13, w2, ids, wts, ref, args.triton_tune_s)
+                    except torch.cuda.OutOfMemoryError:
+                        raise
+                    except Exception as e:  # keep llmm's and torch's figures
+                        tri = {"skipped": "error: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])}
+                        torch.cuda.synchronize()
+
+                def f_triton(i):
+                    return tfm.fused_moe(x, w13s[i % copies], w2s[i % copies], wts, ids, tcfg)
+
+                impls = {"llmm": f_llmm, "torch_grouped": f_torch}
+                if tcfg is not None:
+                    impls["triton"] = f_triton
+                try:
+                    times = measure(impls, copies, reps, args.target_ms, stream)
+                except torch.cuda.OutOfMemoryError:
+                    raise
+                except Exception as e:
+                    if "triton" not in impls:
+                        raise
+                    tri["skipped"] = "timing failed: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
+                    torch.cuda.synchronize()
+                    del impls["triton"]
+                    times = measure(impls, copies, reps, args.target_ms, stream)
                 if m <= LOOP_MAX_M and not args.no_loop:
                     loop_us = measure_loop(f_loop)
                 del ref
@@ -452,11 +625,15 @@ def gpu_run(args):
                 continue
             w13s = w2s = None
             r = make_row(model, H, inter, E, top_k, m, active, wbytes, flops, times, err, loop_us, loop_err, copies,
-                         device, reps)
+                         device, reps, tri=tri)
             rows.append(r)
             if not (err <= TOL) or (loop_err is not None and not (loop_err <= TOL)):
                 over_tol.append(r["case"])
+            if tri is not None and tri.get("rel_err") is not None and not (tri["rel_err"] <= TOL):
+                over_tol.append(r["case"] + " (triton)")
             print(fmt_row(r), flush=True)
+            if tri is not None:
+                print(triton_note(tfm, tri), flush=True)
             if out_f:
                 out_f.write(json.dumps(r) + "\n")
                 out_f.flush()
