@@ -37,7 +37,7 @@ def graph_replay_us(fn, n):
         fn()  # warm-up on the capture stream (scratch and workspaces allocated here)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=s):  # the warmed stream: llmm's workspaces are per stream
         for _ in range(n):
             fn()
     return per_call_us(g.replay, 20, torch.cuda.synchronize) / n
@@ -83,6 +83,13 @@ def main():
         graph=True)
     row("llmm.matmul_id direct (out=), DLPack", lambda: llmm.matmul_id(experts, x, ids, out_id, route="direct"),
         torch_us)
+    # moe_ffn bf16 on the same 8 experts (gate_up 8 x 256 x 256 split as 128 + 128, down 8 x 256 x
+    # 128), one token, top_k 2: the whole FFN's host cost (DLPack path: no C++ fast path yet).
+    gu_ffn = experts
+    dn_ffn = torch.randn(8, 256, 128, device=dev, dtype=torch.bfloat16)
+    tw_ffn = torch.rand(1, 2, device=dev)
+    row("llmm.moe_ffn (whole FFN), DLPack", lambda: llmm.moe_ffn(x, gu_ffn, dn_ffn, ids, tw_ffn), torch_us,
+        graph=True)
     with torch.inference_mode():
         row("torch.ops.llmm.matmul, inference_mode", lambda: T.matmul(x, w, transpose_b=True), torch_us, graph=True)
         row("torch.ops.llmm.matmul_id direct, inference_mode", lambda: T.matmul_id(experts, x, ids, route="direct"),
