@@ -442,6 +442,12 @@ const PyTernaryWeight& weight_arg(nb::handle h, const char* op) {
   return *nb::inst_ptr<PyTernaryWeight>(h);
 }
 
+// A weight the host quantizers read in place: a C-contiguous float32 [n, k] host array.
+void check_host_f32_matrix(const View& v, const char* op) {
+  if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || v.rank != 2 || !v.is_contiguous())
+    fail(ErrorCode::InvalidArgument, op, ": w must be a C-contiguous float32 [n, k] host array, got ", v.describe());
+}
+
 MatmulIdScratch* scratch_arg(nb::handle h, const char* op) {
   if (h.is_none()) return nullptr;
   if (!nb::isinstance<MatmulIdScratch>(h))
@@ -647,8 +653,7 @@ NB_MODULE(_llmm, m) {
         constexpr const char* op = "llmm.quantize_tq2";
         Arr a = input_arg(w, op, "w");
         const View& v = a.v;
-        if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || v.rank != 2 || !v.is_contiguous())
-          fail(ErrorCode::InvalidArgument, op, ": w must be a C-contiguous float32 [n, k] host array, got ", v.describe());
+        check_host_f32_matrix(v, op);
         const std::string r = str_arg(rule, op, "rule");
         Tq2ScaleRule sr;
         if (r == "absmean") sr = Tq2ScaleRule::AbsMean;
@@ -697,8 +702,7 @@ NB_MODULE(_llmm, m) {
         constexpr const char* op = "llmm.quantize_fp8";
         Arr a = input_arg(w, op, "w");
         const View& v = a.v;
-        if (v.device != DeviceKind::CPU || v.dtype != DType::F32 || v.rank != 2 || !v.is_contiguous())
-          fail(ErrorCode::InvalidArgument, op, ": w must be a C-contiguous float32 [n, k] host array, got ", v.describe());
+        check_host_f32_matrix(v, op);
         const std::string kind = str_arg(scale, op, "scale");
         Fp8ScaleKind k = Fp8ScaleKind::Block128;
         if (kind == "tensor") k = Fp8ScaleKind::Tensor;

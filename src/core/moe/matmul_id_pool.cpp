@@ -1,6 +1,7 @@
 #include "core/moe/matmul_id_pool.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <string>
 
@@ -19,10 +20,9 @@ bool holds(const MatmulIdScratch& s, std::uint32_t experts, std::uint32_t tokens
   return s.staged() && s.staged_bytes() / staged_row_bytes >= routed;
 }
 
+// Tokens rounded up to a power of two (at least 16), so a growing m regrows O(log m) times.
 std::uint32_t pow2_at_least(std::uint32_t v) {
-  std::uint64_t p = 16;
-  while (p < v) p *= 2;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(p, UINT32_MAX));
+  return v > (1u << 31) ? UINT32_MAX : std::bit_ceil(std::max(v, 16u));
 }
 
 }  // namespace

@@ -87,9 +87,6 @@ Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& 
          wgu.describe());
   Dims d;
   d.hidden = wgu.dim(2), d.inter = wgu.dim(1) / 2, d.experts = wgu.dim(0);
-  if (x.rank == 2 && x.dim(1) != d.hidden)  // named before w_down, as the first mismatch a reader sees
-    fail(ErrorCode::InvalidArgument, kOp, ": x is ", x.describe(), " but w_gate_up ", wgu.describe(), " has hidden ",
-         d.hidden);
   if (wd.rank != 3 || wd.dim(0) != d.experts || wd.dim(1) != d.hidden || wd.dim(2) != d.inter)
     fail(ErrorCode::InvalidArgument, kOp, ": w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden, ", ",
          d.inter, "] (from w_gate_up ", wgu.describe(), "), got ", wd.describe());
