@@ -9,7 +9,7 @@ namespace {
 
 template <class T, int NV>
 void launch_nv(const GemvWideParams& p, dim3 grid, StreamHandle stream) {
-  gemv_wide_kernel<T, NV><<<grid, kGemvWideThreads, 0, stream>>>(p);
+  gemv_wide_kernel<T, GemvWeightsOf<T>, NV><<<grid, kGemvWideThreads, 0, stream>>>(p, GemvWeightsOf<T>{});
 }
 
 }  // namespace

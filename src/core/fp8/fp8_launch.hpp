@@ -1,0 +1,36 @@
+// Seam between llmm::matmul_fp8 (host) and its CUDA routes (src/cuda/fp8/dispatch.cpp, or a
+// refusal in CPU-only builds). Everything here is validated and planned; the launch plans nothing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "llmm/fp8.hpp"
+
+namespace llmm::detail {
+
+struct Fp8LaunchArgs {
+  DType dtype = DType::BF16;  // x and y
+  std::int64_t m = 0, n = 0, k = 0;
+  const void* x = nullptr;
+  std::int64_t x_ld = 0;
+  const std::uint8_t* codes = nullptr;  // [n, k] e4m3, row stride w_ld
+  std::int64_t w_ld = 0;
+  Fp8ScaleKind kind = Fp8ScaleKind::Block128;
+  const float* scales = nullptr;  // fp8_scale_shape(kind, n, k), row-major
+  void* y = nullptr;
+  std::int64_t y_ld = 0;
+  char* workspace = nullptr;  // plan.workspace_bytes, 256-byte aligned
+};
+
+// Byte offsets of the CublasLt route's workspace parts (activation codes, activation scales,
+// the weight scales as cuBLASLt reads them), and of DequantLt's weight image.
+struct Fp8WorkspaceLayout {
+  std::size_t act_codes = 0, act_scales = 0, w_scales = 0, image = 0, total = 0;
+  std::int64_t w_scale_ld = 0;  // Block128: the k-block pitch cuBLASLt wants (a multiple of 4)
+};
+Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int64_t n, std::int64_t k,
+                                        Fp8ScaleKind kind, DType dtype);
+
+Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchArgs& args);
+
+}  // namespace llmm::detail

@@ -1,0 +1,276 @@
+// llmm::matmul_fp8: validate, plan (pure), then the float64 CPU backend or the CUDA routes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/fp8/fp8_launch.hpp"
+#include "core/runtime.hpp"
+#include "cpu/parallel_for.hpp"
+#include "llmm/checked.hpp"
+#include "llmm/error.hpp"
+#include "llmm/fp8.hpp"
+#include "llmm/ternary.hpp"  // BufferPool
+
+namespace llmm {
+namespace {
+
+constexpr const char* kOp = "matmul_fp8";
+constexpr std::int64_t kStreamMaxM = 16;       // the streaming gemv's most vectors (two passes of 8)
+constexpr std::int64_t kStreamMaxVecs = 8;     // vectors one block holds (its largest instantiation)
+constexpr int kStreamRowsPerWarp = 4;          // fixed by the kernel
+constexpr std::int64_t kStreamTargetWarpsPerSm = 32;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// Why the stream route does not take the problem (nullptr: it does).
+const char* stream_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+  if (d.m < 1 || d.m > kStreamMaxM) return "m is outside 1..16";
+  if (d.k % 16 != 0) return "k is not a multiple of 16";
+  if (!d.stream_aligned) return "x or the codes have rows or a base not 16-byte aligned";
+  if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "the kernel is built for sm_90 (hardware e4m3 conversion)";
+  return nullptr;
+}
+
+const char* lt_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+  if (d.precision == Precision::Exact) return "precision Exact keeps x unquantized (W8A8 needs Fast)";
+  if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "cuBLASLt's FP8 scale modes used here are sm_90 only";
+  if (d.k < 16 || d.k % 16 != 0) return "k is not a positive multiple of 16";
+  if (!d.lt_aligned) return "the codes' or y's rows are not 16-byte aligned";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* fp8_route_name(Fp8Route r) noexcept {
+  switch (r) {
+    case Fp8Route::Auto: return "auto";
+    case Fp8Route::Cpu: return "cpu";
+    case Fp8Route::Stream: return "stream";
+    case Fp8Route::CublasLt: return "cublaslt";
+    case Fp8Route::DequantLt: return "dequant_lt";
+  }
+  return "?";
+}
+
+namespace detail {
+Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int64_t n, std::int64_t k,
+                                        Fp8ScaleKind kind, DType dtype) {
+  Fp8WorkspaceLayout w;
+  const char* what = "matmul_fp8 workspace";
+  if (route == Fp8Route::CublasLt) {
+    const std::int64_t kb = ceil_div(k, kFp8Block);
+    w.act_codes = 0;
+    std::size_t at = align256(to_usize(checked_mul(m, k, what), what));
+    w.act_scales = at;
+    const std::int64_t act_scales = kind == Fp8ScaleKind::Block128 ? checked_mul(kb, m, what) : m;
+    at += align256(to_usize(checked_mul(act_scales, 4, what), what));
+    w.w_scales = at;
+    std::int64_t w_scales = 0;
+    if (kind == Fp8ScaleKind::Block128) {
+      w.w_scale_ld = (kb + 3) / 4 * 4;
+      w_scales = checked_mul(ceil_div(n, kFp8Block), w.w_scale_ld, what);
+    } else if (kind == Fp8ScaleKind::Tensor) {
+      w_scales = n;  // the one scale broadcast to a per-channel vector
+    }
+    at += align256(to_usize(checked_mul(w_scales, 4, what), what));
+    w.total = at;
+  } else if (route == Fp8Route::DequantLt) {
+    w.image = 0;
+    w.total = align256(to_usize(checked_mul(checked_mul(n, k, what), static_cast<std::int64_t>(dtype_size(dtype)), what), what));
+  }
+  return w;
+}
+}  // namespace detail
+
+Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route force) {
+  Fp8Plan p;
+  if (arch.kind == DeviceKind::CPU) {
+    if (force != Fp8Route::Auto && force != Fp8Route::Cpu)
+      fail(ErrorCode::Unsupported, kOp, ": route ", fp8_route_name(force), " needs a CUDA context");
+    p.route = Fp8Route::Cpu;
+    p.reason = "CPU context: the float64 reference";
+    return p;
+  }
+  const char* s_why = stream_refusal(d, arch);
+  const char* l_why = lt_refusal(d, arch);
+  switch (force) {
+    case Fp8Route::Cpu: fail(ErrorCode::Unsupported, kOp, ": route cpu needs a CPU context");
+    case Fp8Route::Stream:
+      if (s_why) fail(ErrorCode::Unsupported, kOp, ": route stream does not take m ", d.m, " n ", d.n, " k ", d.k, ": ", s_why);
+      p.route = Fp8Route::Stream, p.reason = "forced";
+      break;
+    case Fp8Route::CublasLt:
+      if (l_why) fail(ErrorCode::Unsupported, kOp, ": route cublaslt does not take m ", d.m, " n ", d.n, " k ", d.k, ": ", l_why);
+      p.route = Fp8Route::CublasLt, p.reason = "forced";
+      break;
+    case Fp8Route::DequantLt: p.route = Fp8Route::DequantLt, p.reason = "forced"; break;
+    case Fp8Route::Auto:
+      if (!s_why) {
+        p.route = Fp8Route::Stream;
+        p.reason = "m <= 16: the weights streamed once, x unquantized";
+      } else if (!l_why) {
+        p.route = Fp8Route::CublasLt;
+        p.reason = std::string("W8A8 on FP8 tensor cores (stream: ") + s_why + ")";
+      } else {
+        p.route = Fp8Route::DequantLt;
+        p.reason = std::string("stream: ") + s_why + "; cublaslt: " + l_why;
+      }
+      break;
+  }
+  if (p.route == Fp8Route::Stream) {
+    // A block per pass of up to 8 vectors; K split over 1, 2 or 4 warps a row group until the
+    // device has enough warps in flight, while each thread still streams >= 2 16-byte vectors.
+    // f32 x holds 4 vectors a pass (8 would spill: each chunk of 16 weights is 4 x loads a vector).
+    const std::int64_t max_vecs = d.x_dtype == DType::F32 ? 4 : kStreamMaxVecs;
+    const int passes = static_cast<int>(ceil_div(d.m, max_vecs));
+    const std::int64_t per_pass = ceil_div(d.m, passes);
+    p.gemv_vecs = per_pass <= 1 ? 1 : per_pass <= 2 ? 2 : per_pass <= 4 ? 4 : 8;
+    p.gemv_grid_x = passes;
+    const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
+    const std::int64_t row_groups = ceil_div(std::max<std::int64_t>(d.n, 1), kStreamRowsPerWarp);
+    const std::int64_t k_vecs = d.k / 16;
+    p.gemv_k_lanes = 32;
+    while (p.gemv_k_lanes < 128 && row_groups * passes * (p.gemv_k_lanes / 32) < sms * kStreamTargetWarpsPerSm &&
+           k_vecs >= 4 * p.gemv_k_lanes)
+      p.gemv_k_lanes *= 2;
+  }
+  p.workspace_bytes = detail::fp8_workspace_layout(p.route, d.m, d.n, d.k, d.kind, d.x_dtype).total;
+  return p;
+}
+
+Fp8Activations quantize_fp8_activations(const View& x, std::int64_t group) {
+  constexpr const char* op = "quantize_fp8_activations";
+  if (x.rank != 2 || !is_float(x.dtype) || x.device != DeviceKind::CPU)
+    fail(ErrorCode::InvalidArgument, op, ": x must be a float [m, k] CPU view, got ", x.describe());
+  Fp8Activations a;
+  a.m = x.dim(0), a.k = x.dim(1), a.group = group;
+  if (group < 1) fail(ErrorCode::InvalidArgument, op, ": group ", group, " must be >= 1");
+  const std::int64_t groups = ceil_div(a.k, group);
+  a.codes.assign(to_usize(checked_mul(a.m, a.k, op), op), 0);
+  a.scales.assign(to_usize(checked_mul(a.m, groups, op), op), 1.0f);
+  for (std::int64_t i = 0; i < a.m; ++i)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t l0 = g * group, l1 = std::min(a.k, l0 + group);
+      float amax = 0.0f;
+      bool finite = true;
+      for (std::int64_t l = l0; l < l1; ++l) {
+        const float v = static_cast<float>(load_as_double(x.data, x.dtype, i * x.stride(0) + l * x.stride(1)));
+        finite = finite && std::isfinite(v);
+        amax = std::max(amax, std::fabs(v));
+      }
+      const float s = !finite ? std::numeric_limits<float>::quiet_NaN()
+                      : amax == 0.0f ? 1.0f
+                                     : std::max(amax / kE4M3Max, std::numeric_limits<float>::denorm_min());
+      a.scales[static_cast<std::size_t>(g * a.m + i)] = s;
+      for (std::int64_t l = l0; l < l1; ++l) {
+        const float v = static_cast<float>(load_as_double(x.data, x.dtype, i * x.stride(0) + l * x.stride(1)));
+        a.codes[static_cast<std::size_t>(i * a.k + l)] = f32_to_e4m3fn_bits(v / s, true);
+      }
+    }
+  return a;
+}
+
+namespace {
+
+void check_device(const Context& ctx, const View& v, const char* name) {
+  validate_view(v, kOp, name);
+  if (v.device != ctx.kind() || (ctx.is_cuda() && v.device_index != ctx.arch().device_index))
+    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is on ", v.describe(), " but the context is ",
+         ctx.is_cuda() ? "cuda:" + std::to_string(ctx.arch().device_index) : std::string("cpu"));
+}
+
+// Row stride of a rank-2 view whose innermost stride must be 1 (any, when it has <= 1 column).
+std::int64_t row_stride(const View& v, const char* name) {
+  if (v.dim(1) > 1 && v.stride(1) != 1)
+    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " ", v.describe(), " must have innermost stride 1");
+  if (v.dim(0) > 1 && v.stride(0) < v.dim(1))
+    fail(ErrorCode::InvalidArgument, kOp, ": ", name, " ", v.describe(), " has a row stride below its row length");
+  return v.dim(0) > 1 ? v.stride(0) : std::max<std::int64_t>(v.dim(1), std::max<std::int64_t>(v.stride(0), 1));
+}
+
+char* workspace(Context& ctx, std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  auto& slot = ctx.cache_slot("matmul_fp8.workspace." + std::to_string(reinterpret_cast<std::uintptr_t>(ctx.stream())));
+  if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
+  auto& pool = *static_cast<BufferPool*>(slot.get());
+  if (pool.capacity("ws") < bytes && detail::cuda_stream_capturing(ctx.arch().device_index, ctx.stream()))
+    fail(ErrorCode::InvalidArgument, kOp, ": the call needs the context's workspace grown to ", bytes,
+         " bytes during CUDA-graph capture, where memory cannot be allocated: run one call of this size or larger on "
+         "this stream before capturing");
+  return static_cast<char*>(pool.get("ws", bytes));
+}
+
+}  // namespace
+
+Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const View& y, const MatmulFp8Options& opts) {
+  check_device(ctx, x, "x");
+  check_device(ctx, w.codes, "codes");
+  check_device(ctx, w.scales, "scales");
+  check_device(ctx, y, "y");
+  if (x.rank != 2 || !is_float(x.dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": x must be an f32/f16/bf16 [m, k] matrix, got ", x.describe());
+  if (w.codes.rank != 2 || w.codes.dtype != DType::F8E4M3)
+    fail(ErrorCode::InvalidArgument, kOp, ": codes must be an f8e4m3 [n, k] matrix, got ", w.codes.describe());
+  const std::int64_t m = x.dim(0), k = x.dim(1), n = w.codes.dim(0);
+  if (w.codes.dim(1) != k)
+    fail(ErrorCode::InvalidArgument, kOp, ": x ", x.describe(), " has k ", k, " but the codes ", w.codes.describe(), " have ",
+         w.codes.dim(1));
+  if (y.rank != 2 || y.dim(0) != m || y.dim(1) != n || y.dtype != x.dtype)
+    fail(ErrorCode::InvalidArgument, kOp, ": y must be a ", dtype_name(x.dtype), " [", m, ", ", n, "] matrix (x's dtype), got ",
+         y.describe());
+  const auto [sr, sc] = fp8_scale_shape(w.kind, n, k);
+  const bool scale_shape_ok = w.scales.dtype == DType::F32 && w.scales.is_contiguous() &&
+                              w.scales.numel() == static_cast<std::uint64_t>(sr * sc) &&
+                              (w.scales.rank != 2 || (w.scales.dim(0) == sr && w.scales.dim(1) == sc));
+  if (!scale_shape_ok)
+    fail(ErrorCode::InvalidArgument, kOp, ": ", fp8_scale_kind_name(w.kind), " scales of a [", n, ", ", k,
+         "] weight must be a contiguous f32 [", sr, ", ", sc, "], got ", w.scales.describe());
+  const std::int64_t x_ld = row_stride(x, "x"), w_ld = row_stride(w.codes, "codes"), y_ld = row_stride(y, "y");
+  if (m == 0 || n == 0) return Receipt{"empty", "", 0};
+  if (overlaps(y, x) || overlaps(y, w.codes) || overlaps(y, w.scales))
+    fail(ErrorCode::InvalidArgument, kOp, ": y ", y.describe(), " overlaps an input");
+
+  const std::size_t xs = dtype_size(x.dtype);
+  MatmulFp8Desc d;
+  d.m = m, d.n = n, d.k = k, d.x_dtype = x.dtype, d.kind = w.kind, d.precision = opts.precision;
+  d.stream_aligned = aligned16(x.data) && aligned16(w.codes.data) &&
+                     (m <= 1 || (static_cast<std::size_t>(x_ld) * xs) % 16 == 0) && (n <= 1 || w_ld % 16 == 0);
+  d.lt_aligned = aligned16(w.codes.data) && aligned16(y.data) && (n <= 1 || w_ld % 16 == 0) &&
+                 (m <= 1 || (static_cast<std::size_t>(y_ld) * xs) % 16 == 0) && (n * static_cast<std::int64_t>(xs)) % 16 == 0;
+  const Fp8Plan plan = plan_matmul_fp8(d, ctx.arch(), opts.force_route);
+
+  if (plan.route == Fp8Route::Cpu) {
+    check_fp8_scales(kOp, w.kind, n, k, static_cast<const float*>(w.scales.data), static_cast<std::size_t>(sr * sc));
+    const float* scales = static_cast<const float*>(w.scales.data);
+    const auto* codes = static_cast<const std::uint8_t*>(w.codes.data);
+    cpu::detail::parallel_for(m, ctx.arch().cpu_threads, [&](std::int64_t i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::int64_t l = 0; l < k; ++l) {
+          const std::int64_t g = w.kind == Fp8ScaleKind::Tensor    ? 0
+                                 : w.kind == Fp8ScaleKind::Channel ? j
+                                                                   : (j / kFp8Block) * sc + l / kFp8Block;
+          s += load_as_double(x.data, x.dtype, i * x_ld + l) *
+               (static_cast<double>(e4m3fn_bits_to_f32(codes[j * w_ld + l])) * static_cast<double>(scales[g]));
+        }
+        store_from_double(y.data, y.dtype, i * y_ld + j, s);
+      }
+    });
+    return Receipt{"cpu", "reference_matmul_fp8", 0};
+  }
+
+  detail::Fp8LaunchArgs a;
+  a.dtype = x.dtype, a.m = m, a.n = n, a.k = k;
+  a.x = x.data, a.x_ld = x_ld;
+  a.codes = static_cast<const std::uint8_t*>(w.codes.data), a.w_ld = w_ld;
+  a.kind = w.kind, a.scales = static_cast<const float*>(w.scales.data);
+  a.y = y.data, a.y_ld = y_ld;
+  a.workspace = workspace(ctx, plan.workspace_bytes);
+  return detail::run_matmul_fp8_cuda(ctx, plan, a);
+}
+
+}  // namespace llmm

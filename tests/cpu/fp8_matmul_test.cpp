@@ -1,0 +1,170 @@
+// matmul_fp8 on the CPU: the planner's routes and configurations (pure, for an sm_90 device),
+// the float64 backend against the reference for every scale kind, the refusals, and the
+// activation quantization the W8A8 route's kernel must match bit for bit.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "llmm/fp8.hpp"
+#include "support/expect_error.hpp"
+#include "support/fp8_case.hpp"
+#include "support/tensor.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+
+ArchInfo hopper() {
+  ArchInfo a;
+  a.kind = DeviceKind::CUDA, a.cc_major = 9, a.cc_minor = 0, a.sm_count = 132;
+  return a;
+}
+
+MatmulFp8Desc desc(std::int64_t m, std::int64_t n, std::int64_t k, Precision p = Precision::Fast) {
+  MatmulFp8Desc d;
+  d.m = m, d.n = n, d.k = k, d.precision = p, d.stream_aligned = true, d.lt_aligned = true;
+  return d;
+}
+
+}  // namespace
+
+TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
+  const ArchInfo h = hopper();
+  EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), h).route, Fp8Route::Stream);
+  EXPECT_EQ(plan_matmul_fp8(desc(16, 4096, 4096), h).route, Fp8Route::Stream);
+  EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::CublasLt);
+  EXPECT_EQ(plan_matmul_fp8(desc(4096, 4096, 4096, Precision::Exact), h).route, Fp8Route::DequantLt);
+  MatmulFp8Desc odd = desc(64, 4096, 4104);  // k % 16 != 0: neither FP8 kernel takes it
+  EXPECT_EQ(plan_matmul_fp8(odd, h).route, Fp8Route::DequantLt);
+  MatmulFp8Desc mis = desc(8, 4096, 4096);
+  mis.stream_aligned = false;
+  EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::CublasLt);
+  mis.lt_aligned = false;
+  EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::DequantLt);
+  ArchInfo ampere = h;
+  ampere.cc_major = 8;
+  EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), ampere).route, Fp8Route::DequantLt);
+  EXPECT_EQ(plan_matmul_fp8(desc(1, 64, 64), ArchInfo{}).route, Fp8Route::Cpu);
+}
+
+TEST(Fp8Plan, StreamConfigurationAndWorkspace) {
+  const ArchInfo h = hopper();
+  Fp8Plan p = plan_matmul_fp8(desc(16, 4096, 4096), h);
+  EXPECT_EQ(p.gemv_vecs, 8);
+  EXPECT_EQ(p.gemv_grid_x, 2);
+  EXPECT_EQ(p.workspace_bytes, 0u);
+  MatmulFp8Desc f = desc(8, 4096, 4096);
+  f.x_dtype = DType::F32;  // f32 x: at most 4 vectors a pass
+  p = plan_matmul_fp8(f, h);
+  EXPECT_EQ(p.gemv_vecs, 4);
+  EXPECT_EQ(p.gemv_grid_x, 2);
+  p = plan_matmul_fp8(desc(3, 64, 256), h);
+  EXPECT_EQ(p.gemv_vecs, 4);
+  EXPECT_EQ(p.gemv_k_lanes, 32);  // 16 chunks of 16: no room to split K further
+  // W8A8 block kind, k = 300: 3 K blocks padded to a pitch of 4 for the weight scales.
+  MatmulFp8Desc b = desc(100, 200, 304);
+  p = plan_matmul_fp8(b, h);
+  ASSERT_EQ(p.route, Fp8Route::CublasLt);
+  const std::size_t codes = (100 * 304 + 255) / 256 * 256, xs = (3 * 100 * 4 + 255) / 256 * 256,
+                    ws = (2 * 4 * 4 + 255) / 256 * 256;
+  EXPECT_EQ(p.workspace_bytes, codes + xs + ws);
+  // DequantLt: the image in x's dtype.
+  p = plan_matmul_fp8(desc(100, 200, 304, Precision::Exact), h);
+  EXPECT_EQ(p.workspace_bytes, (200u * 304 * 2 + 255) / 256 * 256);
+}
+
+TEST(Fp8Plan, ForcedRoutesRefuseWhatTheyDoNotTake) {
+  const ArchInfo h = hopper();
+  expect_error([&] { plan_matmul_fp8(desc(17, 64, 64), h, Fp8Route::Stream); }, ErrorCode::Unsupported, "m is outside 1..16");
+  expect_error([&] { plan_matmul_fp8(desc(64, 64, 64, Precision::Exact), h, Fp8Route::CublasLt); }, ErrorCode::Unsupported,
+               "Exact");
+  expect_error([&] { plan_matmul_fp8(desc(1, 64, 64), ArchInfo{}, Fp8Route::Stream); }, ErrorCode::Unsupported,
+               "needs a CUDA context");
+  expect_error([&] { plan_matmul_fp8(desc(1, 64, 64), h, Fp8Route::Cpu); }, ErrorCode::Unsupported, "CPU context");
+  EXPECT_EQ(plan_matmul_fp8(desc(1, 64, 64), h, Fp8Route::DequantLt).route, Fp8Route::DequantLt);
+}
+
+TEST(Fp8MatmulCpu, MatchesTheReferenceForEveryScaleKind) {
+  Context ctx = Context::cpu(2);
+  for (Fp8ScaleKind kind : {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128})
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      Fp8Case c;
+      c.m = 3, c.n = 131, c.k = 272, c.dtype = dt, c.kind = kind, c.x_pad = 5, c.y_pad = 3, c.w_pad = 16;
+      c.seed = static_cast<std::uint64_t>(kind) * 10 + static_cast<std::uint64_t>(dt);
+      EXPECT_EQ(run_fp8_case(ctx, c, {}).route, "cpu");
+    }
+}
+
+TEST(Fp8MatmulCpu, NonFiniteInputsGiveNonFiniteOutputs) {
+  Context ctx = Context::cpu(2);
+  Fp8Case c;
+  c.m = 4, c.n = 9, c.k = 130, c.nonfinite = true;
+  run_fp8_case(ctx, c, {});
+}
+
+TEST(Fp8MatmulCpu, Refusals) {
+  Context ctx = Context::cpu(1);
+  std::vector<float> x(4 * 32, 0.5f), y(4 * 8, 0.0f), s(1, 1.0f), s8(8, 1.0f);
+  std::vector<std::uint8_t> w(8 * 32, 0x38);
+  const View xv = View::contiguous(x.data(), DType::F32, {4, 32});
+  const View yv = View::contiguous(y.data(), DType::F32, {4, 8});
+  const Fp8WeightView wt{View::contiguous(w.data(), DType::F8E4M3, {8, 32}), Fp8ScaleKind::Tensor,
+                         View::contiguous(s.data(), DType::F32, {1})};
+  matmul_fp8(ctx, xv, wt, yv);
+  EXPECT_FLOAT_EQ(y[0], 16.0f);  // 32 x 0.5 x 1.0
+  expect_error([&] { matmul_fp8(ctx, xv, {View::contiguous(w.data(), DType::U8, {8, 32}), Fp8ScaleKind::Tensor, wt.scales}, yv); },
+               ErrorCode::InvalidArgument, "f8e4m3 [n, k]");
+  expect_error([&] { matmul_fp8(ctx, View::contiguous(x.data(), DType::F32, {8, 16}), wt, yv); }, ErrorCode::InvalidArgument,
+               "has k 16");
+  std::vector<std::uint16_t> yb(4 * 8);
+  expect_error([&] { matmul_fp8(ctx, xv, wt, View::contiguous(yb.data(), DType::BF16, {4, 8})); }, ErrorCode::InvalidArgument,
+               "x's dtype");
+  expect_error([&] { matmul_fp8(ctx, xv, {wt.codes, Fp8ScaleKind::Channel, wt.scales}, yv); }, ErrorCode::InvalidArgument,
+               "channel scales of a [8, 32] weight must be a contiguous f32 [8, 1]");
+  expect_error([&] { matmul_fp8(ctx, xv, {wt.codes, Fp8ScaleKind::Block128, View::contiguous(s8.data(), DType::F32, {8})}, yv); },
+               ErrorCode::InvalidArgument, "block scales");
+  expect_error([&] { matmul_fp8(ctx, View::strided(x.data(), DType::F32, {4, 32}, {1, 4}), wt, yv); },
+               ErrorCode::InvalidArgument, "innermost stride 1");
+  expect_error([&] { matmul_fp8(ctx, xv, wt, View::contiguous(x.data(), DType::F32, {4, 8})); }, ErrorCode::InvalidArgument,
+               "overlaps");
+  s[0] = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { matmul_fp8(ctx, xv, wt, yv); }, ErrorCode::InvalidArgument, "must be finite and > 0");
+  s[0] = 1.0f;
+  const View xg = View::contiguous(x.data(), DType::F32, {4, 32}, DeviceKind::CUDA, 0);
+  expect_error([&] { matmul_fp8(ctx, xg, wt, yv); }, ErrorCode::InvalidArgument, "but the context is cpu");
+  MatmulFp8Options o;
+  o.force_route = Fp8Route::Stream;
+  expect_error([&] { matmul_fp8(ctx, xv, wt, yv, o); }, ErrorCode::Unsupported, "needs a CUDA context");
+  // Empty m: nothing runs, nothing is written.
+  y[0] = 7.0f;
+  EXPECT_EQ(matmul_fp8(ctx, View::contiguous(x.data(), DType::F32, {0, 32}), wt, View::contiguous(y.data(), DType::F32, {0, 8}))
+                .kernels_launched,
+            0);
+  EXPECT_EQ(y[0], 7.0f);
+}
+
+TEST(Fp8Activations, PerTokenGroupsScaleToTheLargestMagnitude) {
+  std::vector<float> x(2 * 200);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * (1 + i % 5));
+  for (int l = 128; l < 200; ++l) x[200 + l] = 0.0f;  // row 1's second group: all zero
+  x[3] = std::numeric_limits<float>::infinity();      // row 0's first group: not finite
+  const Fp8Activations a = quantize_fp8_activations(View::contiguous(x.data(), DType::F32, {2, 200}), 128);
+  ASSERT_EQ(a.scales.size(), 4u);
+  EXPECT_TRUE(std::isnan(a.scales[0 * 2 + 0]));
+  EXPECT_EQ(a.scales[1 * 2 + 1], 1.0f);
+  float amax = 0;
+  for (int l = 0; l < 128; ++l) amax = std::max(amax, std::fabs(x[200 + l]));
+  EXPECT_EQ(a.scales[0 * 2 + 1], amax / 448.0f);
+  for (int l = 0; l < 128; ++l) {
+    const float v = x[200 + l], got = e4m3fn_bits_to_f32(a.codes[200 + l]) * a.scales[1];
+    EXPECT_LE(std::fabs(got - v), std::ldexp(std::fabs(v), -4) + amax * std::ldexp(1.0f, -9) / 448.0f * 8) << l;
+  }
+  for (int l = 128; l < 200; ++l) EXPECT_EQ(a.codes[200 + l], 0);
+  // Row 0's second group quantizes normally although its first group is not finite.
+  EXPECT_TRUE(std::isfinite(a.scales[1 * 2 + 0]));
+  expect_error([&] { quantize_fp8_activations(View::contiguous(x.data(), DType::F32, {2, 200}), 0); }, ErrorCode::InvalidArgument,
+               "group 0");
+}

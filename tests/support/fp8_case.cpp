@@ -1,0 +1,135 @@
+#include "support/fp8_case.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/compare.hpp"
+#include "support/random.hpp"
+#include "support/tensor.hpp"
+
+namespace llmm::test {
+namespace {
+
+double out_roundoff(DType t) {
+  switch (t) {
+    case DType::BF16: return std::ldexp(1.0, -8);
+    case DType::F16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+}  // namespace
+
+Receipt run_fp8_case(Context& ctx, const Fp8Case& c, const MatmulFp8Options& opts) {
+  const bool cuda = ctx.is_cuda();
+  // Weights with magnitudes that change by row and by K block, so every scale kind matters.
+  Rng rng(c.seed);
+  std::vector<float> wf(static_cast<std::size_t>(c.n * c.k));
+  for (std::int64_t j = 0; j < c.n; ++j)
+    for (std::int64_t l = 0; l < c.k; ++l)
+      wf[static_cast<std::size_t>(j * c.k + l)] =
+          static_cast<float>((2.0 * rng.uniform() - 1.0) * std::ldexp(1.0, static_cast<int>(j % 7) - 3 + static_cast<int>((l / 128) % 3)));
+  Fp8Weight q = quantize_fp8(wf.data(), c.n, c.k, c.k, c.kind);
+  if (c.nonfinite && c.n > 2 && c.k > 3) q.codes[static_cast<std::size_t>(2 * c.k + 3)] = 0x7F;  // NaN
+
+  HostTensor codes = host_tensor_3d(DType::F8E4M3, 1, c.n, c.k, c.w_pad);
+  for (std::int64_t j = 0; j < c.n; ++j)
+    std::memcpy(static_cast<unsigned char*>(codes.view.data) + j * (c.k + c.w_pad), q.codes.data() + j * c.k,
+                static_cast<std::size_t>(c.k));
+  const auto [sr, sc] = fp8_scale_shape(c.kind, c.n, c.k);
+  HostTensor scales = host_tensor(DType::F32, {sr, sc});
+  std::memcpy(scales.view.data, q.scales.data(), q.scales.size() * 4);
+
+  HostTensor x = host_tensor_3d(c.dtype, 1, c.m, c.k, c.x_pad);
+  fill_random(x.view, c.seed + 1);
+  const View xh = View::strided(x.view.data, c.dtype, {c.m, c.k}, {c.k + c.x_pad, 1});
+  if (c.nonfinite && c.k > 7) {
+    if (c.m > 0) store_from_double(xh.data, c.dtype, 5, std::numeric_limits<double>::quiet_NaN());
+    if (c.m > 1) store_from_double(xh.data, c.dtype, (c.k + c.x_pad) + 7, std::numeric_limits<double>::infinity());
+  }
+  HostTensor y = host_tensor_3d(c.dtype, 1, c.m, c.n, c.y_pad);
+  std::memset(y.view.data, 0xFF, y.bytes.size());  // NaN in every float dtype
+
+  auto view2 = [](const View& v3, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+    return View::strided(v3.data, v3.dtype, {rows, cols}, {ld, 1}, v3.device, v3.device_index);
+  };
+  Receipt r;
+  if (cuda) {
+    DeviceTensor dx = to_device(x), dc = to_device(codes), ds = to_device(scales), dy = to_device(y);
+    const Fp8WeightView w{view2(dc.view, c.n, c.k, c.k + c.w_pad), c.kind, ds.view};
+    r = matmul_fp8(ctx, view2(dx.view, c.m, c.k, c.k + c.x_pad), w, view2(dy.view, c.m, c.n, c.n + c.y_pad), opts);
+    ctx.synchronize();
+    to_host(dy, y);
+  } else {
+    const Fp8WeightView w{view2(codes.view, c.n, c.k, c.k + c.w_pad), c.kind, scales.view};
+    r = matmul_fp8(ctx, xh, w, view2(y.view, c.m, c.n, c.n + c.y_pad), opts);
+  }
+
+  // The reference: x as given, or as the W8A8 route quantized it.
+  const bool w8a8 = r.route == "cublaslt";
+  HostTensor xr = host_tensor(DType::F32, {c.m, c.k});
+  const View xrv = View::contiguous(xr.view.data, DType::F32, {c.m, c.k});
+  Fp8Activations qa;
+  if (w8a8) qa = quantize_fp8_activations(xh, c.kind == Fp8ScaleKind::Block128 ? 128 : c.k);
+  for (std::int64_t i = 0; i < c.m; ++i)
+    for (std::int64_t l = 0; l < c.k; ++l) {
+      double v = load_as_double(xh.data, c.dtype, i * (c.k + c.x_pad) + l);
+      if (w8a8) {
+        const float s = qa.scales[static_cast<std::size_t>((l / qa.group) * c.m + i)];
+        v = static_cast<double>(e4m3fn_bits_to_f32(qa.codes[static_cast<std::size_t>(i * c.k + l)])) * s;
+      }
+      static_cast<float*>(xr.view.data)[i * c.k + l] = static_cast<float>(v);
+    }
+  // f32 holds every bf16/f16 value exactly; an e4m3 code times an f32 scale needs up to 28
+  // significant bits, so the W8A8 reference recomputes those in double below.
+  cpu::MatmulF64 ref = cpu::matmul_fp8_f64(xrv, q, 1);
+  if (w8a8) {
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double s = 0, a = 0;
+        for (std::int64_t l = 0; l < c.k; ++l) {
+          const double xv = static_cast<double>(e4m3fn_bits_to_f32(qa.codes[static_cast<std::size_t>(i * c.k + l)])) *
+                            qa.scales[static_cast<std::size_t>((l / qa.group) * c.m + i)];
+          const double p = xv * fp8_weight_value(q, j, l);
+          s += p, a += std::fabs(p);
+        }
+        ref.value[static_cast<std::size_t>(i * c.n + j)] = s;
+        ref.abs_sum[static_cast<std::size_t>(i * c.n + j)] = a;
+      }
+  }
+
+  Tolerance tol;
+  tol.u_out = out_roundoff(c.dtype);
+  if (w8a8) {
+    tol.u = std::ldexp(1.0, -13), tol.c = 1.0;  // FP8 MMA: reduced-precision accumulation, promoted per 128-deep block
+  } else if (r.route == "dequant_lt") {
+    tol.u = c.dtype == DType::F32 ? std::ldexp(1.0, -20) : out_roundoff(c.dtype), tol.c = 2.0;  // the image's rounding
+  } else {
+    tol.u = std::ldexp(1.0, -24), tol.c = 16.0;  // exact products, f32 sums
+  }
+  // Non-finite: the W8A8 route turns a token with an Inf into NaN outputs (its scale is NaN),
+  // so every route is held to "non-finite where the reference is" rather than the exact class.
+  std::int64_t nonfinite_bad = 0;
+  for (std::int64_t i = 0; i < c.m; ++i)
+    for (std::int64_t j = 0; j < c.n; ++j) {
+      const double want = ref.value[static_cast<std::size_t>(i * c.n + j)];
+      const double got = load_as_double(y.view.data, c.dtype, i * (c.n + c.y_pad) + j);
+      if (!std::isfinite(want)) {
+        nonfinite_bad += std::isfinite(got) ? 1 : 0;
+        ref.value[static_cast<std::size_t>(i * c.n + j)] = 0.0;  // excluded below
+        ref.abs_sum[static_cast<std::size_t>(i * c.n + j)] = 0.0;
+        store_from_double(y.view.data, c.dtype, i * (c.n + c.y_pad) + j, 0.0);
+      }
+    }
+  EXPECT_EQ(nonfinite_bad, 0) << r.route << " " << r.kernel;
+  EXPECT_TRUE(matches_reference(View::strided(y.view.data, c.dtype, {1, c.m, c.n}, {0, c.n + c.y_pad, 1}), ref, tol))
+      << r.route << " " << r.kernel << " m " << c.m << " n " << c.n << " k " << c.k << " " << dtype_name(c.dtype) << " "
+      << fp8_scale_kind_name(c.kind);
+  return r;
+}
+
+}  // namespace llmm::test
