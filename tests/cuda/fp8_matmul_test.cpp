@@ -1,0 +1,98 @@
+// matmul_fp8 on the GPU against the float64 reference: every route (stream, cublaslt W8A8,
+// dequant_lt) x scale kind x dtype, shapes that are not multiples of 128 (partial scale blocks,
+// a K-block count that cuBLASLt's scale pitch pads), padded rows, NaN/Inf propagation, Auto's
+// choices.
+#include <gtest/gtest.h>
+
+#include "llmm/fp8.hpp"
+#include "support/fp8_case.hpp"
+#include "support/gpu.hpp"
+
+using namespace llmm;
+using namespace llmm::test;
+
+namespace {
+
+const Fp8ScaleKind kKinds[] = {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128};
+
+// Row padding that keeps rows 16-byte aligned in `dt`.
+std::int64_t pad16(DType dt) { return 16 / static_cast<std::int64_t>(dtype_size(dt)); }
+
+MatmulFp8Options forced(Fp8Route r, Precision p = Precision::Fast) {
+  MatmulFp8Options o;
+  o.force_route = r, o.precision = p;
+  return o;
+}
+
+}  // namespace
+
+TEST(Fp8MatmulGpu, StreamEveryKindDtypeAndM) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 100;
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (Fp8ScaleKind kind : kKinds)
+      for (std::int64_t m : {1, 3, 8, 16}) {
+        Fp8Case c;
+        c.m = m, c.n = 131, c.k = 272, c.dtype = dt, c.kind = kind, c.x_pad = pad16(dt), c.y_pad = 3, c.w_pad = 16;
+        c.seed = ++seed;
+        const Receipt r = run_fp8_case(ctx, c, forced(Fp8Route::Stream));
+        EXPECT_EQ(r.route, "stream");
+      }
+}
+
+TEST(Fp8MatmulGpu, CublasLtW8A8EveryKindAndDtype) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 200;
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (Fp8ScaleKind kind : kKinds)
+      for (std::int64_t k : {272, 512}) {  // 3 K blocks (the weight scales repacked to a pitch of 4), 4 blocks
+        Fp8Case c;
+        c.m = 37, c.n = 136, c.k = k, c.dtype = dt, c.kind = kind, c.x_pad = 3, c.y_pad = pad16(dt), c.w_pad = 16;
+        c.seed = ++seed;
+        const Receipt r = run_fp8_case(ctx, c, forced(Fp8Route::CublasLt));
+        EXPECT_EQ(r.route, "cublaslt");
+      }
+}
+
+TEST(Fp8MatmulGpu, DequantLtEveryKindAnyLayout) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 300;
+  for (DType dt : {DType::BF16, DType::F32})
+    for (Fp8ScaleKind kind : kKinds)
+      for (std::int64_t m : {1, 40}) {
+        Fp8Case c;  // k not a multiple of 16, odd pads: only dequant_lt takes it
+        c.m = m, c.n = 133, c.k = 261, c.dtype = dt, c.kind = kind, c.x_pad = 1, c.y_pad = 1, c.w_pad = 3;
+        c.seed = ++seed;
+        const Receipt r = run_fp8_case(ctx, c, {});
+        EXPECT_EQ(r.route, "dequant_lt");
+      }
+}
+
+TEST(Fp8MatmulGpu, NonFiniteInputsOnEveryRoute) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  for (Fp8Route route : {Fp8Route::Stream, Fp8Route::CublasLt, Fp8Route::DequantLt})
+    for (Fp8ScaleKind kind : kKinds) {
+      Fp8Case c;
+      c.m = route == Fp8Route::Stream ? 4 : 24, c.n = 136, c.k = 256, c.kind = kind, c.nonfinite = true;
+      c.seed = 400 + static_cast<std::uint64_t>(route);
+      run_fp8_case(ctx, c, forced(route));
+    }
+}
+
+TEST(Fp8MatmulGpu, AutoPicksStreamThenW8A8AndExactKeepsXUnquantized) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  Fp8Case c;
+  c.n = 256, c.k = 384;
+  c.m = 2;
+  EXPECT_EQ(run_fp8_case(ctx, c, {}).route, "stream");
+  c.m = 64;
+  EXPECT_EQ(run_fp8_case(ctx, c, {}).route, ctx.arch().cc() == 90 ? "cublaslt" : "dequant_lt");
+  MatmulFp8Options exact;
+  exact.precision = Precision::Exact;
+  EXPECT_EQ(run_fp8_case(ctx, c, exact).route, "dequant_lt");
+}
