@@ -72,6 +72,11 @@ std::uint8_t f32_to_e4m3fn_bits(float x, bool saturate = false) noexcept;
 float e4m3fn_bits_to_f32(std::uint8_t b) noexcept;
 inline constexpr float kE4M3Max = 448.0f;
 
+// FP8 weights' scale granularity (fp8.hpp): one f32 scale per tensor, per output row (channel)
+// or per [kFp8Block, kFp8Block] block.
+enum class Fp8ScaleKind { Tensor, Channel, Block128 };
+inline constexpr std::int64_t kFp8Block = 128;
+
 // Storage types for host code: a bit pattern with explicit conversions.
 struct f16 {
   std::uint16_t bits = 0;

@@ -15,10 +15,8 @@
 
 namespace llmm {
 
-enum class Fp8ScaleKind { Tensor, Channel, Block128 };
+// Fp8ScaleKind and kFp8Block live in dtype.hpp (moe.hpp's FP8 experts name them too).
 const char* fp8_scale_kind_name(Fp8ScaleKind k) noexcept;
-
-inline constexpr std::int64_t kFp8Block = 128;
 
 // The scale array's shape for a [n, k] weight: {1, 1}, {n, 1} or {ceil(n / 128), ceil(k / 128)}.
 std::pair<std::int64_t, std::int64_t> fp8_scale_shape(Fp8ScaleKind kind, std::int64_t n, std::int64_t k);

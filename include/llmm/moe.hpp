@@ -13,6 +13,7 @@
 
 #include "llmm/buffer.hpp"
 #include "llmm/context.hpp"
+#include "llmm/dtype.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/view.hpp"
 
@@ -206,5 +207,26 @@ Receipt matmul_id(Context& ctx, const View& weights, const View& input, const Vi
 Receipt matmul_id(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity,
                   MatmulIdRoute route, const MatmulIdOptions& opts = {});
+
+// FP8 e4m3 experts (DeepSeek-V3 / Qwen3 FP8 checkpoints): codes [n_experts, n, k] F8E4M3 with
+// matmul_id's weight strides, and f32 scales [n_experts, sr, sc], contiguous, (sr, sc) =
+// fp8_scale_shape(kind, n, k): per tensor, output channel or [128, 128] block of each expert.
+struct Fp8Experts {
+  View codes;
+  Fp8ScaleKind kind = Fp8ScaleKind::Block128;
+  View scales;
+};
+
+// matmul_id on FP8 experts: W(e, j, l) = e4m3(code) * scale, any float input, f32 accumulation,
+// the same contract otherwise (ids, layouts, output, scratch, no host sync). Routes: Direct (the
+// streaming kernel decodes the codes: exact products) and GroupedPrefill (moe_grouped: the
+// weights decoded and scaled into bf16 tiles, the input rounded to bf16; the Hopper engine does
+// not take FP8 yet). Auto: Direct while a weight row feeds at most 4 routed rows on average
+// (m * top_k / min(n_experts, m * top_k) <= 4), else GroupedPrefill. Scale values are read by
+// the kernels (checked on the CPU backend only). The views-only form of matmul_id.
+Receipt matmul_id(Context& ctx, const Fp8Experts& weights, const View& input, const View& ids, const View& out,
+                  MatmulIdScratch* scratch, MatmulIdInputLayout layout = MatmulIdInputLayout::SharedPerToken,
+                  MatmulIdMultiplicity multiplicity = MatmulIdMultiplicity::DistinctPerToken,
+                  MatmulIdRoute route = MatmulIdRoute::Auto, const MatmulIdOptions& opts = {});
 
 }  // namespace llmm

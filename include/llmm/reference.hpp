@@ -41,5 +41,9 @@ struct MatmulIdF64 {
 };
 MatmulIdF64 matmul_id_f64(const void* weights, DType weight_dtype, const void* input, const void* ids,
                           const MatmulIdParams& params, int threads = 0);
+// The same on FP8 experts (codes and scales as llmm::Fp8Experts, params as matmul_id_params
+// reads the codes' view): the oracle of the FP8 expert kernels.
+MatmulIdF64 matmul_id_fp8_f64(const void* codes, const float* scales, Fp8ScaleKind kind, const void* input, const void* ids,
+                              const MatmulIdParams& params, int threads = 0);
 
 }  // namespace llmm::cpu

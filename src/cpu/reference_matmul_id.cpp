@@ -1,4 +1,6 @@
 // Float64 expert-ID matmul reference: one plain dot product per output element.
+#include "llmm/fp8.hpp"
+#include "llmm/moe.hpp"
 #include <algorithm>
 #include <cmath>
 
@@ -8,10 +10,11 @@
 
 namespace llmm::cpu {
 
-MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const void* ids, const MatmulIdParams& p,
-                          int threads) {
+namespace {
+// The reference over any weight: value(e, j, l) as a double.
+template <class WeightValue>
+MatmulIdF64 matmul_id_f64_of(WeightValue value, const void* in, const void* ids, const MatmulIdParams& p, int threads) {
   const std::int64_t rows = static_cast<std::int64_t>(p.m) * p.top_k, n = p.n, k = p.k;
-  const std::int64_t wstride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(wt));
   const bool slotted = p.input_layout == MatmulIdInputLayout::Slotted;
   const std::int64_t ts = p.input_token_stride ? static_cast<std::int64_t>(*p.input_token_stride)
                                                : (slotted ? static_cast<std::int64_t>(p.top_k) * k : k);
@@ -36,7 +39,7 @@ MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const void* i
     for (std::int64_t j = j0; j < std::min(n, j0 + block); ++j) {
       double acc = 0, abs = 0;
       for (std::int64_t l = 0; l < k; ++l) {
-        double prod = x[static_cast<std::size_t>(l)] * load_as_double(w, wt, static_cast<std::int64_t>(e) * wstride + j * k + l);
+        double prod = x[static_cast<std::size_t>(l)] * value(static_cast<std::int64_t>(e), j, l);
         acc += prod;
         abs += std::fabs(prod);
       }
@@ -45,6 +48,30 @@ MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const void* i
     }
   });
   return r;
+}
+}  // namespace
+
+MatmulIdF64 matmul_id_f64(const void* w, DType wt, const void* in, const void* ids, const MatmulIdParams& p,
+                          int threads) {
+  const std::int64_t wstride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(wt));
+  const std::int64_t k = p.k;
+  return matmul_id_f64_of([&](std::int64_t e, std::int64_t j, std::int64_t l) { return load_as_double(w, wt, e * wstride + j * k + l); },
+                          in, ids, p, threads);
+}
+
+MatmulIdF64 matmul_id_fp8_f64(const void* codes, const float* scales, Fp8ScaleKind kind, const void* in, const void* ids,
+                              const MatmulIdParams& p, int threads) {
+  const std::int64_t wstride = static_cast<std::int64_t>(p.expert_stride_bytes);
+  const std::int64_t n = p.n, k = p.k, kb = (k + kFp8Block - 1) / kFp8Block;
+  const auto [sr, sc] = fp8_scale_shape(kind, n, k);
+  const auto* c = static_cast<const std::uint8_t*>(codes);
+  return matmul_id_f64_of(
+      [&](std::int64_t e, std::int64_t j, std::int64_t l) {
+        const std::int64_t g = kind == Fp8ScaleKind::Tensor ? 0 : kind == Fp8ScaleKind::Channel ? j : (j / kFp8Block) * kb + l / kFp8Block;
+        return static_cast<double>(e4m3fn_bits_to_f32(c[e * wstride + j * k + l])) *
+               static_cast<double>(scales[e * sr * sc + g]);
+      },
+      in, ids, p, threads);
 }
 
 }  // namespace llmm::cpu

@@ -10,6 +10,7 @@
 #include "llmm/fp8.hpp"
 #include "support/expect_error.hpp"
 #include "support/fp8_case.hpp"
+#include "support/fp8_moe_case.hpp"
 #include "support/tensor.hpp"
 
 using namespace llmm;
@@ -167,4 +168,48 @@ TEST(Fp8Activations, PerTokenGroupsScaleToTheLargestMagnitude) {
   EXPECT_TRUE(std::isfinite(a.scales[1 * 2 + 0]));
   expect_error([&] { quantize_fp8_activations(View::contiguous(x.data(), DType::F32, {2, 200}), 0); }, ErrorCode::InvalidArgument,
                "group 0");
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul_id on FP8 experts (CPU backend: the float64 reference) against the dense FP8 oracle row
+// by row; the refusals.
+
+TEST(Fp8ExpertsCpu, MatchesTheDenseOracleRowByRow) {
+  Context ctx = Context::cpu(2);
+  std::uint64_t seed = 50;
+  for (Fp8ScaleKind kind : {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128})
+    for (MatmulIdRoute route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+      Fp8MoeCase c;
+      c.kind = kind, c.route = route, c.seed = ++seed, c.n = 130, c.k = 200;
+      run_fp8_moe_case(ctx, c);
+    }
+}
+
+TEST(Fp8ExpertsCpu, Refusals) {
+  Context ctx = Context::cpu(1);
+  std::vector<std::uint8_t> codes(2 * 8 * 32, 0x38);
+  std::vector<float> scales(2, 1.0f), x(3 * 32, 1.0f), out(3 * 1 * 8);
+  std::vector<std::int32_t> ids(3, 1);
+  const View cv = View::contiguous(codes.data(), DType::F8E4M3, {2, 8, 32});
+  const View xv = View::contiguous(x.data(), DType::F32, {3, 32});
+  const View iv = View::contiguous(ids.data(), DType::I32, {3, 1});
+  const View ov = View::contiguous(out.data(), DType::F32, {3, 1, 8});
+  matmul_id(ctx, Fp8Experts{cv, Fp8ScaleKind::Tensor, View::contiguous(scales.data(), DType::F32, {2, 1, 1})}, xv, iv, ov,
+            nullptr);
+  EXPECT_FLOAT_EQ(out[0], 32.0f);
+  // FP8 codes through the plain overload (no scales): refused, not read as something else.
+  expect_error([&] { matmul_id(ctx, cv, xv, iv, ov, nullptr, MatmulIdInputLayout::SharedPerToken,
+                               MatmulIdMultiplicity::DistinctPerToken, MatmulIdRoute::Auto); },
+               ErrorCode::InvalidArgument, "need their scales");
+  expect_error([&] { matmul_id(ctx, Fp8Experts{cv, Fp8ScaleKind::Channel, View::contiguous(scales.data(), DType::F32, {2})},
+                               xv, iv, ov, nullptr); },
+               ErrorCode::InvalidArgument, "channel scales of 2 [8, 32] experts must be a contiguous f32 [2, 8, 1]");
+  expect_error([&] { matmul_id(ctx, Fp8Experts{View::contiguous(codes.data(), DType::U8, {2, 8, 32}), Fp8ScaleKind::Tensor,
+                                               View::contiguous(scales.data(), DType::F32, {2})},
+                               xv, iv, ov, nullptr); },
+               ErrorCode::InvalidArgument, "must be f8e4m3");
+  scales[1] = -1.0f;
+  expect_error([&] { matmul_id(ctx, Fp8Experts{cv, Fp8ScaleKind::Tensor, View::contiguous(scales.data(), DType::F32, {2})}, xv,
+                               iv, ov, nullptr); },
+               ErrorCode::InvalidArgument, "must be finite and > 0");
 }

@@ -88,7 +88,7 @@ TEST(MatmulIdCapability, Refusals) {
   refused(p, DType::F32, "matmul_id input byte extent");
   p = seed_params(MatmulIdRoute::GroupedPrefill), p.n_experts = 1025;
   refused(p, DType::F32, "grouped prefill supports at most 1024 experts, got 1025");
-  refused(seed_params(), DType::U8, "weights must be f32, f16 or bf16, got u8");
+  refused(seed_params(), DType::U8, "weights must be f32, f16, bf16 or f8e4m3 (with scales), got u8");
   p = seed_params(), p.output_dtype = DType::F16;
   refused(p, DType::F32, "output must be f32 or the input's dtype (f32), got f16");
 }

@@ -6,6 +6,7 @@
 
 #include "llmm/fp8.hpp"
 #include "support/fp8_case.hpp"
+#include "support/fp8_moe_case.hpp"
 #include "support/gpu.hpp"
 
 using namespace llmm;
@@ -95,4 +96,48 @@ TEST(Fp8MatmulGpu, AutoPicksStreamThenW8A8AndExactKeepsXUnquantized) {
   MatmulFp8Options exact;
   exact.precision = Precision::Exact;
   EXPECT_EQ(run_fp8_case(ctx, c, exact).route, "dequant_lt");
+}
+
+// matmul_id on FP8 experts: the direct kernel's e4m3 decoder (16-byte and element paths) and the
+// grouped mma.sync kernel's (weights decoded and scaled into bf16 tiles), every scale kind and
+// input dtype, against the dense FP8 oracle row by row.
+TEST(Fp8ExpertsGpu, DirectEveryKindAndDtype) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 500;
+  for (Fp8ScaleKind kind : kKinds)
+    for (DType dt : {DType::BF16, DType::F16, DType::F32})
+      for (std::int64_t k : {272, 203}) {  // 16-byte loads; element by element
+        Fp8MoeCase c;
+        c.kind = kind, c.x_dtype = dt, c.out_dtype = k == 272 ? DType::F32 : dt, c.k = k, c.n = 131;
+        c.route = MatmulIdRoute::Direct, c.seed = ++seed;
+        const Receipt r = run_fp8_moe_case(ctx, c);
+        EXPECT_EQ(r.route, "direct");
+      }
+}
+
+TEST(Fp8ExpertsGpu, GroupedEveryKindAndDtype) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 600;
+  for (Fp8ScaleKind kind : kKinds)
+    for (DType dt : {DType::BF16, DType::F16, DType::F32})
+      for (std::int64_t k : {272, 203}) {
+        Fp8MoeCase c;
+        c.m = 70, c.top_k = 3, c.experts = 6, c.n = 200, c.kind = kind, c.x_dtype = dt, c.k = k;
+        c.out_dtype = dt, c.route = MatmulIdRoute::GroupedPrefill, c.seed = ++seed;
+        const Receipt r = run_fp8_moe_case(ctx, c);
+        EXPECT_EQ(r.route, "grouped_prefill");
+        EXPECT_NE(r.kernel.find("moe_grouped_f8e4m3"), std::string::npos) << r.kernel;
+      }
+}
+
+TEST(Fp8ExpertsGpu, AutoDirectAtDecodeGroupedAtPrefill) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  Fp8MoeCase c;
+  c.m = 2;
+  EXPECT_EQ(run_fp8_moe_case(ctx, c).route, "direct");
+  c.m = 64;
+  EXPECT_EQ(run_fp8_moe_case(ctx, c).route, "grouped_prefill");
 }

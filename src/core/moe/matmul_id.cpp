@@ -13,6 +13,7 @@
 #include "core/ranges.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
+#include "llmm/fp8.hpp"
 #include "llmm/moe.hpp"
 #include "llmm/reference.hpp"
 
@@ -51,8 +52,12 @@ struct Prepared {
 
 // Every check of a call (before anything is enqueued), then its kernels' arguments.
 Prepared prepare(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
-                 const MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
+                 const MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts,
+                 const Fp8Experts* fp8 = nullptr) {
   detail::check_matmul_id_dtypes(weights.dtype, p.input_dtype, p.output_dtype, p.ids_dtype);
+  if ((weights.dtype == DType::F8E4M3) != (fp8 != nullptr))
+    fail(ErrorCode::InvalidArgument, kOp, ": f8e4m3 weights need their scales (call matmul_id with llmm::Fp8Experts), got ",
+         weights.describe());
   Prepared pr;
   if (p.m == 0 || p.top_k == 0 || p.n == 0) {  // no output element
     pr.empty = true;
@@ -62,6 +67,12 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   // direct kernel (and the reference) write exactly that without reading weights or input.
   const bool zeros = p.k == 0 || p.n_experts == 0;
   MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
+  if (route == MatmulIdRoute::Auto && fp8) {  // FP8: no Hopper engine, so the generic rule
+    const std::uint64_t routed_rows = static_cast<std::uint64_t>(p.m) * p.top_k;
+    const std::uint64_t active = std::min<std::uint64_t>(p.n_experts, routed_rows);
+    route = routed_rows <= 4 * active || p.n_experts > kMatmulIdGroupedMaxExperts ? MatmulIdRoute::Direct
+                                                                                  : MatmulIdRoute::GroupedPrefill;
+  }
   if (route == MatmulIdRoute::Auto) route = suggest_matmul_id_route(p, ctx.arch());
   pr.zeros = zeros, pr.route = route;
   if (!zeros) {  // strides, alignment, extents, the resolved route's limits
@@ -72,6 +83,9 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
   if (routed > UINT32_MAX)  // the capability checks it too, but is not asked when the output is zeros
     fail(ErrorCode::InvalidArgument, kOp, ": ", p.m, " x ", p.top_k, " routed rows exceed the u32 range");
+  if (fp8 && overlaps(out, fp8->scales))
+    fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap the scales (output ", out.describe(), ", scales ",
+         fp8->scales.describe(), ")");
   for (const auto& [v, name] : {std::pair{&weights, "weights"}, std::pair{&input, "input"}, std::pair{&ids, "expert ids"}})
     if (overlaps(out, *v))
       fail(ErrorCode::InvalidArgument, kOp, ": output must not overlap ", name, " (output ", out.describe(), ", ", name,
@@ -113,6 +127,12 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   g.m = p.m, g.n = p.n, g.k = p.k, g.top_k = p.top_k, g.n_experts = p.n_experts;
   g.w_dtype = weights.dtype, g.w = weights.data;
   g.expert_stride = static_cast<std::int64_t>(p.expert_stride_bytes / dtype_size(weights.dtype));
+  if (fp8) {
+    const auto [sr, sc] = fp8_scale_shape(fp8->kind, p.n, p.k);
+    g.w_scales = static_cast<const float*>(fp8->scales.data);
+    g.w_scale_kind = static_cast<int>(fp8->kind);
+    g.w_scale_expert_stride = sr * sc;
+  }
   g.in_dtype = p.input_dtype, g.in = input.data;
   const detail::MatmulIdInputStrides strides = detail::matmul_id_input_strides(p);
   g.in_token_stride = static_cast<std::int64_t>(strides.token), g.in_slot_stride = static_cast<std::int64_t>(strides.slot);
@@ -157,8 +177,8 @@ void use_pool(Context& ctx, cuda_moe::MoeArgs& g, const MatmulIdOptions& opts) {
 }
 
 Receipt run(Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
-            MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts) {
-  Prepared pr = prepare(ctx, weights, input, ids, out, scratch, p, opts);
+            MatmulIdScratch* scratch, const MatmulIdParams& p, const MatmulIdOptions& opts, const Fp8Experts* fp8 = nullptr) {
+  Prepared pr = prepare(ctx, weights, input, ids, out, scratch, p, opts, fp8);
   if (pr.empty) return Receipt{"none", "", 0};
   const bool zeros = pr.zeros;
   const MatmulIdRoute route = pr.route;
@@ -200,11 +220,23 @@ Receipt run(Context& ctx, const View& weights, const View& input, const View& id
                            detail::elems_range(g.rows, DType::U32, static_cast<std::int64_t>(routed))}};
     });
   }
-  cpu::MatmulIdF64 ref = cpu::matmul_id_f64(weights.data, weights.dtype, input.data, ids.data, p, ctx.arch().cpu_threads);
+  cpu::MatmulIdF64 ref;
+  if (fp8) {
+    const auto [sr, sc] = fp8_scale_shape(fp8->kind, p.n, p.k);
+    for (std::uint32_t e = 0; e < p.n_experts; ++e)
+      check_fp8_scales(kOp, fp8->kind, p.n, p.k, static_cast<const float*>(fp8->scales.data) + e * sr * sc,
+                       static_cast<std::size_t>(sr * sc));
+    ref = cpu::matmul_id_fp8_f64(weights.data, static_cast<const float*>(fp8->scales.data), fp8->kind, input.data, ids.data,
+                                 p, ctx.arch().cpu_threads);
+  } else {
+    ref = cpu::matmul_id_f64(weights.data, weights.dtype, input.data, ids.data, p, ctx.arch().cpu_threads);
+  }
   for (std::size_t i = 0; i < ref.value.size(); ++i)
     store_from_double(out.data, p.output_dtype, static_cast<std::int64_t>(i), ref.value[i]);
   ctx.note_launch("cpu_matmul_id_reference", [&] {
-    return LaunchRanges{{byte_range(weights), byte_range(input), byte_range(ids)}, {byte_range(out)}};
+    LaunchRanges r{{byte_range(weights), byte_range(input), byte_range(ids)}, {byte_range(out)}};
+    if (fp8) r.reads.push_back(byte_range(fp8->scales));
+    return r;
   });
   return logged(Receipt{matmul_id_route_name(route), "cpu_matmul_id_reference", grouped ? 2 : 1});
 }
@@ -347,6 +379,26 @@ Receipt matmul_id(Context& ctx, const View& weights, const View& input, const Vi
   check_views(ctx, weights, input, ids, out);
   return run(ctx, weights, input, ids, out, scratch, matmul_id_params(weights, input, ids, out, layout, multiplicity, route),
              opts);
+}
+
+Receipt matmul_id(Context& ctx, const Fp8Experts& w, const View& input, const View& ids, const View& out,
+                  MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity, MatmulIdRoute route,
+                  const MatmulIdOptions& opts) {
+  check_views(ctx, w.codes, input, ids, out);
+  validate_view(w.scales, kOp, "scales");
+  if (w.scales.device != w.codes.device || w.scales.device_index != w.codes.device_index)
+    fail(ErrorCode::InvalidArgument, kOp, ": scales are on ", w.scales.describe(), " but the codes on ", w.codes.describe());
+  if (w.codes.dtype != DType::F8E4M3)
+    fail(ErrorCode::InvalidArgument, kOp, ": FP8 expert codes must be f8e4m3, got ", w.codes.describe());
+  const MatmulIdParams p = matmul_id_params(w.codes, input, ids, out, layout, multiplicity, route);
+  const auto [sr, sc] = fp8_scale_shape(w.kind, p.n, p.k);
+  const bool ok = w.scales.dtype == DType::F32 && w.scales.is_contiguous() &&
+                  w.scales.numel() == static_cast<std::uint64_t>(sr * sc) * p.n_experts &&
+                  (w.scales.rank != 3 || (w.scales.dim(0) == p.n_experts && w.scales.dim(1) == sr && w.scales.dim(2) == sc));
+  if (!ok)
+    fail(ErrorCode::InvalidArgument, kOp, ": ", fp8_scale_kind_name(w.kind), " scales of ", p.n_experts, " [", p.n, ", ", p.k,
+         "] experts must be a contiguous f32 [", p.n_experts, ", ", sr, ", ", sc, "], got ", w.scales.describe());
+  return run(ctx, w.codes, input, ids, out, scratch, p, opts, &w);
 }
 
 }  // namespace llmm

@@ -30,7 +30,8 @@ std::size_t input_extent(const MatmulIdParams& p) {
 
 namespace detail {
 void check_matmul_id_dtypes(DType w, DType in, DType out, DType ids) {
-  if (!is_float(w)) fail(ErrorCode::InvalidArgument, kOp, ": weights must be f32, f16 or bf16, got ", dtype_name(w));
+  if (!is_float(w) && w != DType::F8E4M3)
+    fail(ErrorCode::InvalidArgument, kOp, ": weights must be f32, f16, bf16 or f8e4m3 (with scales), got ", dtype_name(w));
   if (!is_float(in)) fail(ErrorCode::InvalidArgument, kOp, ": input must be f32, f16 or bf16, got ", dtype_name(in));
   if (out != DType::F32 && out != in)
     fail(ErrorCode::InvalidArgument, kOp, ": output must be f32 or the input's dtype (", dtype_name(in), "), got ",

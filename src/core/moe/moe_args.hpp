@@ -28,6 +28,12 @@ struct MoeArgs {
   DType w_dtype = DType::F32;
   const void* w = nullptr;
   std::int64_t expert_stride = 0;  // elements, >= n * k
+  // FP8 weights (w_dtype F8E4M3): W(e, j, l) = e4m3(code) * scale, the f32 scales of expert e at
+  // w_scales + e * w_scale_expert_stride in fp8_scale_shape(w_scale_kind, n, k) row-major order
+  // (0: tensor, 1: channel, 2: [128, 128] block, as llmm::Fp8ScaleKind). Unused otherwise.
+  const float* w_scales = nullptr;
+  int w_scale_kind = 2;
+  std::int64_t w_scale_expert_stride = 0;
   DType in_dtype = DType::F32;
   const void* in = nullptr;
   std::int64_t in_token_stride = 0, in_slot_stride = 0;  // elements

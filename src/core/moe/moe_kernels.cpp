@@ -33,6 +33,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 bool moe_dtypes_supported(DType w, DType in, DType out) noexcept {
+  if (w == DType::F8E4M3) return is_float(in) && (out == DType::F32 || out == in);  // FP8 codes: any float input
   if (!is_float(w)) return false;
   if (in != DType::F32 && in != w) return false;
   return out == DType::F32 || out == in;
@@ -43,7 +44,7 @@ bool moe_dtypes_supported(const MoeArgs& a) noexcept {
 }
 
 bool moe_direct_vec16(const MoeArgs& a) noexcept {
-  if (!is_float(a.w_dtype) || !is_float(a.in_dtype)) return false;
+  if (!(is_float(a.w_dtype) || a.w_dtype == DType::F8E4M3) || !is_float(a.in_dtype)) return false;
   return w_vec16(a) && in_vec16(a);
 }
 
@@ -94,7 +95,9 @@ const char* moe_grouped_math_name(MoeGroupedMath m) noexcept {
 
 MoeGroupedConfig moe_grouped_config(const MoeArgs& a) noexcept {
   MoeGroupedConfig c;
-  if (a.w_dtype == DType::F32) {
+  if (a.w_dtype == DType::F8E4M3) {
+    c.math = MoeGroupedMath::BF16;  // decoded weights and the input rounded once to bf16
+  } else if (a.w_dtype == DType::F32) {
     c.math = a.exact ? MoeGroupedMath::TF32x3 : MoeGroupedMath::TF32;
   } else if (a.in_dtype == a.w_dtype) {
     c.math = a.w_dtype == DType::F16 ? MoeGroupedMath::F16 : MoeGroupedMath::BF16;
@@ -105,7 +108,7 @@ MoeGroupedConfig moe_grouped_config(const MoeArgs& a) noexcept {
   }
   c.bk = (c.math == MoeGroupedMath::F16 || c.math == MoeGroupedMath::BF16) ? 32 : 16;
   c.in_vec = is_float(a.in_dtype) && in_vec16(a);
-  c.w_vec = is_float(a.w_dtype) && w_vec16(a);
+  c.w_vec = (is_float(a.w_dtype) || a.w_dtype == DType::F8E4M3) && w_vec16(a);
   return c;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,12 @@ namespace llmm::cuda_dense::dev {
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// A float8_e4m3fn code (FP8 weights): decoded exactly through f16 (every e4m3 value is one).
+struct e4m3 {
+  std::uint8_t bits;
+};
+__device__ __forceinline__ float to_f32(e4m3 x) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.bits, __NV_E4M3))); }
 
 template <class T>
 __device__ __forceinline__ T from_f32(float x);
@@ -60,7 +67,15 @@ __device__ __forceinline__ float2 word_to_f32x2(std::uint32_t w, __nv_bfloat16) 
 // 16 bytes of T -> kVec16<T> floats, in memory order.
 template <class T>
 __device__ __forceinline__ void unpack16(const uint4& v, float (&f)[kVec16<T>]) {
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (sizeof(T) == 1) {  // e4m3: two codes a conversion
+    const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 lo = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), __NV_E4M3)));
+      const float2 hi = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3)));
+      f[4 * i] = lo.x, f[4 * i + 1] = lo.y, f[4 * i + 2] = hi.x, f[4 * i + 3] = hi.y;
+    }
+  } else if constexpr (sizeof(T) == 4) {
     f[0] = __uint_as_float(v.x);
     f[1] = __uint_as_float(v.y);
     f[2] = __uint_as_float(v.z);

@@ -5,8 +5,6 @@
 // The weight's storage is a decoder policy (Dec): 16-bit/f32 rows as x's dtype (dense), or
 // e4m3 codes with f32 scales (FP8): one 16-byte load gives Dec::kElems weights.
 #pragma once
-#include <cuda_fp8.h>
-
 #include "core/dense/dense_kernels.hpp"
 #include "cuda/dense/dense_common.cuh"
 #include "llmm/fp8.hpp"
@@ -42,16 +40,7 @@ struct GemvWeightsE4m3 {
   const float* scales = nullptr;
   Fp8ScaleKind kind = Fp8ScaleKind::Block128;
   std::int64_t k_blocks = 0;  // the block kind's scale row length, ceil(k / 128)
-  __device__ __forceinline__ static void decode(const uint4& v, float (&f)[kElems]) {
-    const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), __NV_E4M3);
-      const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
-      const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
-      f[4 * i] = a.x, f[4 * i + 1] = a.y, f[4 * i + 2] = b.x, f[4 * i + 3] = b.y;
-    }
-  }
+  __device__ __forceinline__ static void decode(const uint4& v, float (&f)[kElems]) { dev::unpack16<dev::e4m3>(v, f); }
   __device__ __forceinline__ float chunk_scale(std::int64_t row, std::int64_t chunk) const {
     return __ldg(scales + (row / 128) * k_blocks + (chunk * kElems) / 128);
   }

@@ -21,6 +21,22 @@ using cuda_dense::dev::word_to_f32x2;
 
 inline constexpr std::uint32_t kNoRow = 0xffffffffu;
 
+using cuda_dense::dev::e4m3;
+template <class TW>
+inline constexpr bool kIsE4m3 = std::is_same_v<TW, e4m3>;
+
+// FP8 weights' scales (MoeArgs): the block kind's scale of weight (e, j, l), applied to decoded
+// weights; the tensor and channel kinds' scale of output column j, applied to its total (1 for
+// the block kind).
+__device__ __forceinline__ float w_block_scale(const MoeArgs& a, std::uint32_t e, std::int64_t j, std::int64_t l) {
+  const std::int64_t kb = (a.k + 127) / 128;
+  return __ldg(a.w_scales + static_cast<std::int64_t>(e) * a.w_scale_expert_stride + (j / 128) * kb + l / 128);
+}
+__device__ __forceinline__ float w_total_scale(const MoeArgs& a, std::uint32_t e, std::int64_t j) {
+  const float* s = a.w_scales + static_cast<std::int64_t>(e) * a.w_scale_expert_stride;
+  return a.w_scale_kind == 0 ? __ldg(s) : a.w_scale_kind == 1 ? __ldg(s + j) : 1.0f;
+}
+
 // out[idx] = v in the output dtype (f32, f16 or bf16; a runtime switch keeps instantiations
 // few: the branch is uniform across the grid).
 __device__ __forceinline__ void store_out(void* out, DType t, std::int64_t idx, float v) {

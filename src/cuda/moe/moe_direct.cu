@@ -9,7 +9,8 @@
 // (tokens sharing an expert then hit L2). An id >= n_experts writes zeros without forming a
 // weight address.
 //
-// Instantiations: (w, in) in {(f32,f32), (f16,f16), (f16,f32), (bf16,bf16), (bf16,f32)} x
+// Instantiations: (w, in) in {(f32,f32), (f16,f16), (f16,f32), (bf16,bf16), (bf16,f32), (e4m3, any
+// float)} x
 // {16-byte, scalar} loads; the output dtype is a runtime switch in the store.
 #include <algorithm>
 
@@ -23,6 +24,16 @@ template <class TW, class TI, bool VEC>
 __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a) {
   constexpr int VE = static_cast<int>(16 / sizeof(TW));  // weight elements per 16-byte load
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  // FP8 block scales multiply each decoded chunk (rows j and j + 1 share a 128-row block: j even).
+  auto scale_chunk = [&](float (&f0)[VE], float (&f1)[VE], std::uint32_t e, std::int64_t j, std::int64_t l) {
+    if constexpr (dev::kIsE4m3<TW>) {
+      if (a.w_scale_kind == 2) {
+        const float sc = dev::w_block_scale(a, e, j, l);
+#pragma unroll
+        for (int i = 0; i < VE; ++i) f0[i] *= sc, f1[i] *= sc;
+      }
+    }
+  };
   const std::int64_t routed = a.m * a.top_k;
   const std::int64_t col_blocks = (a.n + kMoeDirectColsPerBlock - 1) / kMoeDirectColsPerBlock;
   const std::int64_t tiles = routed * col_blocks;
@@ -51,6 +62,7 @@ __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a
           float f0[VE], f1[VE];
           dev::unpack16<TW>(a0, f0);
           dev::unpack16<TW>(a1, f1);
+          scale_chunk(f0, f1, e, j0, v * VE);
 #pragma unroll
           for (int i = 0; i < VE; ++i) {
             acc0 = fmaf(f0[i], xa[i], acc0);
@@ -58,6 +70,7 @@ __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a
           }
           dev::unpack16<TW>(b0, f0);
           dev::unpack16<TW>(b1, f1);
+          scale_chunk(f0, f1, e, j0, (v + 32) * VE);
 #pragma unroll
           for (int i = 0; i < VE; ++i) {
             acc0 = fmaf(f0[i], xb[i], acc0);
@@ -70,6 +83,7 @@ __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a
           dev::load_f32<TI, VE>(x + v * VE, xa);
           dev::unpack16<TW>(a0, f0);
           dev::unpack16<TW>(a1, f1);
+          scale_chunk(f0, f1, e, j0, v * VE);
 #pragma unroll
           for (int i = 0; i < VE; ++i) {
             acc0 = fmaf(f0[i], xa[i], acc0);
@@ -80,12 +94,23 @@ __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a
 #pragma unroll 4
         for (std::int64_t l = lane; l < a.k; l += 32) {
           const float xl = dev::to_f32(x[l]);
-          acc0 = fmaf(dev::to_f32(w0[l]), xl, acc0);
-          acc1 = fmaf(dev::to_f32(w1[l]), xl, acc1);
+          float w0l = dev::to_f32(w0[l]), w1l = dev::to_f32(w1[l]);
+          if constexpr (dev::kIsE4m3<TW>) {
+            if (a.w_scale_kind == 2) {
+              const float sc = dev::w_block_scale(a, e, j0, l);
+              w0l *= sc, w1l *= sc;
+            }
+          }
+          acc0 = fmaf(w0l, xl, acc0);
+          acc1 = fmaf(w1l, xl, acc1);
         }
       }
       acc0 = dev::warp_sum(acc0);
       acc1 = dev::warp_sum(acc1);
+      if constexpr (dev::kIsE4m3<TW>) {  // tensor / channel scales on the totals
+        acc0 *= dev::w_total_scale(a, e, j0);
+        if (has1) acc1 *= dev::w_total_scale(a, e, j0 + 1);
+      }
     }
     if (lane == 0) dev::store_out(a.out, a.out_dtype, r * a.n + j0, acc0);
     if (lane == 1 && has1) dev::store_out(a.out, a.out_dtype, r * a.n + j0 + 1, acc1);
@@ -117,6 +142,11 @@ void launch_moe_direct(const MoeArgs& a, StreamHandle s) {
     case DType::BF16:
       if (in32) launch_typed<__nv_bfloat16, float>(a, vec, s);
       else launch_typed<__nv_bfloat16, __nv_bfloat16>(a, vec, s);
+      break;
+    case DType::F8E4M3:  // FP8 codes, any float input
+      if (in32) launch_typed<dev::e4m3, float>(a, vec, s);
+      else if (a.in_dtype == DType::F16) launch_typed<dev::e4m3, __half>(a, vec, s);
+      else launch_typed<dev::e4m3, __nv_bfloat16>(a, vec, s);
       break;
     default: host::require(false, name, "weight dtype");
   }

@@ -79,8 +79,10 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 // One 16-byte shared-memory chunk (CH = 16 / sizeof(TS) values of TS) from the CH values of TG
 // at p[k0..], of which `valid` (0..CH) lie inside the row: the rest are zero and never read.
 // vec: p (and so p + k0, k0 a multiple of CH) is aligned for one CH * sizeof(TG)-byte read.
+// FP8 codes (TG = e4m3) are decoded and multiplied by `scale` (their group's), then rounded once
+// to TS.
 template <class TS, class TG>
-__device__ __forceinline__ uint4 stage_chunk(const TG* p, std::int64_t k0, int valid, bool vec) {
+__device__ __forceinline__ uint4 stage_chunk(const TG* p, std::int64_t k0, int valid, bool vec, float scale = 1.0f) {
   constexpr int CH = static_cast<int>(16 / sizeof(TS));
   if (p == nullptr || valid <= 0) return make_uint4(0, 0, 0, 0);
   const TG* s = p + k0;
@@ -90,7 +92,17 @@ __device__ __forceinline__ uint4 stage_chunk(const TG* p, std::int64_t k0, int v
   }
   float f[CH];
   bool done = false;
-  if constexpr (sizeof(TG) == 4) {  // CH f32 values: one or two 16-byte loads
+  if constexpr (dev::kIsE4m3<TG>) {
+    static_assert(CH == 8, "e4m3 weights stage into 16-bit chunks");
+    if (full) {  // 8 codes: one 8-byte load
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(s));
+      float g[16];
+      dev::unpack16<TG>(make_uint4(v.x, v.y, 0, 0), g);
+#pragma unroll
+      for (int i = 0; i < CH; ++i) f[i] = g[i];
+      done = true;
+    }
+  } else if constexpr (sizeof(TG) == 4) {  // CH f32 values: one or two 16-byte loads
     if (full) {
       dev::load_f32<TG, CH>(s, f);
       done = true;
@@ -109,6 +121,10 @@ __device__ __forceinline__ uint4 stage_chunk(const TG* p, std::int64_t k0, int v
   if (!done) {  // partial chunk or unaligned operand: element by element
 #pragma unroll
     for (int i = 0; i < CH; ++i) f[i] = i < valid ? dev::to_f32(s[i]) : 0.0f;
+  }
+  if constexpr (dev::kIsE4m3<TG>) {
+#pragma unroll
+    for (int i = 0; i < CH; ++i) f[i] *= scale;
   }
   if constexpr (sizeof(TS) == 4) {
     return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
@@ -212,8 +228,18 @@ __global__ void __launch_bounds__(THREADS, 2) moe_grouped_kernel(MoeArgs a, bool
     const std::int64_t k0 = kt * BK + lcol;
     const int valid = static_cast<int>(max(std::int64_t{0}, min(static_cast<std::int64_t>(CH), a.k - k0)));
     ra = stage_chunk<TS, TA>(pa, k0, valid, in_vec);
-    rb0 = stage_chunk<TS, TW>(pb0, k0, valid, w_vec);
-    rb1 = stage_chunk<TS, TW>(pb1, k0, valid, w_vec);
+    if constexpr (dev::kIsE4m3<TW>) {  // every scale kind folded into the staged 16-bit weight
+      auto sc = [&](const TW* p, std::int64_t row) {
+        if (p == nullptr || valid <= 0) return 1.0f;
+        return a.w_scale_kind == 2 ? dev::w_block_scale(a, static_cast<std::uint32_t>(expert), row, k0)
+                                   : dev::w_total_scale(a, static_cast<std::uint32_t>(expert), row);
+      };
+      rb0 = stage_chunk<TS, TW>(pb0, k0, valid, w_vec, sc(pb0, n0 + lrow));
+      rb1 = stage_chunk<TS, TW>(pb1, k0, valid, w_vec, sc(pb1, n0 + 64 + lrow));
+    } else {
+      rb0 = stage_chunk<TS, TW>(pb0, k0, valid, w_vec);
+      rb1 = stage_chunk<TS, TW>(pb1, k0, valid, w_vec);
+    }
   };
   auto store = [&](int buf) {
     *reinterpret_cast<uint4*>(&s_a[buf][lrow * LD + lcol]) = ra;
@@ -364,6 +390,12 @@ void launch_moe_grouped(const MoeArgs& a, StreamHandle s) {
       launch_one<__half, __half, __half>(a, c, grid, s);
       break;
     case MoeGroupedMath::BF16:
+      if (a.w_dtype == DType::F8E4M3) {  // FP8: weights decoded and scaled into bf16 stages
+        if (in32) launch_one<__nv_bfloat16, float, dev::e4m3>(a, c, grid, s);
+        else if (a.in_dtype == DType::F16) launch_one<__nv_bfloat16, __half, dev::e4m3>(a, c, grid, s);
+        else launch_one<__nv_bfloat16, __nv_bfloat16, dev::e4m3>(a, c, grid, s);
+        break;
+      }
       host::require(a.w_dtype == DType::BF16, name, "bf16 math dtypes");
       if (in32) launch_one<__nv_bfloat16, float, __nv_bfloat16>(a, c, grid, s);
       else launch_one<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(a, c, grid, s);

@@ -1,0 +1,23 @@
+// One matmul_id call on FP8 experts (llmm::Fp8Experts) on any context against the float64
+// reference built independently per routed row (cpu::matmul_fp8_f64 of the row's expert):
+// experts quantized per tensor / channel / 128-block, random x, ids with repeats and one
+// out-of-range id (a zero row), a NaN-poisoned output.
+#pragma once
+#include <cstdint>
+
+#include "llmm/fp8.hpp"
+#include "llmm/moe.hpp"
+
+namespace llmm::test {
+
+struct Fp8MoeCase {
+  std::int64_t m = 4, n = 136, k = 272, top_k = 2, experts = 5;
+  DType x_dtype = DType::BF16, out_dtype = DType::F32;
+  Fp8ScaleKind kind = Fp8ScaleKind::Block128;
+  MatmulIdRoute route = MatmulIdRoute::Auto;
+  std::uint64_t seed = 1;
+};
+
+Receipt run_fp8_moe_case(Context& ctx, const Fp8MoeCase& c);
+
+}  // namespace llmm::test
