@@ -134,9 +134,26 @@ const char* dlpack_kind(std::uint8_t code) {
   }
 }
 
+// DLPack 1.1's 8-bit float kinds by name (nullptr for other codes).
+const char* dlpack_float8_name(std::uint8_t code) {
+  using C = nb::dlpack::dtype_code;
+  switch (static_cast<C>(code)) {
+    case C::Float8_E3M4: return "float8_e3m4";
+    case C::Float8_E4M3: return "float8_e4m3";
+    case C::Float8_E4M3B11FNUZ: return "float8_e4m3b11fnuz";
+    case C::Float8_E4M3FN: return "float8_e4m3fn";
+    case C::Float8_E4M3FNUZ: return "float8_e4m3fnuz";
+    case C::Float8_E5M2: return "float8_e5m2";
+    case C::Float8_E5M2FNUZ: return "float8_e5m2fnuz";
+    case C::Float8_E8M0FNU: return "float8_e8m0fnu";
+    default: return nullptr;
+  }
+}
+
 std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
   const bool plain_bool = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool) && t.bits == 8;
-  std::string s = plain_bool ? std::string("bool") : concat(dlpack_kind(t.code), int(t.bits));
+  const char* f8 = t.bits == 8 ? dlpack_float8_name(t.code) : nullptr;
+  std::string s = plain_bool ? std::string("bool") : f8 ? std::string(f8) : concat(dlpack_kind(t.code), int(t.bits));
   if (t.lanes != 1) s += concat("x", int(t.lanes));
   return s;
 }
@@ -371,6 +388,36 @@ MatmulIdGroupedKernel grouped_kernel_of(nb::handle h, const char* op) {
     if (s == matmul_id_grouped_kernel_name(k)) return k;
   fail(ErrorCode::InvalidArgument, op, ": grouped_kernel must be 'auto', 'mma_sync', 'tiled_sm90' or 'tiled_sm90_fused', got '",
        s, "'");
+}
+
+Fp8ScaleKind fp8_kind_of(nb::handle h, const char* op, const char* name) {
+  const std::string s = str_arg(h, op, name);
+  if (s == "tensor") return Fp8ScaleKind::Tensor;
+  if (s == "channel") return Fp8ScaleKind::Channel;
+  if (s == "block") return Fp8ScaleKind::Block128;
+  fail(ErrorCode::InvalidArgument, op, ": ", name, " must be 'block', 'channel' or 'tensor', got '", s, "'");
+}
+
+Fp8Route fp8_route_of(nb::handle h, const char* op) {
+  const std::string r = str_arg(h, op, "route");
+  for (Fp8Route x : {Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::CublasLt, Fp8Route::DequantLt})
+    if (r == fp8_route_name(x)) return x;
+  fail(ErrorCode::InvalidArgument, op, ": unknown fp8 route '", r, "' (auto, cpu, stream, cublaslt, dequant_lt)");
+}
+
+// FP8 weight codes: a uint8 array of float8_e4m3fn bits, or a float8_e4m3fn array where the
+// producer exports that dtype; either becomes an F8E4M3 view of the same bytes (no copy).
+Arr fp8_codes_arg(nb::handle h, const char* op, const char* name) {
+  Arr r = input_arg(h, op, name, /*need_dtype=*/false);
+  const nb::dlpack::dtype t = r.ro.dtype();
+  using C = nb::dlpack::dtype_code;
+  const bool ok = t.lanes == 1 && t.bits == 8 &&
+                  (t.code == static_cast<std::uint8_t>(C::UInt) || t.code == static_cast<std::uint8_t>(C::Float8_E4M3FN));
+  if (!ok)
+    fail(ErrorCode::Unsupported, op, ": ", name, " has dtype ", dlpack_dtype_name(t),
+         ": FP8 weight codes must be float8_e4m3fn, or uint8 holding float8_e4m3fn bits");
+  r.v.dtype = DType::F8E4M3;
+  return r;
 }
 
 DType dtype_code_of(nb::handle h, const char* op, const char* name) {
@@ -714,6 +761,64 @@ NB_MODULE(_llmm, m) {
       },
       nb::arg("w").none(), nb::arg("scale").none() = "block",
       "(codes, scales) bytes of a C-contiguous float32 [n, k] host array. Low level: use llmm.quantize_fp8.");
+  m.def(
+      "matmul_fp8",
+      [](nb::handle x, nb::handle weight, nb::handle scale, nb::handle scale_kind, nb::handle out, nb::handle precision,
+         nb::handle route, nb::handle stream) {
+        constexpr const char* op = "llmm.matmul_fp8";
+        Arr vx = input_arg(x, op, "x");
+        Arr vw = fp8_codes_arg(weight, op, "weight");
+        Arr vs = input_arg(scale, op, "scale");
+        Arr vo = output_arg(out, op, "out");
+        const Fp8WeightView w{vw.v, fp8_kind_of(scale_kind, op, "scale_kind"), vs.v};
+        MatmulFp8Options o;
+        o.precision = precision_of(precision, op), o.force_route = fp8_route_of(route, op);
+        Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
+        return receipt_dict(llmm::matmul_fp8(ctx, vx.v, w, vo.v, o));
+      },
+      nb::arg("x").none(), nb::arg("weight").none(), nb::arg("scale").none(), nb::arg("scale_kind").none(),
+      nb::arg("out").none(), nb::arg("precision").none() = "fast", nb::arg("route").none() = "auto",
+      nb::arg("stream").none() = 0,
+      "out[m, n] = x[m, k] @ dequant(weight[n, k])^T for float8_e4m3fn codes (uint8 bits or float8_e4m3fn) with "
+      "float32 scales of scale_kind ('tensor', 'channel', 'block'), on out's device and the given stream; returns "
+      "the receipt. Low level: use llmm.matmul_fp8.");
+  m.def(
+      "plan_matmul_fp8",
+      [](nb::handle m_, nb::handle n_, nb::handle k_, nb::handle dtype, nb::handle scale_kind, nb::handle device,
+         nb::handle precision, nb::handle route) {
+        constexpr const char* op = "llmm.plan_matmul_fp8";
+        MatmulFp8Desc d;
+        d.m = size_arg(m_, op, "m"), d.n = size_arg(n_, op, "n"), d.k = size_arg(k_, op, "k");
+        d.x_dtype = dtype_code_of(dtype, op, "dtype");
+        if (!is_float(d.x_dtype))
+          fail(ErrorCode::InvalidArgument, op, ": dtype must be f32, f16 or bf16 (x's and the output's), got ",
+               dtype_name(d.x_dtype));
+        d.kind = fp8_kind_of(scale_kind, op, "scale_kind");
+        Where w = where_arg(device, op, "device", false);
+        d.precision = precision_of(precision, op);
+        const Fp8Route forced = fp8_route_of(route, op);
+        // Dense row-major arrays on 16-byte aligned bases (as the frameworks allocate them); sizes
+        // taken modulo 16 so that no product can overflow.
+        const std::int64_t xs = static_cast<std::int64_t>(dtype_size(d.x_dtype));
+        const bool k16 = d.k % 16 == 0;
+        d.stream_aligned = (d.m <= 1 || (d.k % 16) * xs % 16 == 0) && (d.n <= 1 || k16);
+        d.lt_aligned = (d.n <= 1 || k16) && (d.n % 16) * xs % 16 == 0;
+        const Fp8Plan p = plan_matmul_fp8(d, context_for(w.kind, w.index, 0, op, "device").arch(), forced);
+        nb::dict r;
+        r["route"] = std::string(fp8_route_name(p.route));
+        r["reason"] = p.reason;
+        r["workspace_bytes"] = p.workspace_bytes;
+        r["gemv_vecs"] = p.gemv_vecs;
+        r["gemv_k_lanes"] = p.gemv_k_lanes;
+        r["gemv_grid_x"] = p.gemv_grid_x;
+        return r;
+      },
+      nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("dtype").none(), nb::arg("scale_kind").none(),
+      nb::arg("device").none(), nb::arg("precision").none() = "fast", nb::arg("route").none() = "auto",
+      "The route matmul_fp8 takes for x [m, k] of dtype (f32, f16, bf16) and an [n, k] FP8 weight with scale_kind "
+      "scales on device ('cpu', 'cuda:N' or an array there), for dense arrays on aligned bases: {route, reason, "
+      "workspace_bytes, gemv_vecs, gemv_k_lanes, gemv_grid_x} (the last three: the stream route's launch, else 0). "
+      "route: 'auto' or one to check (refused with llmm.Error naming why when it cannot take the problem). Pure.");
   m.def(
       "tq2_from_gguf",
       [](nb::handle data, nb::handle kind_, nb::handle n_, nb::handle k_) {
