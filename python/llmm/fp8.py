@@ -1,19 +1,22 @@
-"""FP8 e4m3 (float8_e4m3fn) on the host: conversions bit-exact with ml_dtypes' float8_e4m3fn, weights
+"""FP8 e4m3 (float8_e4m3fn): host conversions bit-exact with ml_dtypes' float8_e4m3fn, weights
 quantized with f32 scales per tensor, per output channel or per 128 x 128 block (DeepSeek-V3's
-`weight_scale_inv` layout), and DeepSeek-style safetensors loading. No op takes FP8 weights yet
-(the kernels are not written): these produce and check the operands they will take."""
+`weight_scale_inv` layout), DeepSeek-style safetensors loading, and the op on such weights,
+matmul_fp8 (y = x @ dequant(w)^T; CUDA kernels on torch / CuPy CUDA arrays, the float64
+reference on NumPy arrays) with its planner plan_matmul_fp8."""
 from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Tuple
+import sys
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import _llmm
+from . import _array, _dtype_code, _empty, _is_torch, _launch, _llmm, _out, _where, cuda_available
 from ._llmm import Error
 
-__all__ = ["to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "load_fp8_safetensors"]
+__all__ = ["to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "load_fp8_safetensors", "matmul_fp8",
+           "plan_matmul_fp8"]
 
 _KINDS = ("block", "channel", "tensor")
 _BLOCK = 128
@@ -141,3 +144,100 @@ def load_fp8_safetensors(path, name: str):
                     f"(must be finite and > 0)")
     kind = kinds[0]
     return np.frombuffer(raw, dtype=np.uint8).reshape(n, k), scales.reshape(_scale_shape(kind, n, k)), kind
+
+
+# ---------------------------------------------------------------------------------------------
+# The op: y = x @ dequant(w)^T
+
+class Fp8ScaleShapeError(Error, ValueError):
+    """A scale array whose shape fits no scale kind of the weight: an llmm.Error that is also a
+    ValueError."""
+
+
+def _scale_kind_of(op: str, shape: tuple, n: int, k: int) -> str:
+    """The scale kind a scale array of `shape` gives an [n, k] weight: one value -> "tensor";
+    [n] or [n, 1] -> "channel"; [ceil(n / 128), ceil(k / 128)] -> "block". Where shapes coincide
+    (one value is also [1, 1] block scales for n, k <= 128) "tensor" is taken: the same values."""
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    block = (-(-n // _BLOCK), -(-k // _BLOCK))
+    if numel == 1 and len(shape) <= 2:
+        return "tensor"
+    if shape in ((n,), (n, 1)):
+        return "channel"
+    if shape == block:
+        return "block"
+    raise Fp8ScaleShapeError(
+        f"llmm.{op}: scale of shape {list(shape)} fits no scale kind of a [{n}, {k}] weight: tensor [] / [1] / [1, 1], "
+        f"channel [{n}] or [{n}, 1], block [{block[0]}, {block[1]}] (128 x 128 blocks)")
+
+
+def _fp8_codes(op: str, w: Any) -> Any:
+    """FP8 weight codes as the binding takes them: a torch.float8_e4m3fn tensor or an ml_dtypes
+    float8_e4m3fn NumPy array viewed as uint8 (the same bytes, no copy); uint8 arrays as they are.
+    Other 8-bit float kinds (e5m2, fnuz) are refused: their bits mean other values."""
+    w = _array(op, "weight", w)
+    dt = getattr(w, "dtype", None)
+    name = str(dt).replace("torch.", "")
+    if name.startswith("float8"):
+        if name != "float8_e4m3fn":
+            raise Error(f"llmm.{op}: weight has dtype {name}: FP8 weight codes must be float8_e4m3fn, or uint8 "
+                        f"holding float8_e4m3fn bits")
+        if _is_torch(w):
+            return w.view(sys.modules["torch"].uint8)
+        if isinstance(w, np.ndarray):
+            return w.view(np.uint8)
+    return w
+
+
+def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto", out=None):
+    """y[m, n] = x[m, k] @ dequant(weight)[n, k]^T, dequant(w)[j, l] = e4m3(weight[j, l]) * scale
+    of (j, l)'s group: an FP8 checkpoint's linear layer (DeepSeek-V3, Qwen3-FP8) in one call.
+
+    x: float32, float16 or bfloat16 [m, k] (innermost stride 1; rows may be padded). weight: the
+    [n, k] codes, a torch.float8_e4m3fn tensor, an ml_dtypes float8_e4m3fn NumPy array or uint8
+    holding their bits (quantize_fp8's and load_fp8_safetensors' codes), innermost stride 1.
+    scale: contiguous float32 whose shape names the kind: one value (per tensor), [n] or [n, 1]
+    (per output channel), [ceil(n / 128), ceil(k / 128)] (per 128 x 128 block, DeepSeek's
+    weight_scale_inv); a shape that fits none raises an llmm.Error that is also a ValueError.
+    Returns out [m, n] in x's dtype (allocated like x: NumPy or torch on x's device; or out=).
+
+    precision "fast" (default) lets a CUDA route quantize x per token to e4m3 (W8A8 on FP8 tensor
+    cores, what FP8 serving runs); "exact" keeps x as given. route "auto", "stream" (m <= 16: the
+    weights streamed once, x unquantized), "cublaslt" (W8A8, fast only), "dequant_lt" (the weight
+    decoded into llmm's workspace, then a 16/32-bit GEMM) or "cpu" (NumPy arrays: the float64
+    reference, rounded once into out). The CUDA routes need an H100/H200 (sm_90) except dequant_lt.
+    The first call of a size allocates llmm's workspace: warm up before CUDA-graph capture.
+    Scale values are read as they are on CUDA (NaN or 0 there gives NaN or 0 outputs); the CPU
+    backend refuses non-finite or non-positive scales."""
+    op = "matmul_fp8"
+    x = _array(op, "x", x)
+    weight = _fp8_codes(op, weight)
+    scale = _array(op, "scale", scale)
+    xs, ws = tuple(x.shape), tuple(weight.shape)
+    if len(xs) != 2:
+        raise Error(f"llmm.{op}: x must be [m, k], got shape {list(xs)}")
+    if len(ws) != 2:
+        raise Error(f"llmm.{op}: weight must be [n, k], got shape {list(ws)}")
+    n, k = int(ws[0]), int(ws[1])
+    kind = _scale_kind_of(op, tuple(int(d) for d in scale.shape), n, k)
+    out = _empty(op, x, (xs[0], n)) if out is None else _out(op, out)
+    _launch(_llmm.matmul_fp8, out, x, weight, scale, kind, out, precision=precision, route=route)
+    return out
+
+
+def plan_matmul_fp8(m: int, n: int, k: int, dtype="bfloat16", scale_kind: str = "block", *, precision: str = "fast",
+                    route: str = "auto", device: Optional[Any] = None) -> dict:
+    """The route matmul_fp8 would take for x [m, k] of `dtype` (float32, float16, bfloat16: a name,
+    an llmm code or a NumPy/torch dtype) and an [n, k] FP8 weight with `scale_kind` scales
+    ("tensor", "channel", "block") on `device` ("cpu", "cuda", "cuda:N", a torch.device or an array
+    there; None: "cuda" where llmm.cuda_available(), else "cpu"), for dense arrays on aligned bases:
+    {"route", "reason", "workspace_bytes" (of llmm's per-stream workspace), "gemv_vecs",
+    "gemv_k_lanes", "gemv_grid_x" (the stream route's launch; 0 for the others)}. route: "auto" or a
+    route to check: one that cannot take the problem raises llmm.Error saying why. Pure."""
+    op = "plan_matmul_fp8"
+    if device is None:
+        device = "cuda" if cuda_available() else "cpu"
+    return _llmm.plan_matmul_fp8(m, n, k, _dtype_code(op, "dtype", dtype), scale_kind, _where(device),
+                                 precision=precision, route=route)
