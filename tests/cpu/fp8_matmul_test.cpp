@@ -145,6 +145,11 @@ TEST(Fp8MatmulCpu, Refusals) {
                 .kernels_launched,
             0);
   EXPECT_EQ(y[0], 7.0f);
+  // An empty x with strides (0, 0) (NumPy 2's empty arrays): no element, so any strides do.
+  EXPECT_EQ(matmul_fp8(ctx, View::strided(x.data(), DType::F32, {0, 32}, {0, 0}), wt,
+                       View::strided(y.data(), DType::F32, {0, 8}, {0, 0}))
+                .kernels_launched,
+            0);
 }
 
 TEST(Fp8Activations, PerTokenGroupsScaleToTheLargestMagnitude) {

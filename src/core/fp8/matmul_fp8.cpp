@@ -185,6 +185,7 @@ void check_device(const Context& ctx, const View& v, const char* name) {
 
 // Row stride of a rank-2 view whose innermost stride must be 1 (any, when it has <= 1 column).
 std::int64_t row_stride(const View& v, const char* name) {
+  if (v.empty()) return std::max<std::int64_t>(v.dim(1), 1);  // no element: the strides are never used
   if (v.dim(1) > 1 && v.stride(1) != 1)
     fail(ErrorCode::InvalidArgument, kOp, ": ", name, " ", v.describe(), " must have innermost stride 1");
   if (v.dim(0) > 1 && v.stride(0) < v.dim(1))
