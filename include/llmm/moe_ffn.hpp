@@ -60,4 +60,12 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
 Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, const WeightHandle& w_down, const View& ids,
                 const View& topk_weights, const View& out, const MoeFfnOptions& opts = {});
 
+// The same FFN on FP8 e4m3 experts (llmm::Fp8Experts: codes [n_experts, 2 * inter, hidden] and
+// [n_experts, hidden, inter], f32 scales per tensor / channel / 128-block of each expert, as
+// DeepSeek-V3 and Qwen3 FP8 checkpoints store them); x f32, f16 or bf16; the GEMMs are
+// matmul_id's FP8 routes (direct, or the grouped mma.sync kernel). On CPU contexts the float64
+// reference of the dequantized weights.
+Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const Fp8Experts& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts = {});
+
 }  // namespace llmm

@@ -11,6 +11,7 @@
 #include "support/expect_error.hpp"
 #include "support/fp8_case.hpp"
 #include "support/fp8_moe_case.hpp"
+#include "support/fp8_ffn_case.hpp"
 #include "support/tensor.hpp"
 
 using namespace llmm;
@@ -217,4 +218,35 @@ TEST(Fp8ExpertsCpu, Refusals) {
   expect_error([&] { matmul_id(ctx, Fp8Experts{cv, Fp8ScaleKind::Tensor, View::contiguous(scales.data(), DType::F32, {2})}, xv,
                                iv, ov, nullptr); },
                ErrorCode::InvalidArgument, "must be finite and > 0");
+}
+
+// moe_ffn on FP8 experts (CPU backend) against make_moe_ffn's plain-loop reference of weights
+// snapped to exact FP8 values.
+TEST(Fp8MoeFfnCpu, MatchesThePlainLoopReference) {
+  Context ctx = Context::cpu(2);
+  for (Fp8ScaleKind kind : {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128}) {
+    MoeFfnCase c;
+    c.m = 5, c.hidden = 136, c.inter = 72, c.top_k = 2, c.experts = 4, c.out_of_range_every = 4;
+    c.seed = 70 + static_cast<std::uint64_t>(kind);
+    auto st = snap_to_fp8(c, kind);
+    MoeFfnBuffers b = make_moe_ffn(c);
+    moe_ffn(ctx, b.x.view, Fp8Experts{st->gu_codes.view, kind, st->gu_scales.view},
+            Fp8Experts{st->dn_codes.view, kind, st->dn_scales.view}, b.ids.view, b.topk_weights.view, b.out.view);
+    EXPECT_EQ(compare_moe_ffn(b, b.out, 1e-12, std::ldexp(1.0, -24)), "") << c.describe();
+  }
+}
+
+TEST(Fp8MoeFfnCpu, Refusals) {
+  Context ctx = Context::cpu(1);
+  MoeFfnCase c;
+  c.hidden = 32, c.inter = 16;
+  auto st = snap_to_fp8(c, Fp8ScaleKind::Channel);
+  MoeFfnBuffers b = make_moe_ffn(c);
+  const Fp8Experts gu{st->gu_codes.view, Fp8ScaleKind::Channel, st->gu_scales.view};
+  const Fp8Experts dn{st->dn_codes.view, Fp8ScaleKind::Channel, st->dn_scales.view};
+  expect_error([&] { moe_ffn(ctx, b.x.view, Fp8Experts{gu.codes, Fp8ScaleKind::Block128, gu.scales}, dn, b.ids.view,
+                             b.topk_weights.view, b.out.view); },
+               ErrorCode::InvalidArgument, "w_gate_up's block scales must be a contiguous f32 [4, 1, 1]");
+  expect_error([&] { moe_ffn(ctx, b.x.view, st->gu_codes.view, st->dn_codes.view, b.ids.view, b.topk_weights.view, b.out.view); },
+               ErrorCode::InvalidArgument, "FP8 experts come with their scales");
 }

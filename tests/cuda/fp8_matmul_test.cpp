@@ -2,11 +2,15 @@
 // dequant_lt) x scale kind x dtype, shapes that are not multiples of 128 (partial scale blocks,
 // a K-block count that cuBLASLt's scale pitch pads), padded rows, NaN/Inf propagation, Auto's
 // choices.
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "llmm/fp8.hpp"
 #include "support/fp8_case.hpp"
 #include "support/fp8_moe_case.hpp"
+#include "support/fp8_ffn_case.hpp"
+#include "support/tensor.hpp"
 #include "support/gpu.hpp"
 
 using namespace llmm;
@@ -140,4 +144,31 @@ TEST(Fp8ExpertsGpu, AutoDirectAtDecodeGroupedAtPrefill) {
   EXPECT_EQ(run_fp8_moe_case(ctx, c).route, "direct");
   c.m = 64;
   EXPECT_EQ(run_fp8_moe_case(ctx, c).route, "grouped_prefill");
+}
+
+// moe_ffn on FP8 experts on the GPU (direct at decode, the grouped kernel at prefill) against the
+// plain-loop reference of the exactly-FP8 weights: bf16 x, the activation stored in bf16.
+TEST(Fp8MoeFfnGpu, DecodeAndPrefillEveryKind) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  for (Fp8ScaleKind kind : kKinds)
+    for (std::int64_t m : {3, 300}) {
+      MoeFfnCase c;
+      c.m = m, c.hidden = 272, c.inter = 136, c.top_k = 2, c.experts = 6, c.out_of_range_every = 5;
+      c.x_dtype = DType::BF16, c.seed = 900 + static_cast<std::uint64_t>(m) + static_cast<std::uint64_t>(kind);
+      auto st = snap_to_fp8(c, kind);
+      MoeFfnBuffers b = make_moe_ffn(c);
+      DeviceTensor x = to_device(b.x), ids = to_device(b.ids), tw = to_device(b.topk_weights), out = to_device(b.out);
+      DeviceTensor gc = to_device(st->gu_codes), gs = to_device(st->gu_scales), dc = to_device(st->dn_codes),
+                   ds = to_device(st->dn_scales);
+      const Receipt r = moe_ffn(ctx, x.view, Fp8Experts{gc.view, kind, gs.view}, Fp8Experts{dc.view, kind, ds.view}, ids.view,
+                                tw.view, out.view);
+      ctx.synchronize();
+      HostTensor got = b.out;
+      to_host(out, got);
+      // bf16: the activation rounded once (and on the grouped route x and the weights' products'
+      // operands to bf16): a few bf16 units of the magnitude.
+      EXPECT_EQ(compare_moe_ffn(b, got, 4 * std::ldexp(1.0, -8), std::ldexp(1.0, -8)), "") << c.describe() << " " << r.kernel;
+      EXPECT_EQ(r.route, m == 3 ? "direct" : "grouped_prefill") << r.kernel;
+    }
 }

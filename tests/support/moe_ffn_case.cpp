@@ -37,6 +37,7 @@ MoeFfnBuffers make_moe_ffn(const MoeFfnCase& c) {
   fill_random(b.w_gate_up.view, c.seed + 1, 0.5 / std::sqrt(static_cast<double>(c.hidden)));
   fill_random(b.w_down.view, c.seed + 2, 0.5 / std::sqrt(static_cast<double>(c.inter)));
   fill_random(b.topk_weights.view, c.seed + 3, 0.3);
+  if (c.prepare_weights) c.prepare_weights(b.w_gate_up, b.w_down);
   if (c.nan_token >= 0 && c.nan_token < c.m)
     store_from_double(b.x.view.data, c.x_dtype, c.nan_token * c.hidden + c.hidden / 2, NAN);
   Rng rng(c.seed + 4);

@@ -3,6 +3,7 @@
 // magnitude that bounds a rounded result's error.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct MoeFfnCase {
   int out_of_range_every = 0;  // every n-th routed slot gets an id outside [0, experts)
   int nan_token = -1;          // a NaN in this token's x (its output only must be NaN)
   std::uint64_t seed = 1;
+  // Called on the random weights (gate_up, down) before the reference is computed: e.g. to snap
+  // them to the values an FP8 stack holds exactly.
+  std::function<void(HostTensor&, HostTensor&)> prepare_weights;
   std::string describe() const;
 };
 

@@ -19,6 +19,7 @@
 #include "cpu/parallel_for.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
+#include "llmm/fp8.hpp"
 #include "llmm/ternary.hpp"  // BufferPool
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "llmm/ternary_moe.hpp"
@@ -79,7 +80,7 @@ void check_activations(const Context& ctx, const View& x, const View& ids, const
 
 // Dense experts: their shapes and dtypes, then the activations' checks.
 Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& wd, const View& ids, const View& tw,
-                const View& out) {
+                const View& out, bool fp8 = false) {
   check_device(ctx, wgu, "w_gate_up");
   check_device(ctx, wd, "w_down");
   if (wgu.rank != 3 || wgu.dim(1) % 2 != 0)
@@ -94,9 +95,12 @@ Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& 
   if (wgu.dtype != wd.dtype)
     fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up (", dtype_name(wgu.dtype), ") and w_down (", dtype_name(wd.dtype),
          ") must have one dtype");
-  if (!is_float(wgu.dtype) || (wgu.dtype != x.dtype && x.dtype != DType::F32))
+  if (fp8 && wgu.dtype != DType::F8E4M3)
+    fail(ErrorCode::InvalidArgument, kOp, ": FP8 expert codes must be f8e4m3, got ", dtype_name(wgu.dtype));
+  if (!fp8 && (!is_float(wgu.dtype) || (wgu.dtype != x.dtype && x.dtype != DType::F32)))
     fail(ErrorCode::InvalidArgument, kOp, ": the weights must be of x's dtype (", dtype_name(x.dtype),
-         "), or f16 / bf16 with an f32 x; got ", dtype_name(wgu.dtype));
+         "), or f16 / bf16 with an f32 x; got ", dtype_name(wgu.dtype),
+         wgu.dtype == DType::F8E4M3 ? " (FP8 experts come with their scales: llmm::Fp8Experts)" : "");
   for (const auto& [v, name] : {std::pair{&wgu, "w_gate_up"}, std::pair{&wd, "w_down"}})
     if (overlaps(out, *v))
       fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
@@ -419,6 +423,70 @@ Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, cons
                  : matmul_id_tq2(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted);
   };
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, "tq2", static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * 2,
+                 cpu_run, validate, gemm);
+}
+
+Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const Fp8Experts& w_down, const View& ids,
+                const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
+  const Dims d = check_call(ctx, x, w_gate_up.codes, w_down.codes, ids, topk_weights, out, true);
+  for (const auto& [w, name, n, k] : {std::tuple{&w_gate_up, "w_gate_up", 2 * d.inter, d.hidden},
+                                      std::tuple{&w_down, "w_down", d.hidden, d.inter}}) {
+    check_device(ctx, w->scales, name);
+    const auto [sr, sc] = fp8_scale_shape(w->kind, n, k);
+    const bool ok = w->scales.dtype == DType::F32 && w->scales.is_contiguous() &&
+                    w->scales.numel() == static_cast<std::uint64_t>(sr * sc * d.experts) &&
+                    (w->scales.rank != 3 || (w->scales.dim(0) == d.experts && w->scales.dim(1) == sr && w->scales.dim(2) == sc));
+    if (!ok)
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, "'s ", fp8_scale_kind_name(w->kind), " scales must be a contiguous f32 [",
+           d.experts, ", ", sr, ", ", sc, "], got ", w->scales.describe());
+    if (overlaps(out, w->scales)) fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, "'s scales");
+  }
+  // FP8 experts have no Hopper engine route: matmul_id's FP8 rule (direct while a weight row feeds
+  // at most 4 routed rows on average).
+  auto fp8_grouped = [&](const MatmulIdParams& p) {
+    if (opts.route != MatmulIdRoute::Auto) return opts.route == MatmulIdRoute::GroupedPrefill;
+    const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
+    return routed > 4 * std::min<std::uint64_t>(p.n_experts, routed) && p.n_experts <= kMatmulIdGroupedMaxExperts;
+  };
+  auto validate = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
+    const MatmulIdParams p1 = detail::matmul_id_params_named(kOp, w_gate_up.codes, xs, is, h, MatmulIdInputLayout::SharedPerToken,
+                                                             MatmulIdMultiplicity::MayRepeat, opts.route);
+    const MatmulIdParams p2 = detail::matmul_id_params_named(kOp, w_down.codes, a, is, y, MatmulIdInputLayout::Slotted,
+                                                             MatmulIdMultiplicity::MayRepeat, opts.route);
+    if (p1.m && p1.n && p1.k && p1.top_k && p1.n_experts) (void)matmul_id_capability(DType::F8E4M3, p1);
+    if (p2.m && p2.n && p2.k && p2.top_k && p2.n_experts) (void)matmul_id_capability(DType::F8E4M3, p2);
+    return fp8_grouped(p1) || fp8_grouped(p2);
+  };
+  auto cpu_run = [&] {
+    for (const auto& [w, n, k] : {std::tuple{&w_gate_up, 2 * d.inter, d.hidden}, std::tuple{&w_down, d.hidden, d.inter}}) {
+      const auto [sr, sc] = fp8_scale_shape(w->kind, n, k);
+      for (std::int64_t e = 0; e < d.experts; ++e)
+        check_fp8_scales(kOp, w->kind, n, k, static_cast<const float*>(w->scales.data) + e * sr * sc,
+                         static_cast<std::size_t>(sr * sc));
+    }
+    auto weight = [](const Fp8Experts& w, std::int64_t n, std::int64_t k) {
+      const auto [sr, sc] = fp8_scale_shape(w.kind, n, k);
+      return [&w, sr = sr, sc = sc](std::int64_t e, std::int64_t r, std::int64_t l) {
+        const std::int64_t g = w.kind == Fp8ScaleKind::Tensor    ? 0
+                               : w.kind == Fp8ScaleKind::Channel ? r
+                                                                 : (r / kFp8Block) * sc + l / kFp8Block;
+        const auto code = static_cast<const std::uint8_t*>(w.codes.data)[element_at(w.codes, e, r, l)];
+        return static_cast<double>(e4m3fn_bits_to_f32(code)) *
+               static_cast<double>(static_cast<const float*>(w.scales.data)[e * sr * sc + g]);
+      };
+    };
+    run_cpu(x, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads, weight(w_gate_up, 2 * d.inter, d.hidden),
+            weight(w_down, d.hidden, d.inter));
+  };
+  MatmulIdOptions mo;
+  mo.precision = opts.precision;
+  auto gemm = [&](const Pass& p, MatmulIdScratch* scratch, bool first) {
+    return first ? matmul_id(ctx, w_gate_up, p.x, p.ids, p.h, scratch, MatmulIdInputLayout::SharedPerToken,
+                             MatmulIdMultiplicity::MayRepeat, opts.route, mo)
+                 : matmul_id(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted,
+                             MatmulIdMultiplicity::MayRepeat, opts.route, mo);
+  };
+  return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string("f8e4m3 ") + fp8_scale_kind_name(w_gate_up.kind), 0,
                  cpu_run, validate, gemm);
 }
 
