@@ -503,7 +503,23 @@ MatmulIdScratch* scratch_arg(nb::handle h, const char* op) {
   return nb::inst_ptr<MatmulIdScratch>(h);
 }
 
+// Expert weights [E, n, k]: 16/32-bit floats, or (fp8) FP8 e4m3 codes as fp8_codes_arg takes them.
+// float8_e4m3fn weights without scales are refused here, saying what they need (the generic dtype
+// message would only call the dtype unsupported).
+Arr expert_weights_arg(nb::handle h, const char* op, const char* name, bool fp8, const char* scale_name) {
+  if (fp8) return fp8_codes_arg(h, op, name);
+  Arr r = input_arg(h, op, name, /*need_dtype=*/false);
+  const nb::dlpack::dtype t = r.ro.dtype();
+  if (t.lanes == 1 && t.bits == 8 && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float8_E4M3FN))
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " are float8_e4m3fn: FP8 experts need their float32 scales (",
+         scale_name, ": per tensor [E], per channel [E, n, 1] or per 128 x 128 block [E, ceil(n / 128), ceil(k / 128)])");
+  r.v.dtype = dtype_of(t, op, name);
+  return r;
+}
+
 // The arguments of matmul_id and plan_matmul_id, parsed in argument order (each error names op).
+// weight_scale (matmul_id only): None, or the f32 scales of FP8 e4m3 weights [E, n, k] of
+// scale_kind ('tensor', 'channel', 'block'); the weights are then read as codes (fp8_codes_arg).
 struct MatmulIdCall {
   Arr w, x, ids, out;
   MatmulIdInputLayout layout;
@@ -511,9 +527,12 @@ struct MatmulIdCall {
   MatmulIdRoute route;
   MatmulIdScratch* scratch;
   MatmulIdOptions opts;
+  std::optional<Arr> scales;
+  Fp8ScaleKind kind = Fp8ScaleKind::Block128;
   MatmulIdCall(const char* op, nb::handle weights, nb::handle x_, nb::handle ids_, nb::handle out_, nb::handle layout_,
-               nb::handle may_repeat, nb::handle route_, nb::handle scratch_, nb::handle precision, nb::handle grouped_kernel)
-      : w(input_arg(weights, op, "weights")),
+               nb::handle may_repeat, nb::handle route_, nb::handle scratch_, nb::handle precision, nb::handle grouped_kernel,
+               nb::handle weight_scale = nb::none(), nb::handle scale_kind = nb::none())
+      : w(expert_weights_arg(weights, op, "weights", !weight_scale.is_none(), "weight_scale")),
         x(input_arg(x_, op, "x")),
         ids(input_arg(ids_, op, "ids")),
         out(output_arg(out_, op, "out")),
@@ -524,7 +543,12 @@ struct MatmulIdCall {
         scratch(scratch_arg(scratch_, op)) {
     opts.precision = precision_of(precision, op);
     opts.grouped_kernel = grouped_kernel_of(grouped_kernel, op);
+    if (!weight_scale.is_none()) {
+      scales.emplace(input_arg(weight_scale, op, "weight_scale"));
+      kind = fp8_kind_of(scale_kind, op, "scale_kind");
+    }
   }
+  Fp8Experts fp8() const { return Fp8Experts{w.v, kind, scales->v}; }
 };
 
 TernaryWeightCache& cache_for(const Context& ctx) {
@@ -1095,16 +1119,27 @@ NB_MODULE(_llmm, m) {
   m.def(
       "moe_ffn",
       [](nb::handle x, nb::handle w_gate_up, nb::handle w_down, nb::handle ids, nb::handle topk_weights, nb::handle out,
-         nb::handle activation, nb::handle route, nb::handle precision, nb::handle stream) {
+         nb::handle activation, nb::handle route, nb::handle precision, nb::handle stream, nb::handle w_gate_up_scale,
+         nb::handle w_down_scale, nb::handle gate_up_scale_kind, nb::handle down_scale_kind) {
         constexpr const char* op = "llmm.moe_ffn";
         // Ternary expert stacks (llmm.upload_tq2_experts) or dense [E, rows, cols] arrays, both of one kind.
         const bool ternary = nb::isinstance<PyTernaryWeight>(w_gate_up) || nb::isinstance<PyTernaryWeight>(w_down);
         if (ternary && !(nb::isinstance<PyTernaryWeight>(w_gate_up) && nb::isinstance<PyTernaryWeight>(w_down)))
           type_error(concat(op, ": w_gate_up and w_down must both be arrays or both llmm.TernaryWeight expert stacks, got ",
                             tp_name(w_gate_up), " and ", tp_name(w_down)));
+        // FP8 e4m3 expert arrays: both stacks with their scales (each stack its own kind).
+        const bool fp8 = !w_gate_up_scale.is_none() || !w_down_scale.is_none();
+        if (fp8 && (w_gate_up_scale.is_none() || w_down_scale.is_none()))
+          fail(ErrorCode::InvalidArgument, op, ": FP8 experts need both w_gate_up_scale and w_down_scale (got only ",
+               w_gate_up_scale.is_none() ? "w_down_scale" : "w_gate_up_scale", ")");
+        if (fp8 && ternary)
+          fail(ErrorCode::InvalidArgument, op,
+               ": w_gate_up_scale and w_down_scale are the scales of FP8 expert arrays, not of llmm.TernaryWeight stacks");
         Arr vx = input_arg(x, op, "x");
         std::optional<Arr> vgu, vd;
-        if (!ternary) vgu.emplace(input_arg(w_gate_up, op, "w_gate_up")), vd.emplace(input_arg(w_down, op, "w_down"));
+        if (!ternary)
+          vgu.emplace(expert_weights_arg(w_gate_up, op, "w_gate_up", fp8, "w_gate_up_scale")),
+              vd.emplace(expert_weights_arg(w_down, op, "w_down", fp8, "w_down_scale"));
         Arr vid = input_arg(ids, op, "topk_ids"), vtw = input_arg(topk_weights, op, "topk_weights");
         Arr vo = output_arg(out, op, "out");
         MoeFfnOptions o;
@@ -1115,17 +1150,30 @@ NB_MODULE(_llmm, m) {
         if (!known) fail(ErrorCode::InvalidArgument, op, ": activation must be 'silu', 'gelu_tanh' or 'gelu', got '", a, "'");
         o.route = matmul_id_route_of(route, op);
         o.precision = precision_of(precision, op);
+        std::optional<Arr> sgu, sd;
+        Fp8ScaleKind kgu = Fp8ScaleKind::Block128, kd = Fp8ScaleKind::Block128;
+        if (fp8) {
+          sgu.emplace(input_arg(w_gate_up_scale, op, "w_gate_up_scale")), sd.emplace(input_arg(w_down_scale, op, "w_down_scale"));
+          kgu = fp8_kind_of(gate_up_scale_kind, op, "gate_up_scale_kind"), kd = fp8_kind_of(down_scale_kind, op, "down_scale_kind");
+        }
         Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
         if (ternary)
           return receipt_dict(llmm::moe_ffn(ctx, vx.v, nb::inst_ptr<PyTernaryWeight>(w_gate_up)->handle,
                                             nb::inst_ptr<PyTernaryWeight>(w_down)->handle, vid.v, vtw.v, vo.v, o));
+        if (fp8)
+          return receipt_dict(llmm::moe_ffn(ctx, vx.v, Fp8Experts{vgu->v, kgu, sgu->v}, Fp8Experts{vd->v, kd, sd->v}, vid.v,
+                                            vtw.v, vo.v, o));
         return receipt_dict(llmm::moe_ffn(ctx, vx.v, vgu->v, vd->v, vid.v, vtw.v, vo.v, o));
       },
       nb::arg("x").none(), nb::arg("w_gate_up").none(), nb::arg("w_down").none(), nb::arg("topk_ids").none(),
       nb::arg("topk_weights").none(), nb::arg("out").none(), nb::arg("activation").none() = "silu",
       nb::arg("route").none() = "auto", nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
-      "The MoE expert FFN into out [m, hidden] on out's device and the given stream; returns the receipt. Low "
-      "level: use llmm.moe_ffn.");
+      nb::arg("w_gate_up_scale").none() = nb::none(), nb::arg("w_down_scale").none() = nb::none(),
+      nb::arg("gate_up_scale_kind").none() = "block", nb::arg("down_scale_kind").none() = "block",
+      "The MoE expert FFN into out [m, hidden] on out's device and the given stream; returns the receipt. With "
+      "w_gate_up_scale and w_down_scale, the weights are FP8 e4m3 codes (uint8 bits or float8_e4m3fn) with those "
+      "contiguous f32 [E, sr, sc] scales of gate_up_scale_kind / down_scale_kind ('tensor', 'channel', 'block'). "
+      "Low level: use llmm.moe_ffn.");
   m.def(
       "matmul_id_tq2",
       [](nb::handle experts, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle route,
@@ -1148,18 +1196,25 @@ NB_MODULE(_llmm, m) {
   m.def(
       "matmul_id",
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
-         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle grouped_kernel, nb::handle stream) {
+         nb::handle route, nb::handle scratch, nb::handle precision, nb::handle grouped_kernel, nb::handle stream,
+         nb::handle weight_scale, nb::handle scale_kind) {
         constexpr const char* op = "llmm.matmul_id";
-        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision, grouped_kernel);
+        const MatmulIdCall c(op, weights, x, ids, out, layout, may_repeat, route, scratch, precision, grouped_kernel,
+                             weight_scale, scale_kind);
         Context& ctx = context_for(c.out.v, stream_arg(stream, op), op, "out");
+        if (c.scales)
+          return receipt_dict(llmm::matmul_id(ctx, c.fp8(), c.x.v, c.ids.v, c.out.v, c.scratch, c.layout, c.mult, c.route, c.opts));
         return receipt_dict(llmm::matmul_id(ctx, c.w.v, c.x.v, c.ids.v, c.out.v, c.scratch, c.layout, c.mult, c.route, c.opts));
       },
       nb::arg("weights").none(), nb::arg("x").none(), nb::arg("ids").none(), nb::arg("out").none(), nb::arg("layout").none() = "shared",
       nb::arg("may_repeat").none() = false, nb::arg("route").none() = "auto", nb::arg("scratch").none() = nb::none(),
       nb::arg("precision").none() = "exact", nb::arg("grouped_kernel").none() = "auto", nb::arg("stream").none() = 0,
+      nb::arg("weight_scale").none() = nb::none(), nb::arg("scale_kind").none() = "block",
       "out[t, s, :] = weights[ids[t, s]] @ x(t, s) on out's device and the given stream, every size read off the "
       "views (weights [E, n, k], x [m, k] / [m * top_k, k] / [m, top_k, k], ids [m, top_k] u32/i32/i64, out "
-      "[m, top_k, n]); returns the receipt. Low level: use llmm.matmul_id.");
+      "[m, top_k, n]); with weight_scale, weights are FP8 e4m3 codes (uint8 bits or float8_e4m3fn) and "
+      "weight_scale their contiguous f32 [E, sr, sc] scales of scale_kind ('tensor', 'channel', 'block'). Returns "
+      "the receipt. Low level: use llmm.matmul_id.");
   m.def(
       "plan_matmul_id",
       [](nb::handle weights, nb::handle x, nb::handle ids, nb::handle out, nb::handle layout, nb::handle may_repeat,
