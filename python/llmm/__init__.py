@@ -203,6 +203,7 @@ def _launch(fn, out: Any, *args, **kw):
     else:
         stream = 0
     args = tuple(_export(a, stream, torch_stream, torch) for a in args)
+    kw = {k: _export(v, stream, torch_stream, torch) if hasattr(v, "__dlpack__") else v for k, v in kw.items()}
     with device:
         return fn(*args, stream=stream, **kw)
 
@@ -683,7 +684,8 @@ def matmul_id_scratch(max_experts: int, max_tokens: int, device="cpu", *, max_to
 
 
 def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str = "auto", scratch=None,
-              may_repeat: bool = False, precision: str = "exact", out_dtype=None, grouped_kernel: str = "auto"):
+              may_repeat: bool = False, precision: str = "exact", out_dtype=None, grouped_kernel: str = "auto",
+              weight_scale=None):
     """out[t, s, :] = weights[ids[t, s]] @ x(t, s) for weights [E, n, k] and ids [m, top_k].
 
     Every size is read off the arrays' shapes and checked. ids are uint32, int32 or int64 (what
@@ -704,15 +706,32 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     map) or "tiled_sm90_fused" (the engine sorting the rows itself, up to 2048 routed rows: auto's
     choice at m <= 16, 0.83-1.06x the mapped route's time there); a kernel that cannot take the
     call, and any but "auto" on the CPU, is refused.
+
+    FP8 e4m3 experts (DeepSeek-V3 / Qwen3 FP8 checkpoints): weights [E, n, k] as torch.float8_e4m3fn,
+    ml_dtypes float8_e4m3fn or uint8 holding their bits, with weight_scale: contiguous float32
+    whose shape names the kind, per expert: [E], [E, 1] or [E, 1, 1] (per tensor), [E, n] or
+    [E, n, 1] (per output channel), [E, ceil(n / 128), ceil(k / 128)] (per 128 x 128 block,
+    weight_scale_inv: multiplied). W[e] = e4m3(code) * scale; x stays in its dtype. Where shapes
+    coincide the tensor kind is taken (the same values); a shape that fits none raises an
+    llmm.Error that is also a ValueError; float8 weights without weight_scale are refused. Routes
+    "direct" (the codes decoded in the streaming kernel) and "grouped" (decoded and scaled into
+    bf16 tiles, x rounded to bf16); the Hopper engine does not take FP8. On the CPU: the float64
+    reference of the dequantized weights.
     """
-    if (out is None and scratch is None and type(may_repeat) is bool and _is_torch(weights) and _is_torch(x)
-            and _is_torch(ids) and (out_dtype is None or isinstance(out_dtype, sys.modules["torch"].dtype))):
-        f = _fast_ext or _fast()
-        if f:  # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
-            return f.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel)
+    if weight_scale is None:
+        _fp8_needs_scale("matmul_id", "weights", weights, "weight_scale")
+        if (out is None and scratch is None and type(may_repeat) is bool and _is_torch(weights) and _is_torch(x)
+                and _is_torch(ids) and (out_dtype is None or isinstance(out_dtype, sys.modules["torch"].dtype))):
+            f = _fast_ext or _fast()
+            if f:  # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
+                return f.matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel)
+        fp8 = {}
+    else:  # FP8 experts: the DLPack path
+        weights, weight_scale, kind = _fp8_experts("matmul_id", "weights", weights, "weight_scale", weight_scale)
+        fp8 = dict(weight_scale=weight_scale, scale_kind=kind)
     weights, x, ids, out, route = _matmul_id_args("matmul_id", weights, x, ids, out, route, scratch, may_repeat, out_dtype)
     _launch(_llmm.matmul_id, out, weights, x, ids, out, layout=layout, may_repeat=may_repeat, route=route,
-            scratch=scratch, precision=precision, grouped_kernel=grouped_kernel)
+            scratch=scratch, precision=precision, grouped_kernel=grouped_kernel, **fp8)
     return out
 
 
@@ -755,7 +774,7 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
 
 
 def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "silu", out=None, route: str = "auto",
-            precision: str = "exact"):
+            precision: str = "exact", w_gate_up_scale=None, w_down_scale=None):
     """The expert FFN of a MoE block in one call: out[t] = sum_s topk_weights[t, s] *
     w_down[e] @ act(gate, up), (gate, up) = w_gate_up[e] @ x[t] split in halves, e = topk_ids[t, s].
 
@@ -770,20 +789,39 @@ def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "
     allocates it: warm up before CUDA-graph capture). On the CPU: the float64 reference.
     w_gate_up and w_down may instead both be ternary expert stacks (llmm.upload_tq2_experts of
     [E, 2 * inter, hidden] and [E, hidden, inter] TQ2_0_g128 weights): the GEMMs are then
-    matmul_id_tq2's (route "auto" only)."""
+    matmul_id_tq2's (route "auto" only).
+    Or both FP8 e4m3 expert stacks (torch.float8_e4m3fn, ml_dtypes float8_e4m3fn or uint8 bits)
+    with w_gate_up_scale and w_down_scale: float32 scales whose shapes name each stack's kind as
+    matmul_id's weight_scale does ([E] / [E, 1] / [E, 1, 1] per tensor, [E, n] / [E, n, 1] per
+    channel, [E, ceil(n / 128), ceil(k / 128)] per 128 x 128 block, with [n, k] = [2 * inter, hidden]
+    and [hidden, inter]); x stays in its dtype; the GEMMs are matmul_id's FP8 routes."""
     op = "moe_ffn"
     x = _array(op, "x", x)
-    if not isinstance(w_gate_up, TernaryWeight):
-        w_gate_up = _array(op, "w_gate_up", w_gate_up)
-    if not isinstance(w_down, TernaryWeight):
-        w_down = _array(op, "w_down", w_down)
+    fp8 = {}
+    if w_gate_up_scale is not None or w_down_scale is not None:
+        if w_gate_up_scale is None or w_down_scale is None:
+            raise Error(f"llmm.moe_ffn: FP8 experts need both w_gate_up_scale and w_down_scale (got only "
+                        f"{'w_down_scale' if w_gate_up_scale is None else 'w_gate_up_scale'})")
+        if isinstance(w_gate_up, TernaryWeight) or isinstance(w_down, TernaryWeight):
+            raise Error("llmm.moe_ffn: w_gate_up_scale and w_down_scale are the scales of FP8 expert arrays, not of "
+                        "llmm.TernaryWeight stacks")
+        w_gate_up, sgu, kgu = _fp8_experts(op, "w_gate_up", w_gate_up, "w_gate_up_scale", w_gate_up_scale)
+        w_down, sd, kd = _fp8_experts(op, "w_down", w_down, "w_down_scale", w_down_scale)
+        fp8 = dict(w_gate_up_scale=sgu, w_down_scale=sd, gate_up_scale_kind=kgu, down_scale_kind=kd)
+    else:
+        if not isinstance(w_gate_up, TernaryWeight):
+            _fp8_needs_scale(op, "w_gate_up", w_gate_up, "w_gate_up_scale")
+            w_gate_up = _array(op, "w_gate_up", w_gate_up)
+        if not isinstance(w_down, TernaryWeight):
+            _fp8_needs_scale(op, "w_down", w_down, "w_down_scale")
+            w_down = _array(op, "w_down", w_down)
     topk_ids, topk_weights = _array(op, "topk_ids", topk_ids), _array(op, "topk_weights", topk_weights)
     xs = tuple(x.shape)
     if len(xs) != 2:
         raise Error(f"llmm.moe_ffn: x must be [m, hidden], got shape {xs}")
     out = _empty(op, x, xs) if out is None else _out(op, out)
     _launch(_llmm.moe_ffn, out, x, w_gate_up, w_down, topk_ids, topk_weights, out, activation=activation, route=route,
-            precision=precision)
+            precision=precision, **fp8)
     return out
 
 
@@ -828,5 +866,5 @@ if "torch" in sys.modules:  # torch already loaded: register the custom ops now 
         pass
 
 
-from .fp8 import (dequantize_fp8, from_fp8_bits, load_fp8_safetensors, matmul_fp8, plan_matmul_fp8,  # noqa: E402
-                  quantize_fp8, to_fp8_bits)
+from .fp8 import (_fp8_experts, _fp8_needs_scale, dequantize_fp8, from_fp8_bits, load_fp8_safetensors,  # noqa: E402
+                  matmul_fp8, plan_matmul_fp8, quantize_fp8, to_fp8_bits)

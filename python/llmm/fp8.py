@@ -173,22 +173,64 @@ def _scale_kind_of(op: str, shape: tuple, n: int, k: int) -> str:
         f"channel [{n}] or [{n}, 1], block [{block[0]}, {block[1]}] (128 x 128 blocks)")
 
 
-def _fp8_codes(op: str, w: Any) -> Any:
+def _float8_name(w: Any) -> Optional[str]:
+    """The dtype name of an 8-bit float array ("float8_e4m3fn", "float8_e5m2", ...), else None."""
+    name = str(getattr(w, "dtype", "")).replace("torch.", "")
+    return name if name.startswith("float8") else None
+
+
+def _fp8_codes(op: str, w: Any, name: str = "weight") -> Any:
     """FP8 weight codes as the binding takes them: a torch.float8_e4m3fn tensor or an ml_dtypes
     float8_e4m3fn NumPy array viewed as uint8 (the same bytes, no copy); uint8 arrays as they are.
     Other 8-bit float kinds (e5m2, fnuz) are refused: their bits mean other values."""
-    w = _array(op, "weight", w)
-    dt = getattr(w, "dtype", None)
-    name = str(dt).replace("torch.", "")
-    if name.startswith("float8"):
-        if name != "float8_e4m3fn":
-            raise Error(f"llmm.{op}: weight has dtype {name}: FP8 weight codes must be float8_e4m3fn, or uint8 "
+    w = _array(op, name, w)
+    f8 = _float8_name(w)
+    if f8 is not None:
+        if f8 != "float8_e4m3fn":
+            raise Error(f"llmm.{op}: {name} has dtype {f8}: FP8 weight codes must be float8_e4m3fn, or uint8 "
                         f"holding float8_e4m3fn bits")
         if _is_torch(w):
             return w.view(sys.modules["torch"].uint8)
         if isinstance(w, np.ndarray):
             return w.view(np.uint8)
     return w
+
+
+def _expert_scale_kind(op: str, name: str, shape: tuple, e: int, n: int, k: int) -> str:
+    """The scale kind a scale array of `shape` gives e FP8 experts of [n, k] each: [e], [e, 1] or
+    [e, 1, 1] -> "tensor"; [e, n] or [e, n, 1] -> "channel"; [e, ceil(n / 128), ceil(k / 128)] ->
+    "block". Where shapes coincide (n = 1, or n, k <= 128 blocks) "tensor" is taken: the same
+    values. Anything else raises Fp8ScaleShapeError naming the shapes that fit."""
+    block = (e, -(-n // _BLOCK), -(-k // _BLOCK))
+    if shape in ((e,), (e, 1), (e, 1, 1)):
+        return "tensor"
+    if shape in ((e, n), (e, n, 1)):
+        return "channel"
+    if shape == block:
+        return "block"
+    raise Fp8ScaleShapeError(
+        f"llmm.{op}: {name} of shape {list(shape)} fits no scale kind of {e} FP8 experts of [{n}, {k}]: tensor "
+        f"[{e}] / [{e}, 1] / [{e}, 1, 1], channel [{e}, {n}] / [{e}, {n}, 1] or block [{e}, {block[1]}, {block[2]}] "
+        f"(128 x 128 blocks)")
+
+
+def _fp8_experts(op: str, name: str, w: Any, scale_name: str, scale: Any) -> Tuple[Any, Any, str]:
+    """(codes, scales, kind) of FP8 experts w [E, n, k] with their scales, as the bindings take
+    them: codes through _fp8_codes, the kind read off the scales' shape (_expert_scale_kind)."""
+    w = _fp8_codes(op, w, name)
+    scale = _array(op, scale_name, scale)
+    ws = tuple(int(d) for d in w.shape)
+    if len(ws) != 3:
+        raise Error(f"llmm.{op}: {name} must be [n_experts, n, k], got shape {list(ws)}")
+    return w, scale, _expert_scale_kind(op, scale_name, tuple(int(d) for d in scale.shape), *ws)
+
+
+def _fp8_needs_scale(op: str, name: str, w: Any, scale_name: str) -> None:
+    """Refuses float8 experts given without their scales, saying what they need."""
+    f8 = _float8_name(w)
+    if f8 is not None:
+        raise Error(f"llmm.{op}: {name} are {f8}: FP8 experts need their float32 scales ({scale_name}: per tensor "
+                    f"[E], per channel [E, n, 1] or per 128 x 128 block [E, ceil(n / 128), ceil(k / 128)])")
 
 
 def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto", out=None):
