@@ -1,6 +1,6 @@
 """torch.library custom ops over llmm, for eager torch and torch.compile (no graph break).
 
-Importing this module (it imports torch; torch >= 2.4) registers three functional ops, each with
+Importing this module (it imports torch; torch >= 2.4) registers four functional ops, each with
 a fake (meta) implementation that gives the output's exact shape, dtype and device:
 
     torch.ops.llmm.matmul(a, b, transpose_a=False, transpose_b=False, precision="exact",
@@ -9,6 +9,9 @@ a fake (meta) implementation that gives the output's exact shape, dtype and devi
                              precision="exact", out_dtype=None) -> Tensor
     torch.ops.llmm.gemm_tq2(x, weight_key, n, precision="exact", route="auto",
                             out_dtype=None) -> Tensor
+    torch.ops.llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu",
+                           route="auto", precision="exact", w_gate_up_scale=None,
+                           w_down_scale=None) -> Tensor
 
 They return new tensors (mutates_args=()), run on CPU tensors (the float64-accumulating reference
 backend) and CUDA tensors (the kernels, on torch's current stream, without host synchronisation),
@@ -138,15 +141,19 @@ def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=
 _MOE_ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 
 
+# w_gate_up_scale / w_down_scale: FP8 e4m3 experts (float8_e4m3fn w_gate_up and w_down) with their
+# float32 scales, the kind read off each scale's shape (llmm.moe_ffn's rules); None for 16/32-bit.
 @_custom_op("llmm::moe_ffn")
 def _moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk_weights: Tensor,
-             activation: str = "silu", route: str = "auto", precision: str = "exact") -> Tensor:
+             activation: str = "silu", route: str = "auto", precision: str = "exact",
+             w_gate_up_scale: Optional[Tensor] = None, w_down_scale: Optional[Tensor] = None) -> Tensor:
     return llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation=activation, route=route,
-                        precision=precision)
+                        precision=precision, w_gate_up_scale=w_gate_up_scale, w_down_scale=w_down_scale)
 
 
 @_moe_ffn.register_fake
-def _moe_ffn_fake(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu", route="auto", precision="exact"):
+def _moe_ffn_fake(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu", route="auto", precision="exact",
+                  w_gate_up_scale=None, w_down_scale=None):
     if x.dim() != 2:
         raise llmm.Error(f"llmm.moe_ffn: x must be [m, hidden], got shape {tuple(x.shape)}")
     return x.new_empty(x.shape)
@@ -177,20 +184,79 @@ def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared"
 
 
 def moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk_weights: Tensor, *,
-            activation: str = "silu", route: str = "auto", precision: str = "exact") -> Tensor:
-    """torch.ops.llmm.moe_ffn: the MoE expert FFN, out [m, hidden] in x's dtype (see llmm.moe_ffn)."""
-    return torch.ops.llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation, route, precision)
+            activation: str = "silu", route: str = "auto", precision: str = "exact",
+            w_gate_up_scale: Optional[Tensor] = None, w_down_scale: Optional[Tensor] = None) -> Tensor:
+    """torch.ops.llmm.moe_ffn: the MoE expert FFN, out [m, hidden] in x's dtype (see llmm.moe_ffn);
+    FP8 e4m3 experts with w_gate_up_scale and w_down_scale."""
+    return torch.ops.llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation, route, precision,
+                                  w_gate_up_scale, w_down_scale)
+
+
+def _given(v) -> bool:
+    return v is not None and v is not False
+
+
+def _fused_experts_fp8_scales(w1: Tensor, w2: Tensor, w1_scale, w2_scale, block_shape, per_channel_quant: bool):
+    """vLLM's FP8 expert arguments, checked against what llmm takes: float8_e4m3fn w1 and w2 (or uint8
+    bits) with float32 scales per expert, 128 x 128 blocks (block_shape [128, 128]: vLLM's
+    weight_scale_inv layout [E, ceil(N / 128), ceil(K / 128)]), per output channel ([E, N, 1] or
+    [E, N]; per_channel_quant=True asks for these) or per tensor ([E])."""
+    from llmm.fp8 import Fp8ScaleShapeError, _expert_scale_kind
+
+    op = "fused_experts"
+    if block_shape is not None:
+        try:
+            bs = [int(b) for b in block_shape]
+        except (TypeError, ValueError):
+            bs = None
+        if bs != [128, 128]:
+            raise llmm.Error(f"llmm.fused_experts: block_shape must be None or [128, 128] (llmm's FP8 block scales are "
+                             f"128 x 128), got {block_shape!r}")
+        if per_channel_quant:
+            raise llmm.Error("llmm.fused_experts: per_channel_quant=True and block_shape are exclusive (as in vLLM)")
+    for name, w, s in (("w1", w1, w1_scale), ("w2", w2, w2_scale)):
+        if w.dim() != 3:
+            raise llmm.Error(f"llmm.fused_experts: {name} must be [E, N, K], got shape {tuple(w.shape)}")
+        e, n, k = (int(d) for d in w.shape)
+        shape = tuple(int(d) for d in s.shape)
+        kind = _expert_scale_kind(op, f"{name}_scale", shape, e, n, k)  # refuses a shape that fits no kind
+        blocks = (e, -(-n // 128), -(-k // 128))
+        if block_shape is not None and shape != blocks:
+            raise Fp8ScaleShapeError(
+                f"llmm.fused_experts: with block_shape [128, 128], {name}_scale must be [E, ceil(N / 128), "
+                f"ceil(K / 128)] = {list(blocks)} for {name} of {[e, n, k]}, got {list(shape)}")
+        if block_shape is None and kind == "block":
+            raise Fp8ScaleShapeError(
+                f"llmm.fused_experts: {name}_scale of shape {list(shape)} holds 128 x 128 block scales: pass "
+                f"block_shape=[128, 128] (without it vLLM reads per-tensor [E] or, with per_channel_quant, per-channel "
+                f"[E, N, 1] scales)")
+        if per_channel_quant and kind != "channel":
+            raise Fp8ScaleShapeError(
+                f"llmm.fused_experts: per_channel_quant=True needs per-channel {name}_scale [E, N, 1] = {[e, n, 1]}, got "
+                f"{list(shape)}")
 
 
 def fused_experts(hidden_states: Tensor, w1: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
                   inplace: bool = False, activation: str = "silu", apply_router_weight_on_input: bool = False,
-                  global_num_experts: int = -1, expert_map: Optional[Tensor] = None, **quant) -> Tensor:
+                  global_num_experts: int = -1, expert_map: Optional[Tensor] = None, *, use_fp8_w8a8: bool = False,
+                  w1_scale: Optional[Tensor] = None, w2_scale: Optional[Tensor] = None,
+                  a1_scale: Optional[Tensor] = None, a2_scale: Optional[Tensor] = None, block_shape=None,
+                  per_channel_quant: bool = False, **quant) -> Tensor:
     """vLLM's fused_experts semantics on llmm.moe_ffn: hidden_states [m, H], w1 [E, 2I, H] (gate
     rows, then up rows), w2 [E, H, I], topk_weights / topk_ids [m, top_k]; returns [m, H] (written
-    into hidden_states when inplace). activation "silu", "gelu" (erf) or "gelu_tanh". What llmm does
-    not do is refused with llmm.Error rather than ignored: routing weights applied to the input,
-    expert maps (expert parallelism), a global expert count other than w1's, and every
-    quantization or bias argument given a value."""
+    into hidden_states when inplace). activation "silu", "gelu" (erf) or "gelu_tanh".
+
+    FP8 experts as vLLM passes them: use_fp8_w8a8=True, w1 / w2 torch.float8_e4m3fn (or uint8 bits)
+    and float32 w1_scale / w2_scale, multiplied into the codes (vLLM's weight_scale_inv): with
+    block_shape=[128, 128] per 128 x 128 block, [E, ceil(2I / 128), ceil(H / 128)] and
+    [E, ceil(H / 128), ceil(I / 128)]; without, per expert [E] or per output channel [E, N, 1]
+    (per_channel_quant=True requires the latter). llmm keeps hidden_states in their dtype (the
+    weights are decoded, the activations not quantized): a1_scale / a2_scale (static activation
+    scales) must be None.
+
+    What llmm does not do is refused with llmm.Error rather than ignored: routing weights applied to
+    the input, expert maps (expert parallelism), a global expert count other than w1's, int8 / int4
+    / mxfp4 quantization, zero points, biases, other block shapes."""
     if activation not in _MOE_ACTIVATIONS:
         raise llmm.Error(f"llmm.fused_experts: activation must be one of {_MOE_ACTIVATIONS}, got {activation!r}")
     if apply_router_weight_on_input:
@@ -200,10 +266,36 @@ def fused_experts(hidden_states: Tensor, w1: Tensor, w2: Tensor, topk_weights: T
     if global_num_experts not in (-1, w1.shape[0]):
         raise llmm.Error(f"llmm.fused_experts: global_num_experts {global_num_experts} differs from w1's "
                          f"{w1.shape[0]} experts (expert parallelism is not supported)")
-    given = sorted(k for k, v in quant.items() if v not in (None, False))
+    fp8_args = dict(use_fp8_w8a8=use_fp8_w8a8, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                    a2_scale=a2_scale, block_shape=block_shape, per_channel_quant=per_channel_quant)
+    given = sorted(k for k, v in quant.items() if _given(v))
+    fp8 = [k for k, v in fp8_args.items() if _given(v)]
+    form = "use_fp8_w8a8=True with float8_e4m3fn w1 and w2 and their float32 w1_scale and w2_scale"
     if given:
-        raise llmm.Error(f"llmm.fused_experts: quantized or biased experts are not supported (given: {', '.join(given)})")
-    out = moe_ffn(hidden_states, w1, w2, topk_ids, topk_weights, activation=activation)
+        raise llmm.Error(f"llmm.fused_experts: quantized or biased experts are not supported (given: "
+                         f"{', '.join(sorted(given + fp8))}): llmm's quantized experts are FP8 e4m3, as {form}")
+    is_fp8 = [w.dtype in (torch.float8_e4m3fn, torch.uint8) for w in (w1, w2)]
+    if fp8 and not use_fp8_w8a8:
+        raise llmm.Error(f"llmm.fused_experts: {', '.join(fp8)} given without use_fp8_w8a8=True: llmm's quantized "
+                         f"experts are FP8 e4m3, as {form}")
+    if use_fp8_w8a8:
+        if a1_scale is not None or a2_scale is not None:
+            raise llmm.Error("llmm.fused_experts: a1_scale / a2_scale must be None: llmm does not quantize activations "
+                             "on this path (hidden_states stay in their dtype and meet the decoded FP8 weights), so "
+                             "static activation scales have nothing to scale")
+        if not all(is_fp8) or w1_scale is None or w2_scale is None:
+            raise llmm.Error(f"llmm.fused_experts: quantized or biased experts are not supported (given: "
+                             f"{', '.join(fp8)}) other than FP8 e4m3 ones, as {form}; got w1 {w1.dtype}, w2 "
+                             f"{w2.dtype}, w1_scale {'None' if w1_scale is None else 'given'}, w2_scale "
+                             f"{'None' if w2_scale is None else 'given'}")
+        _fused_experts_fp8_scales(w1, w2, w1_scale, w2_scale, block_shape, per_channel_quant)
+        out = moe_ffn(hidden_states, w1, w2, topk_ids, topk_weights, activation=activation, w_gate_up_scale=w1_scale,
+                      w_down_scale=w2_scale)
+    else:
+        if any(w.dtype == torch.float8_e4m3fn for w in (w1, w2)):
+            raise llmm.Error(f"llmm.fused_experts: float8_e4m3fn w1 / w2 need use_fp8_w8a8=True with w1_scale and "
+                             f"w2_scale (got {w1.dtype} and {w2.dtype})")
+        out = moe_ffn(hidden_states, w1, w2, topk_ids, topk_weights, activation=activation)
     if inplace:
         hidden_states.copy_(out)
         return hidden_states
