@@ -37,14 +37,16 @@ TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   const ArchInfo h = hopper();
   EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), h).route, Fp8Route::Stream);
   EXPECT_EQ(plan_matmul_fp8(desc(16, 4096, 4096), h).route, Fp8Route::Stream);
-  EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::CublasLt);
+  EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::DequantLt);  // cublaslt: forced only for now
+  EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h, Fp8Route::CublasLt).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(4096, 4096, 4096, Precision::Exact), h).route, Fp8Route::DequantLt);
   MatmulFp8Desc odd = desc(64, 4096, 4104);  // k % 16 != 0: neither FP8 kernel takes it
   EXPECT_EQ(plan_matmul_fp8(odd, h).route, Fp8Route::DequantLt);
   MatmulFp8Desc mis = desc(8, 4096, 4096);
   mis.stream_aligned = false;
-  EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::CublasLt);
+  EXPECT_EQ(plan_matmul_fp8(mis, h, Fp8Route::CublasLt).route, Fp8Route::CublasLt);
   mis.lt_aligned = false;
+  expect_error([&] { plan_matmul_fp8(mis, h, Fp8Route::CublasLt); }, ErrorCode::Unsupported, "not 16-byte aligned");
   EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::DequantLt);
   ArchInfo ampere = h;
   ampere.cc_major = 8;
@@ -68,7 +70,7 @@ TEST(Fp8Plan, StreamConfigurationAndWorkspace) {
   EXPECT_EQ(p.gemv_k_lanes, 32);  // 16 chunks of 16: no room to split K further
   // W8A8 block kind, k = 300: 3 K blocks padded to a pitch of 4 for the weight scales.
   MatmulFp8Desc b = desc(100, 200, 304);
-  p = plan_matmul_fp8(b, h);
+  p = plan_matmul_fp8(b, h, Fp8Route::CublasLt);
   ASSERT_EQ(p.route, Fp8Route::CublasLt);
   const std::size_t codes = (100 * 304 + 255) / 256 * 256, xs = (3 * 100 * 4 + 255) / 256 * 256,
                     ws = (2 * 4 * 4 + 255) / 256 * 256;
