@@ -63,13 +63,14 @@ MatmulIdF64 matmul_id_fp8_f64(const void* codes, const float* scales, Fp8ScaleKi
                               const MatmulIdParams& p, int threads) {
   const std::int64_t wstride = static_cast<std::int64_t>(p.expert_stride_bytes);
   const std::int64_t n = p.n, k = p.k, kb = (k + kFp8Block - 1) / kFp8Block;
-  const auto [sr, sc] = fp8_scale_shape(kind, n, k);
+  const auto shape = fp8_scale_shape(kind, n, k);
+  const std::int64_t per_expert = shape.first * shape.second;  // a plain local: lambdas capture it
   const auto* c = static_cast<const std::uint8_t*>(codes);
   return matmul_id_f64_of(
       [&](std::int64_t e, std::int64_t j, std::int64_t l) {
         const std::int64_t g = kind == Fp8ScaleKind::Tensor ? 0 : kind == Fp8ScaleKind::Channel ? j : (j / kFp8Block) * kb + l / kFp8Block;
         return static_cast<double>(e4m3fn_bits_to_f32(c[e * wstride + j * k + l])) *
-               static_cast<double>(scales[e * sr * sc + g]);
+               static_cast<double>(scales[e * per_expert + g]);
       },
       in, ids, p, threads);
 }

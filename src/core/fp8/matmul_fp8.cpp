@@ -247,13 +247,14 @@ Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const Vi
     check_fp8_scales(kOp, w.kind, n, k, static_cast<const float*>(w.scales.data), static_cast<std::size_t>(sr * sc));
     const float* scales = static_cast<const float*>(w.scales.data);
     const auto* codes = static_cast<const std::uint8_t*>(w.codes.data);
+    const std::int64_t scol = sc;  // a structured binding cannot be captured by clang's lambdas
     cpu::detail::parallel_for(m, ctx.arch().cpu_threads, [&](std::int64_t i) {
       for (std::int64_t j = 0; j < n; ++j) {
         double s = 0;
         for (std::int64_t l = 0; l < k; ++l) {
           const std::int64_t g = w.kind == Fp8ScaleKind::Tensor    ? 0
                                  : w.kind == Fp8ScaleKind::Channel ? j
-                                                                   : (j / kFp8Block) * sc + l / kFp8Block;
+                                                                   : (j / kFp8Block) * scol + l / kFp8Block;
           s += load_as_double(x.data, x.dtype, i * x_ld + l) *
                (static_cast<double>(e4m3fn_bits_to_f32(codes[j * w_ld + l])) * static_cast<double>(scales[g]));
         }
