@@ -16,48 +16,121 @@ using cuda_dense::DenseArgs;
 namespace dev = cuda_dense::dev;
 namespace host = cuda_dense::host;
 
-constexpr int kThreads = 128;
-
 const char* kind_tag(Fp8ScaleKind k) { return fp8_scale_kind_name(k); }
 
-// One warp per (token, group): the group's amax (NaN when a value is not finite), its scale,
-// then every code. Scales [group][m]. Extra warps of the grid also write the weight scales.
+constexpr int kQuantThreads = 256;
+
+// 8 consecutive values of x as floats: one or two 16-byte loads when vec (16-byte aligned
+// rows), else element by element.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__device__ __forceinline__ void load8(const T* p, bool vec, float (&f)[8]) {
+  if (vec) {
+    constexpr int V = dev::kVec16<T>;
+#pragma unroll
+    for (int q = 0; q < 8 / V; ++q) {
+      float g[V];
+      dev::unpack16<T>(dev::ldg16(p + q * V), g);
+#pragma unroll
+      for (int e = 0; e < V; ++e) f[q * V + e] = g[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = dev::to_f32(p[e]);
+  }
+}
+
+// quantize_fp8_activations' scale rule: NaN when a value is not finite, 1 for an all-zero group,
+// else amax / 448 (at least the smallest subnormal).
+__device__ __forceinline__ float act_scale(float amax, bool finite) {
+  return !finite ? __int_as_float(0x7fc00000)
+         : amax == 0.0f ? 1.0f
+                        : fmaxf(amax / 448.0f, std::numeric_limits<float>::denorm_min());
+}
+
+__device__ __forceinline__ void store8_codes(std::uint8_t* dst, const float (&f)[8], float s) {
+  std::uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    w[e / 4] |= std::uint32_t{static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(f[e] / s, __NV_SATFINITE, __NV_E4M3))} << (8 * (e % 4));
+  *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+}
+
+// Groups of 128 (the block kind): a half-warp per (token, group), 8 values a lane held in
+// registers between the amax and the codes (x read once). Rows (group = k): a block per token,
+// the amax reduced over the block, then the row read again (from L2) for the codes. k % 16 == 0
+// (the route's gate), so every lane's 8 values lie in one group. Scales [group][m]. The grid's
+// threads also write the weight scales cuBLASLt reads.
+template <class T>
+__global__ void __launch_bounds__(kQuantThreads)
     fp8_quantize_rows_kernel(const T* __restrict__ x, std::int64_t m, std::int64_t k, std::int64_t x_ld,
-                             std::int64_t group, std::uint8_t* __restrict__ codes, float* __restrict__ act_scales,
+                             bool by_row, bool vec, std::uint8_t* __restrict__ codes, float* __restrict__ act_scales,
                              const float* __restrict__ w_scales_in, float* __restrict__ w_scales_out,
                              std::int64_t w_rows, std::int64_t w_cols, std::int64_t w_ld_out, bool w_broadcast) {
-  const std::int64_t groups = (k + group - 1) / group;
-  const std::int64_t units = m * groups;
-  const std::int64_t warps = std::int64_t{gridDim.x} * (kThreads / 32);
   const int lane = static_cast<int>(threadIdx.x & 31);
-  for (std::int64_t u = std::int64_t{blockIdx.x} * (kThreads / 32) + (threadIdx.x >> 5); u < units; u += warps) {
-    const std::int64_t i = u / groups, g = u - i * groups;
-    const std::int64_t l0 = g * group, l1 = min(k, l0 + group);
-    const T* row = x + i * x_ld;
-    float amax = 0.0f;
-    bool finite = true;
-    for (std::int64_t l = l0 + lane; l < l1; l += 32) {
-      const float v = dev::to_f32(row[l]);
-      finite = finite && isfinite(v);
-      amax = fmaxf(amax, fabsf(v));
-    }
+  if (!by_row) {
+    const std::int64_t groups = (k + 127) / 128;
+    const std::int64_t units = m * groups;
+    const std::int64_t warps = std::int64_t{gridDim.x} * (kQuantThreads / 32);
+    const int h = lane & 15;
+    // Warp-uniform loop (both halves shuffle together); a half past the end is idle.
+    for (std::int64_t u0 = (std::int64_t{blockIdx.x} * (kQuantThreads / 32) + (threadIdx.x >> 5)) * 2; u0 < units;
+         u0 += warps * 2) {
+      const std::int64_t u = u0 + (lane >> 4);
+      const std::int64_t i = u / groups, g = u - i * groups;
+      const std::int64_t l = g * 128 + h * 8;
+      const bool mine = u < units && l < k;
+      float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (mine) load8(x + i * x_ld + l, vec, f);
+      float amax = 0.0f;
+      bool finite = true;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    finite = __all_sync(0xffffffffu, finite);
-    const float s = !finite ? __int_as_float(0x7fc00000)
-                    : amax == 0.0f ? 1.0f
-                                   : fmaxf(amax / 448.0f, std::numeric_limits<float>::denorm_min());
-    if (lane == 0) act_scales[g * m + i] = s;
-    for (std::int64_t l = l0 + lane; l < l1; l += 32)
-      codes[i * k + l] = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(dev::to_f32(row[l]) / s, __NV_SATFINITE, __NV_E4M3));
+      for (int e = 0; e < 8; ++e) finite = finite && isfinite(f[e]), amax = fmaxf(amax, fabsf(f[e]));
+      float bad = finite ? 0.0f : 1.0f;
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) {  // within each half-warp
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        bad = fmaxf(bad, __shfl_xor_sync(0xffffffffu, bad, o));
+      }
+      const float s = act_scale(amax, bad == 0.0f);
+      if (u < units && h == 0) act_scales[g * m + i] = s;
+      if (mine) store8_codes(codes + i * k + l, f, s);
+    }
+  } else {
+    __shared__ float red_amax[kQuantThreads / 32], red_bad[kQuantThreads / 32];
+    for (std::int64_t i = blockIdx.x; i < m; i += gridDim.x) {  // block-uniform
+      const T* row = x + i * x_ld;
+      float amax = 0.0f, bad = 0.0f;
+      for (std::int64_t l = std::int64_t{threadIdx.x} * 8; l < k; l += kQuantThreads * 8) {
+        float f[8];
+        load8(row + l, vec, f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) bad = isfinite(f[e]) ? bad : 1.0f, amax = fmaxf(amax, fabsf(f[e]));
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        bad = fmaxf(bad, __shfl_xor_sync(0xffffffffu, bad, o));
+      }
+      if (lane == 0) red_amax[threadIdx.x >> 5] = amax, red_bad[threadIdx.x >> 5] = bad;
+      __syncthreads();
+      amax = 0.0f, bad = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red_amax[w]), bad = fmaxf(bad, red_bad[w]);
+      __syncthreads();  // red_* is reused by the next row
+      const float s = act_scale(amax, bad == 0.0f);
+      if (threadIdx.x == 0) act_scales[i] = s;
+      for (std::int64_t l = std::int64_t{threadIdx.x} * 8; l < k; l += kQuantThreads * 8) {
+        float f[8];
+        load8(row + l, vec, f);
+        store8_codes(codes + i * k + l, f, s);
+      }
+    }
   }
   // The weight scales cuBLASLt reads: w_rows x w_cols values into rows of pitch w_ld_out, or
   // (w_broadcast, the tensor kind) w_rows copies of the one scale.
-  const std::int64_t threads = std::int64_t{gridDim.x} * kThreads;
+  const std::int64_t threads = std::int64_t{gridDim.x} * kQuantThreads;
   const std::int64_t total = w_rows * w_cols;
-  for (std::int64_t t = std::int64_t{blockIdx.x} * kThreads + threadIdx.x; t < total; t += threads) {
+  for (std::int64_t t = std::int64_t{blockIdx.x} * kQuantThreads + threadIdx.x; t < total; t += threads) {
     const std::int64_t r = t / w_cols, c = t - r * w_cols;
     w_scales_out[r * w_ld_out + c] = w_broadcast ? w_scales_in[0] : w_scales_in[r * w_cols + c];
   }
@@ -119,7 +192,8 @@ std::string quantize_kernel_name(const detail::Fp8LaunchArgs& a) {
 
 void launch_quantize(const detail::Fp8LaunchArgs& a, const detail::Fp8WorkspaceLayout& lay, StreamHandle s) {
   const std::string name = quantize_kernel_name(a);
-  const std::int64_t group = a.kind == Fp8ScaleKind::Block128 ? 128 : a.k;
+  const bool by_row = a.kind != Fp8ScaleKind::Block128;
+  if (a.k % 16 != 0) fail(ErrorCode::Internal, name, ": k ", a.k, " is not a multiple of 16");
   auto* codes = reinterpret_cast<std::uint8_t*>(a.workspace + lay.act_codes);
   auto* act_scales = reinterpret_cast<float*>(a.workspace + lay.act_scales);
   auto* w_out = reinterpret_cast<float*>(a.workspace + lay.w_scales);
@@ -129,13 +203,17 @@ void launch_quantize(const detail::Fp8LaunchArgs& a, const detail::Fp8WorkspaceL
   } else if (a.kind == Fp8ScaleKind::Tensor) {
     w_rows = a.n, w_cols = 1, w_ld = 1;
   }
-  const std::int64_t units = a.m * ((a.k + group - 1) / group);
-  const unsigned grid = std::max(blocks_for(units, kThreads / 32), blocks_for(w_rows * w_cols, kThreads));
+  // 16-byte loads where x's base and rows allow them (8 values of T are 16 or 32 bytes).
+  const std::size_t esz = dtype_size(a.dtype);
+  const bool vec = (reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0) && (a.x_ld * static_cast<std::int64_t>(esz)) % 16 == 0;
+  const std::int64_t units = by_row ? a.m : a.m * ((a.k + 127) / 128);
+  const unsigned grid = std::max(by_row ? blocks_for(units, 1) : blocks_for(units, 2 * (kQuantThreads / 32)),
+                                 blocks_for(w_rows * w_cols, kQuantThreads));
   host::with_float_type(a.dtype, [&](auto t) {
     using T = decltype(t);
-    fp8_quantize_rows_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.m, a.k, a.x_ld, group, codes,
-                                                         act_scales, a.scales, w_out, w_rows, w_cols, w_ld,
-                                                         a.kind == Fp8ScaleKind::Tensor);
+    fp8_quantize_rows_kernel<T><<<grid, kQuantThreads, 0, s>>>(static_cast<const T*>(a.x), a.m, a.k, a.x_ld, by_row, vec,
+                                                              codes, act_scales, a.scales, w_out, w_rows, w_cols, w_ld,
+                                                              a.kind == Fp8ScaleKind::Tensor);
   });
   host::check_launch(name);
 }
