@@ -16,11 +16,11 @@
 #include "core/moe/moe_ffn_launch.hpp"
 #include "core/ranges.hpp"
 #include "core/runtime.hpp"
+#include "core/stream_workspace.hpp"
 #include "cpu/parallel_for.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/fp8.hpp"
-#include "llmm/ternary.hpp"  // BufferPool
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "llmm/ternary_moe.hpp"
 
@@ -238,17 +238,6 @@ Pass make_pass(const View& x, const View& ids, const View& tw, const View& out, 
   return p;
 }
 
-// The context's workspace for this stream, grown to `bytes` (refused during graph capture).
-char* workspace(Context& ctx, std::size_t bytes) {
-  auto& slot = ctx.cache_slot("moe_ffn.workspace." + std::to_string(reinterpret_cast<std::uintptr_t>(ctx.stream())));
-  if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
-  auto& pool = *static_cast<BufferPool*>(slot.get());
-  if (pool.capacity("ws") < bytes && detail::cuda_stream_capturing(ctx.arch().device_index, ctx.stream()))
-    fail(ErrorCode::InvalidArgument, kOp, ": the call needs the context's workspace grown to ", bytes,
-         " bytes during CUDA-graph capture, where memory cannot be allocated: run one call of this size or larger on "
-         "this stream before capturing");
-  return static_cast<char*>(pool.get("ws", bytes));
-}
 
 MatmulIdRoute resolved(MatmulIdRoute r, const MatmulIdParams& p, const ArchInfo& arch) {
   return r == MatmulIdRoute::Auto ? suggest_matmul_id_route(p, arch) : r;
@@ -324,7 +313,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   ctx.check_launchable(gated_name);
   ctx.check_launchable(combine_name);
 
-  char* ws = workspace(ctx, lay.total);
+  char* ws = detail::stream_workspace(ctx, kOp, lay.total);
   // One scratch for both GEMMs (room to stage rows of either), so neither grows it mid-call.
   MatmulIdScratch* scratch =
       grouped && d.top_k > 0 && d.experts > 0
