@@ -93,6 +93,10 @@ struct MatmulFp8Desc {
   Precision precision = Precision::Fast;
   bool stream_aligned = false;  // x, codes: 16-byte aligned base and rows (the stream route)
   bool lt_aligned = false;      // codes rows and y rows 16-byte aligned, k % 16 == 0 (cuBLASLt FP8)
+  // Whether cuBLASLt's FP8 GEMM has an algorithm for this shape, strides, output dtype and scale
+  // kind: matmul_fp8 asks the device library (once per shape, kept in the context); a caller of
+  // plan_matmul_fp8 without a context leaves it true.
+  bool lt_served = true;
 };
 
 struct Fp8Plan {
@@ -105,6 +109,9 @@ struct Fp8Plan {
 // Pure. `force` other than Auto returns that route when it takes the problem, else throws
 // Unsupported naming why.
 Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& desc, const ArchInfo& arch, Fp8Route force = Fp8Route::Auto);
+// The plan matmul_fp8 makes on ctx for dense row-major operands (codes rows of k bytes, y rows of
+// n): lt_served asked of the context's cuBLASLt where the other cublaslt gates pass.
+Fp8Plan plan_matmul_fp8(Context& ctx, MatmulFp8Desc desc, Fp8Route force = Fp8Route::Auto);
 
 // y[i, j] = sum_l x[i, l] * code(j, l) * scale(j, l) (x quantized first on the CublasLt route).
 // x [m, k] f32/f16/bf16 (innermost stride 1), y [m, n] of x's dtype; f32 accumulation (float64

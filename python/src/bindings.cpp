@@ -827,7 +827,7 @@ NB_MODULE(_llmm, m) {
         const bool k16 = d.k % 16 == 0;
         d.stream_aligned = (d.m <= 1 || (d.k % 16) * xs % 16 == 0) && (d.n <= 1 || k16);
         d.lt_aligned = (d.n <= 1 || k16) && (d.n % 16) * xs % 16 == 0;
-        const Fp8Plan p = plan_matmul_fp8(d, context_for(w.kind, w.index, 0, op, "device").arch(), forced);
+        const Fp8Plan p = plan_matmul_fp8(context_for(w.kind, w.index, 0, op, "device"), d, forced);
         nb::dict r;
         r["route"] = std::string(fp8_route_name(p.route));
         r["reason"] = p.reason;

@@ -89,6 +89,11 @@ TEST(Fp8Plan, ForcedRoutesRefuseWhatTheyDoNotTake) {
                "needs a CUDA context");
   expect_error([&] { plan_matmul_fp8(desc(1, 64, 64), h, Fp8Route::Cpu); }, ErrorCode::Unsupported, "CPU context");
   EXPECT_EQ(plan_matmul_fp8(desc(1, 64, 64), h, Fp8Route::DequantLt).route, Fp8Route::DequantLt);
+  // A shape cuBLASLt's heuristic does not serve (matmul_fp8 asks it): cublaslt refused, Auto elsewhere.
+  MatmulFp8Desc unserved = desc(64, 4096, 4096);
+  unserved.lt_served = false;
+  expect_error([&] { plan_matmul_fp8(unserved, h, Fp8Route::CublasLt); }, ErrorCode::Unsupported, "no FP8 algorithm");
+  EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::DequantLt);
 }
 
 TEST(Fp8MatmulCpu, MatchesTheReferenceForEveryScaleKind) {

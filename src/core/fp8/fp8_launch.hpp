@@ -31,6 +31,11 @@ struct Fp8WorkspaceLayout {
 Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int64_t n, std::int64_t k,
                                         Fp8ScaleKind kind, DType dtype);
 
+// Whether cuBLASLt's sm_90 FP8 GEMM serves the call (shape, strides, output dtype, scale kind):
+// asked of cuBLASLt's heuristic once per shape, kept in the context (false in CPU-only builds).
+// Nothing is enqueued.
+bool cublaslt_fp8_serves(Context& ctx, const Fp8LaunchArgs& args);
+
 Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchArgs& args);
 
 }  // namespace llmm::detail

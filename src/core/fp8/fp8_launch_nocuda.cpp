@@ -4,6 +4,8 @@
 
 namespace llmm::detail {
 
+bool cublaslt_fp8_serves(Context&, const Fp8LaunchArgs&) { return false; }
+
 Receipt run_matmul_fp8_cuda(Context&, const Fp8Plan& plan, const Fp8LaunchArgs&) {
   fail(ErrorCode::Unsupported, "matmul_fp8: route ", fp8_route_name(plan.route), " needs a CUDA build of llmm");
 }

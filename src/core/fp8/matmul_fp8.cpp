@@ -6,11 +6,11 @@
 
 #include "core/fp8/fp8_launch.hpp"
 #include "core/runtime.hpp"
+#include "core/stream_workspace.hpp"
 #include "cpu/parallel_for.hpp"
 #include "llmm/checked.hpp"
 #include "llmm/error.hpp"
 #include "llmm/fp8.hpp"
-#include "llmm/ternary.hpp"  // BufferPool
 
 namespace llmm {
 namespace {
@@ -40,6 +40,7 @@ const char* lt_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "cuBLASLt's FP8 scale modes used here are sm_90 only";
   if (d.k < 16 || d.k % 16 != 0) return "k is not a positive multiple of 16";
   if (!d.lt_aligned) return "the codes' or y's rows are not 16-byte aligned";
+  if (!d.lt_served) return "cuBLASLt has no FP8 algorithm for this shape and scale kind";
   return nullptr;
 }
 
@@ -192,19 +193,23 @@ std::int64_t row_stride(const View& v, const char* name) {
   return v.dim(0) > 1 ? v.stride(0) : std::max<std::int64_t>(v.dim(1), std::max<std::int64_t>(v.stride(0), 1));
 }
 
-char* workspace(Context& ctx, std::size_t bytes) {
-  if (bytes == 0) return nullptr;
-  auto& slot = ctx.cache_slot("matmul_fp8.workspace." + std::to_string(reinterpret_cast<std::uintptr_t>(ctx.stream())));
-  if (!slot) slot = std::make_shared<BufferPool>(DeviceKind::CUDA, ctx.arch().device_index);
-  auto& pool = *static_cast<BufferPool*>(slot.get());
-  if (pool.capacity("ws") < bytes && detail::cuda_stream_capturing(ctx.arch().device_index, ctx.stream()))
-    fail(ErrorCode::InvalidArgument, kOp, ": the call needs the context's workspace grown to ", bytes,
-         " bytes during CUDA-graph capture, where memory cannot be allocated: run one call of this size or larger on "
-         "this stream before capturing");
-  return static_cast<char*>(pool.get("ws", bytes));
+// cuBLASLt asked (through the context's cache) only where the cublaslt route's other gates pass.
+bool lt_served(Context& ctx, const MatmulFp8Desc& d, const detail::Fp8LaunchArgs& a) {
+  const ArchInfo& arch = ctx.arch();
+  if (!ctx.is_cuda() || lt_refusal(d, arch) != nullptr) return d.lt_served;
+  return detail::cublaslt_fp8_serves(ctx, a);
 }
 
+
 }  // namespace
+
+Fp8Plan plan_matmul_fp8(Context& ctx, MatmulFp8Desc d, Fp8Route force) {
+  detail::Fp8LaunchArgs a;
+  a.dtype = d.x_dtype, a.m = d.m, a.n = d.n, a.k = d.k, a.w_ld = std::max<std::int64_t>(d.k, 1),
+  a.y_ld = std::max<std::int64_t>(d.n, 1), a.kind = d.kind;
+  d.lt_served = d.m > 0 && d.n > 0 && lt_served(ctx, d, a);
+  return plan_matmul_fp8(d, ctx.arch(), force);
+}
 
 Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const View& y, const MatmulFp8Options& opts) {
   check_device(ctx, x, "x");
@@ -241,6 +246,13 @@ Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const Vi
                      (m <= 1 || (static_cast<std::size_t>(x_ld) * xs) % 16 == 0) && (n <= 1 || w_ld % 16 == 0);
   d.lt_aligned = aligned16(w.codes.data) && aligned16(y.data) && (n <= 1 || w_ld % 16 == 0) &&
                  (m <= 1 || (static_cast<std::size_t>(y_ld) * xs) % 16 == 0) && (n * static_cast<std::int64_t>(xs)) % 16 == 0;
+  detail::Fp8LaunchArgs a;
+  a.dtype = x.dtype, a.m = m, a.n = n, a.k = k;
+  a.x = x.data, a.x_ld = x_ld;
+  a.codes = static_cast<const std::uint8_t*>(w.codes.data), a.w_ld = w_ld;
+  a.kind = w.kind, a.scales = static_cast<const float*>(w.scales.data);
+  a.y = y.data, a.y_ld = y_ld;
+  d.lt_served = lt_served(ctx, d, a);
   const Fp8Plan plan = plan_matmul_fp8(d, ctx.arch(), opts.force_route);
 
   if (plan.route == Fp8Route::Cpu) {
@@ -264,13 +276,7 @@ Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const Vi
     return Receipt{"cpu", "reference_matmul_fp8", 0};
   }
 
-  detail::Fp8LaunchArgs a;
-  a.dtype = x.dtype, a.m = m, a.n = n, a.k = k;
-  a.x = x.data, a.x_ld = x_ld;
-  a.codes = static_cast<const std::uint8_t*>(w.codes.data), a.w_ld = w_ld;
-  a.kind = w.kind, a.scales = static_cast<const float*>(w.scales.data);
-  a.y = y.data, a.y_ld = y_ld;
-  a.workspace = workspace(ctx, plan.workspace_bytes);
+  a.workspace = detail::stream_workspace(ctx, kOp, plan.workspace_bytes);
   return detail::run_matmul_fp8_cuda(ctx, plan, a);
 }
 

@@ -15,10 +15,11 @@ namespace {
 
 using LtKey = std::array<std::int64_t, 7>;
 struct LtFp8Cache {
-  std::map<LtKey, std::shared_ptr<cuda_fp8::CublasLtFp8Gemm>> plans;
+  std::map<LtKey, std::shared_ptr<cuda_fp8::CublasLtFp8Gemm>> plans;  // null: cuBLASLt has no algorithm
 };
 
-const cuda_fp8::CublasLtFp8Gemm& lt_plan(Context& ctx, const Fp8LaunchArgs& a) {
+// The call's cuBLASLt FP8 GEMM, or null where the heuristic serves none (asked once per shape).
+const cuda_fp8::CublasLtFp8Gemm* lt_plan(Context& ctx, const Fp8LaunchArgs& a) {
   auto& slot = ctx.cache_slot("matmul_fp8.cublaslt");
   if (!slot) slot = std::make_shared<LtFp8Cache>();
   auto& cache = *static_cast<LtFp8Cache*>(slot.get());
@@ -28,11 +29,16 @@ const cuda_fp8::CublasLtFp8Gemm& lt_plan(Context& ctx, const Fp8LaunchArgs& a) {
   if (it == cache.plans.end()) {
     cuda_fp8::LtFp8Shape s;
     s.m = a.m, s.n = a.n, s.k = a.k, s.w_ld = a.w_ld, s.y_ld = a.y_ld, s.out = a.dtype, s.block = block;
-    it = cache.plans.emplace(key, std::make_shared<cuda_fp8::CublasLtFp8Gemm>(ctx.cublaslt_handle(), s,
-                                                                               Context::kCublasLtWorkspaceBytes))
-             .first;
+    std::shared_ptr<cuda_fp8::CublasLtFp8Gemm> g;
+    try {
+      g = std::make_shared<cuda_fp8::CublasLtFp8Gemm>(ctx.cublaslt_handle(), s, Context::kCublasLtWorkspaceBytes);
+    } catch (const Error&) {
+      // No algorithm, or a descriptor this cuBLASLt refuses: not served (Auto plans another route;
+      // a forced cublaslt is refused with the reason).
+    }
+    it = cache.plans.emplace(key, std::move(g)).first;
   }
-  return *it->second;
+  return it->second.get();
 }
 
 std::int64_t scale_count(const Fp8LaunchArgs& a) {
@@ -51,6 +57,8 @@ LaunchRanges inputs_outputs(const Fp8LaunchArgs& a) {
 
 }  // namespace
 
+bool cublaslt_fp8_serves(Context& ctx, const Fp8LaunchArgs& a) { return lt_plan(ctx, a) != nullptr; }
+
 Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchArgs& a) {
   const StreamHandle s = ctx.stream();
   switch (plan.route) {
@@ -64,7 +72,9 @@ Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchAr
     case Fp8Route::CublasLt: {
       const Fp8WorkspaceLayout lay = fp8_workspace_layout(plan.route, a.m, a.n, a.k, a.kind, a.dtype);
       if (!a.workspace || lay.total > plan.workspace_bytes) fail(ErrorCode::Internal, "matmul_fp8: cublaslt without its workspace");
-      const auto& lt = lt_plan(ctx, a);
+      const cuda_fp8::CublasLtFp8Gemm* ltp = lt_plan(ctx, a);
+      if (!ltp) fail(ErrorCode::Internal, "matmul_fp8: cublaslt planned for a shape cuBLASLt does not serve");
+      const auto& lt = *ltp;
       const std::string qname = cuda_fp8::quantize_kernel_name(a);
       ctx.check_launchable(qname);
       ctx.check_launchable(lt.description());
