@@ -659,6 +659,35 @@ def summary(rows):
     return lines
 
 
+def targets(rows):
+    """Issue 49's dense targets against this run's rows (graph replay): one line each, with the
+    measured min and median and whether the min meets the bar."""
+    def line(label, vals, bar):
+        if not vals:
+            return "target %s: no rows in this run" % label
+        lo, med = min(vals), statistics.median(vals)
+        return "target %s: min %.2f median %.2f over %d rows: %s" % (label, lo, med, len(vals),
+                                                                   "met" if lo >= bar else "MISSED")
+
+    def speed(rs, b):
+        return [r["graph_speedup"][b] for r in rs if b in r.get("graph_speedup", {})]
+
+    big = [r for r in rows if r["m"] >= 1024]
+    dec = [r for r in rows if r["m"] == 1 and r["fp8_bytes"] >= 15e6]
+    out = [
+        line("decode m 1, FP8 weights >= 15 MB: fraction of copy bandwidth >= 0.90",
+             [r["graph_copy_fraction"] for r in dec if "graph_copy_fraction" in r], 0.90),
+        line("decode m 1, FP8 weights >= 15 MB: bf16 time / llmm >= 1.9", speed(dec, "torch_bf16"), 1.9),
+        line("prefill m >= 1024, channel scales: _scaled_mm row-wise / llmm >= 1.0",
+             speed([r for r in big if r["kind"] == "channel"], "smm_row"), 1.0),
+        line("prefill m >= 1024, block scales: _scaled_mm row-wise / llmm >= 0.9",
+             speed([r for r in big if r["kind"] == "block"], "smm_row"), 0.9),
+        line("prefill m >= 1024, block scales: bf16 time / llmm >= 1.6",
+             speed([r for r in big if r["kind"] == "block"], "torch_bf16"), 1.6),
+    ]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 
 def parse_args():
@@ -790,6 +819,9 @@ def main():
                 torch.cuda.empty_cache()
     print("\nsummary (X/l = X's time / llmm's: > 1 means llmm faster):")
     for line in summary(rows):
+        print("  " + line)
+    print("\ntargets (issue 49; the _scaled_mm rows quantize x outside the timed region, llmm inside):")
+    for line in targets(rows):
         print("  " + line)
     if out:
         out.close()
