@@ -58,6 +58,7 @@ MODELS = {  # key: (name, H hidden, I intermediate per expert, E experts, top_k)
 }
 DEFAULT_M = [1, 4, 16, 64, 256, 1024, 4096]
 TOL = 3e-2
+FP8_TOL = 6e-2  # the FP8 weights' own rounding (2^-4 relative per weight) on top of bf16
 LOOP_MAX_M = 64
 MAX_CALLS = 200          # calls in one captured graph / one eager sample
 ROTATE_BELOW = 200e6     # weight bytes under which decode cases rotate copies
@@ -91,6 +92,36 @@ if not hasattr(llmm, "moe_ffn"):
 
 def llmm_ffn(x, w13, w2, ids, wts):
     return llmm.moe_ffn(x, w13, w2, ids, wts)
+
+
+def fp8_stack(w, kind):
+    """(codes float8_e4m3fn, scales float32) of an expert stack w [E, n, k] on its device, as
+    llmm.quantize_fp8 per expert (scale = the group's max |w| / 448, 1 for an all-zero group):
+    "block" scales [E, ceil(n/128), ceil(k/128)], "channel" [E, n, 1]. Expert chunks keep the f32
+    copy small."""
+    E, n, k = w.shape
+    codes = torch.empty((E, n, k), dtype=torch.float8_e4m3fn, device=w.device)
+    if kind == "channel":
+        scales = torch.empty((E, n, 1), dtype=torch.float32, device=w.device)
+    else:
+        nb, kb = (n + 127) // 128, (k + 127) // 128
+        scales = torch.empty((E, nb, kb), dtype=torch.float32, device=w.device)
+    for e0 in range(0, E, 8):
+        wf = w[e0:e0 + 8].float()
+        if kind == "channel":
+            amax = wf.abs().amax(dim=2, keepdim=True)
+            s = torch.where(amax == 0, torch.ones_like(amax), amax / 448.0)
+            codes[e0:e0 + 8] = (wf / s).to(torch.float8_e4m3fn)
+            scales[e0:e0 + 8] = s
+            continue
+        pad = torch.nn.functional.pad(wf, (0, kb * 128 - k, 0, nb * 128 - n))
+        blocks = pad.view(wf.shape[0], nb, 128, kb, 128)
+        amax = blocks.abs().amax(dim=(2, 4))
+        s = torch.where(amax == 0, torch.ones_like(amax), amax / 448.0)
+        full = s[:, :, None, :, None].expand(-1, -1, 128, -1, 128).reshape(wf.shape[0], nb * 128, kb * 128)
+        codes[e0:e0 + 8] = (wf / full[:, :n, :k]).to(torch.float8_e4m3fn)
+        scales[e0:e0 + 8] = s
+    return codes, scales
 
 
 def torch_grouped_ffn(x, w13, w2, ids, wts):
@@ -350,6 +381,15 @@ BANDS = [("m <= 16", lambda m: m <= 16), ("m 32..512", lambda m: 32 <= m <= 512)
 def summary(rows):
     lines = []
     for label, inside in BANDS:
+        rs = [r for r in rows if inside(r["m"]) and "fp8_us" in r]
+        if rs:
+            v = [r["fp8_vs_bf16"] for r in rs]
+            t = [r["fp8_vs_torch"] for r in rs]
+            lines.append("moe_ffn FP8 (%s scales) vs llmm bf16 moe_ffn, %s: min %.2fx, median %.2fx; vs torch bf16 "
+                         "composition median %.2fx (graph, %d cases)" % (rs[0]["fp8_kind"], label, min(v),
+                                                                         statistics.median(v), statistics.median(t),
+                                                                         len(rs)))
+    for label, inside in BANDS:
         rs = [r for r in rows if inside(r["m"])]
         if not rs:
             continue
@@ -393,6 +433,10 @@ def parse_args():
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton fused-MoE baseline")
     ap.add_argument("--triton-tune-s", type=float, default=20.0,
                     help="Triton tuning budget per case in s, compiles not counted (default 20)")
+    ap.add_argument("--fp8", default=None, choices=["block", "channel"],
+                    help="also time llmm.moe_ffn on the same experts in FP8 e4m3 (llmm-side quantization with "
+                         "these scales): columns fp8_g_us, fp8/bf16 = llmm bf16 us / llmm FP8 us, and the "
+                         "FP8 output's error against the torch bf16 composition")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: correctness of the implementations on tiny float32 CPU cases (Triton's in its "
                          "interpreter, with its own alignment / bf16 / tuning checks), then the table, JSON and "
@@ -545,6 +589,7 @@ def gpu_run(args):
     for mi, key in enumerate(args.models):
         model, H, inter, E, top_k = MODELS[key]
         w13s = w2s = None
+        w13q = w2q = w13s_ = w2s_ = None
         torch.cuda.empty_cache()
         try:
             w13, w2 = make_weights(H, inter, E, torch.bfloat16, dev, args.seed + 101 * mi)
@@ -595,6 +640,20 @@ def gpu_run(args):
                     return tfm.fused_moe(x, w13s[i % copies], w2s[i % copies], wts, ids, tcfg)
 
                 impls = {"llmm": f_llmm, "torch_grouped": f_torch}
+                fp8_err = None
+                if args.fp8:
+                    if w13q is None:
+                        w13q, w13s_ = fp8_stack(w13, args.fp8)
+                        w2q, w2s_ = fp8_stack(w2, args.fp8)
+                    w13qs = [w13q] + [w13q.clone() for _ in range(copies - 1)]
+                    w2qs = [w2q] + [w2q.clone() for _ in range(copies - 1)]
+
+                    def f_fp8(i):
+                        return llmm.moe_ffn(x, w13qs[i % copies], w2qs[i % copies], ids, wts,
+                                            w_gate_up_scale=w13s_, w_down_scale=w2s_)
+
+                    fp8_err = rel_err(f_fp8(0), ref)
+                    impls["llmm_fp8"] = f_fp8
                 if tcfg is not None:
                     impls["triton"] = f_triton
                 try:
@@ -626,18 +685,30 @@ def gpu_run(args):
             w13s = w2s = None
             r = make_row(model, H, inter, E, top_k, m, active, wbytes, flops, times, err, loop_us, loop_err, copies,
                          device, reps, tri=tri)
+            if "llmm_fp8" in times:
+                f_us, f_eager = times["llmm_fp8"]
+                r.update(fp8_kind=args.fp8, fp8_us=f_us, fp8_eager_us=f_eager, fp8_rel_err=fp8_err,
+                         fp8_vs_bf16=r["us"] / f_us, fp8_vs_torch=r["baseline_us"] / f_us)
+                if not (fp8_err <= FP8_TOL):
+                    over_tol.append(r["case"] + " (fp8)")
             rows.append(r)
             if not (err <= TOL) or (loop_err is not None and not (loop_err <= TOL)):
                 over_tol.append(r["case"])
             if tri is not None and tri.get("rel_err") is not None and not (tri["rel_err"] <= TOL):
                 over_tol.append(r["case"] + " (triton)")
             print(fmt_row(r), flush=True)
+            if "fp8_us" in r:
+                print("%-16s %5d   fp8 %s: %.2f us graph (%.2f eager), llmm bf16 / fp8 %.2fx, torch bf16 / fp8 "
+                      "%.2fx, rel err %.2e vs the bf16 composition" %
+                      (r["model"][:16], m, r["fp8_kind"], r["fp8_us"], r["fp8_eager_us"], r["fp8_vs_bf16"],
+                       r["fp8_vs_torch"], r["fp8_rel_err"]), flush=True)
             if tri is not None:
                 print(triton_note(tfm, tri), flush=True)
             if out_f:
                 out_f.write(json.dumps(r) + "\n")
                 out_f.flush()
         del w13, w2
+        w13q = w2q = None
     if out_f:
         out_f.close()
     for line in summary(rows):
