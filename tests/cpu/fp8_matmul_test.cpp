@@ -37,7 +37,7 @@ TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   const ArchInfo h = hopper();
   EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), h).route, Fp8Route::Stream);
   EXPECT_EQ(plan_matmul_fp8(desc(16, 4096, 4096), h).route, Fp8Route::Stream);
-  EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::DequantLt);  // cublaslt: forced only for now
+  EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h, Fp8Route::CublasLt).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(4096, 4096, 4096, Precision::Exact), h).route, Fp8Route::DequantLt);
   MatmulFp8Desc odd = desc(64, 4096, 4104);  // k % 16 != 0: neither FP8 kernel takes it
@@ -48,6 +48,9 @@ TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   mis.lt_aligned = false;
   expect_error([&] { plan_matmul_fp8(mis, h, Fp8Route::CublasLt); }, ErrorCode::Unsupported, "not 16-byte aligned");
   EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::DequantLt);
+  MatmulFp8Desc big_unserved = desc(17, 4096, 4096);  // above the crossover, cuBLASLt has no algorithm
+  big_unserved.lt_served = false;
+  EXPECT_EQ(plan_matmul_fp8(big_unserved, h).route, Fp8Route::DequantLt);
   ArchInfo ampere = h;
   ampere.cc_major = 8;
   EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), ampere).route, Fp8Route::DequantLt);

@@ -96,7 +96,7 @@ TEST(Fp8MatmulGpu, AutoPicksStreamThenW8A8AndExactKeepsXUnquantized) {
   c.m = 2;
   EXPECT_EQ(run_fp8_case(ctx, c, {}).route, "stream");
   c.m = 64;
-  EXPECT_EQ(run_fp8_case(ctx, c, {}).route, "dequant_lt");  // cublaslt: forced only until verified
+  EXPECT_EQ(run_fp8_case(ctx, c, {}).route, "cublaslt");
   MatmulFp8Options exact;
   exact.precision = Precision::Exact;
   EXPECT_EQ(run_fp8_case(ctx, c, exact).route, "dequant_lt");

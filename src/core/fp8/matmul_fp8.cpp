@@ -20,6 +20,9 @@ constexpr std::int64_t kStreamMaxM = 16;       // the streaming gemv's most vect
 constexpr std::int64_t kStreamMaxVecs = 8;     // vectors one block holds (its largest instantiation)
 constexpr int kStreamRowsPerWarp = 4;          // fixed by the kernel
 constexpr std::int64_t kStreamTargetWarpsPerSm = 32;
+// Auto's crossover: the stream route (x unquantized, FP32 FMAs) up to this m, cuBLASLt's W8A8
+// GEMM above where it serves the shape (H100 bench/fp8_matmul.py rows; docs/design/fp8.md).
+constexpr std::int64_t kStreamOverLtMaxM = 16;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
@@ -110,14 +113,16 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
       break;
     case Fp8Route::DequantLt: p.route = Fp8Route::DequantLt, p.reason = "forced"; break;
     case Fp8Route::Auto:
-      if (!s_why) {
+      if (!s_why && (d.m <= kStreamOverLtMaxM || l_why)) {
         p.route = Fp8Route::Stream;
-        p.reason = "m <= 16: the weights streamed once, x unquantized";
+        p.reason = d.m <= kStreamOverLtMaxM ? "small m: the weights streamed once, x unquantized"
+                                            : std::string("cublaslt: ") + l_why + "; the weights streamed, x unquantized";
+      } else if (!l_why) {
+        p.route = Fp8Route::CublasLt;
+        p.reason = "x quantized per token (W8A8), cuBLASLt's FP8 GEMM with the weight's scales";
       } else {
-        // cublaslt (W8A8) stays off Auto until its GPU tests pass (its first H100 run found no
-        // cuBLASLt algorithm): forced only.
         p.route = Fp8Route::DequantLt;
-        p.reason = std::string("stream: ") + s_why + "; cublaslt: " + (l_why ? l_why : "not yet verified on a GPU (forced only)");
+        p.reason = std::string("stream: ") + (s_why ? s_why : "m above its crossover") + "; cublaslt: " + l_why;
       }
       break;
   }
