@@ -344,6 +344,14 @@ def test_cuda_routes(cuda_torch, kind):
                     with pytest.raises(llmm.Error, match="precision Exact keeps x unquantized"):
                         llmm.matmul_fp8(x.cuda(), codes, scales, route=route, precision=precision)
                     continue
+                if route == "cublaslt" and m < 32:  # cuBLASLt may have no algorithm for small m: refused then
+                    try:
+                        llmm.plan_matmul_fp8(m, n, k, torch.bfloat16, kind, device="cuda", route="cublaslt")
+                    except llmm.Error as e:
+                        assert "no FP8 algorithm" in str(e), str(e)
+                        with pytest.raises(llmm.Error, match="no FP8 algorithm"):
+                            llmm.matmul_fp8(x.cuda(), codes, scales, route=route, precision=precision)
+                        continue
                 y = llmm.matmul_fp8(x.cuda(), codes, scales, route=route, precision=precision)
                 assert y.dtype == torch.bfloat16 and y.is_cuda and y.shape == (m, n)
                 taken = route if route != "auto" else llmm.plan_matmul_fp8(
