@@ -36,7 +36,8 @@ MatmulFp8Desc desc(std::int64_t m, std::int64_t n, std::int64_t k, Precision p =
 TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   const ArchInfo h = hopper();
   EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), h).route, Fp8Route::Stream);
-  EXPECT_EQ(plan_matmul_fp8(desc(16, 4096, 4096), h).route, Fp8Route::Stream);
+  EXPECT_EQ(plan_matmul_fp8(desc(4, 4096, 4096), h).route, Fp8Route::Stream);
+  EXPECT_EQ(plan_matmul_fp8(desc(5, 4096, 4096), h).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h, Fp8Route::CublasLt).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(4096, 4096, 4096, Precision::Exact), h).route, Fp8Route::DequantLt);
@@ -48,9 +49,11 @@ TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   mis.lt_aligned = false;
   expect_error([&] { plan_matmul_fp8(mis, h, Fp8Route::CublasLt); }, ErrorCode::Unsupported, "not 16-byte aligned");
   EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::DequantLt);
-  MatmulFp8Desc big_unserved = desc(17, 4096, 4096);  // above the crossover, cuBLASLt has no algorithm
-  big_unserved.lt_served = false;
-  EXPECT_EQ(plan_matmul_fp8(big_unserved, h).route, Fp8Route::DequantLt);
+  MatmulFp8Desc unserved = desc(8, 4096, 4096);  // above the crossover, cuBLASLt has no algorithm
+  unserved.lt_served = false;
+  EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::Stream);
+  unserved.m = 17;
+  EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::DequantLt);
   ArchInfo ampere = h;
   ampere.cc_major = 8;
   EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), ampere).route, Fp8Route::DequantLt);
@@ -59,13 +62,13 @@ TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
 
 TEST(Fp8Plan, StreamConfigurationAndWorkspace) {
   const ArchInfo h = hopper();
-  Fp8Plan p = plan_matmul_fp8(desc(16, 4096, 4096), h);
+  Fp8Plan p = plan_matmul_fp8(desc(16, 4096, 4096), h, Fp8Route::Stream);
   EXPECT_EQ(p.gemv_vecs, 8);
   EXPECT_EQ(p.gemv_grid_x, 2);
   EXPECT_EQ(p.workspace_bytes, 0u);
   MatmulFp8Desc f = desc(8, 4096, 4096);
   f.x_dtype = DType::F32;  // f32 x: at most 4 vectors a pass
-  p = plan_matmul_fp8(f, h);
+  p = plan_matmul_fp8(f, h, Fp8Route::Stream);
   EXPECT_EQ(p.gemv_vecs, 4);
   EXPECT_EQ(p.gemv_grid_x, 2);
   p = plan_matmul_fp8(desc(3, 64, 256), h);
@@ -78,6 +81,16 @@ TEST(Fp8Plan, StreamConfigurationAndWorkspace) {
   const std::size_t codes = (100 * 304 + 255) / 256 * 256, xs = (3 * 100 * 4 + 255) / 256 * 256,
                     ws = (2 * 4 * 4 + 255) / 256 * 256;
   EXPECT_EQ(p.workspace_bytes, codes + xs + ws);
+  // m = 37 with block scales: cuBLASLt sees 40 tokens (3 zero ones) and writes D into the
+  // workspace, [40, 200] bf16, whose first 37 rows are copied to y.
+  p = plan_matmul_fp8(desc(37, 200, 304), h, Fp8Route::CublasLt);
+  const std::size_t codes40 = (40 * 304 + 255) / 256 * 256, xs40 = (3 * 40 * 4 + 255) / 256 * 256,
+                    d40 = (40 * 200 * 2 + 255) / 256 * 256;
+  EXPECT_EQ(p.workspace_bytes, codes40 + xs40 + ws + d40);
+  MatmulFp8Desc ch = desc(37, 200, 304);
+  ch.kind = Fp8ScaleKind::Channel;  // row scales: cuBLASLt takes any m, no staging
+  p = plan_matmul_fp8(ch, h, Fp8Route::CublasLt);
+  EXPECT_EQ(p.workspace_bytes, (37u * 304 + 255) / 256 * 256 + (37u * 4 + 255) / 256 * 256);
   // DequantLt: the image in x's dtype.
   p = plan_matmul_fp8(desc(100, 200, 304, Precision::Exact), h);
   EXPECT_EQ(p.workspace_bytes, (200u * 304 * 2 + 255) / 256 * 256);

@@ -27,7 +27,17 @@ struct Fp8LaunchArgs {
 struct Fp8WorkspaceLayout {
   std::size_t act_codes = 0, act_scales = 0, w_scales = 0, image = 0, total = 0;
   std::int64_t w_scale_ld = 0;  // Block128: the k-block pitch cuBLASLt wants (a multiple of 4)
+  // CublasLt: the token rows cuBLASLt sees. cuBLASLt's sm_90 block-scale GEMM serves only m % 4
+  // == 0 (its VEC128 activation scales [k / 128][m]), so the block kind pads m to lt_m with zero
+  // tokens, and D goes to y_stage ([lt_m, n] rows of n) whose first m rows are then copied to y.
+  std::int64_t lt_m = 0;
+  bool y_staged = false;
+  std::size_t y_stage = 0;
 };
+// The token rows the cublaslt route hands cuBLASLt for m tokens of a scale kind.
+inline std::int64_t fp8_lt_rows(Fp8ScaleKind kind, std::int64_t m) {
+  return kind == Fp8ScaleKind::Block128 ? (m + 3) / 4 * 4 : m;
+}
 Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int64_t n, std::int64_t k,
                                         Fp8ScaleKind kind, DType dtype);
 

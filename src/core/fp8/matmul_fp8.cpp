@@ -22,7 +22,7 @@ constexpr int kStreamRowsPerWarp = 4;          // fixed by the kernel
 constexpr std::int64_t kStreamTargetWarpsPerSm = 32;
 // Auto's crossover: the stream route (x unquantized, FP32 FMAs) up to this m, cuBLASLt's W8A8
 // GEMM above where it serves the shape (H100 bench/fp8_matmul.py rows; docs/design/fp8.md).
-constexpr std::int64_t kStreamOverLtMaxM = 16;
+constexpr std::int64_t kStreamOverLtMaxM = 4;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
@@ -67,10 +67,12 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
   const char* what = "matmul_fp8 workspace";
   if (route == Fp8Route::CublasLt) {
     const std::int64_t kb = ceil_div(k, kFp8Block);
+    w.lt_m = fp8_lt_rows(kind, m);
+    w.y_staged = w.lt_m != m;
     w.act_codes = 0;
-    std::size_t at = align256(to_usize(checked_mul(m, k, what), what));
+    std::size_t at = align256(to_usize(checked_mul(w.lt_m, k, what), what));
     w.act_scales = at;
-    const std::int64_t act_scales = kind == Fp8ScaleKind::Block128 ? checked_mul(kb, m, what) : m;
+    const std::int64_t act_scales = kind == Fp8ScaleKind::Block128 ? checked_mul(kb, w.lt_m, what) : w.lt_m;
     at += align256(to_usize(checked_mul(act_scales, 4, what), what));
     w.w_scales = at;
     std::int64_t w_scales = 0;
@@ -81,6 +83,10 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
       w_scales = n;  // the one scale broadcast to a per-channel vector
     }
     at += align256(to_usize(checked_mul(w_scales, 4, what), what));
+    if (w.y_staged) {
+      w.y_stage = at;
+      at += align256(to_usize(checked_mul(checked_mul(w.lt_m, n, what), static_cast<std::int64_t>(dtype_size(dtype)), what), what));
+    }
     w.total = at;
   } else if (route == Fp8Route::DequantLt) {
     w.image = 0;

@@ -1,5 +1,7 @@
 // CUDA side of llmm::matmul_fp8: resolve every kernel of the plan (names, the cuBLASLt FP8
 // algorithm), let the context refuse any, then launch as planned.
+#include <cuda_runtime.h>
+
 #include <array>
 #include <map>
 #include <memory>
@@ -24,11 +26,13 @@ const cuda_fp8::CublasLtFp8Gemm* lt_plan(Context& ctx, const Fp8LaunchArgs& a) {
   if (!slot) slot = std::make_shared<LtFp8Cache>();
   auto& cache = *static_cast<LtFp8Cache*>(slot.get());
   const bool block = a.kind == Fp8ScaleKind::Block128;
-  const LtKey key{a.m, a.n, a.k, a.w_ld, a.y_ld, static_cast<std::int64_t>(a.dtype), block};
+  // The rows cuBLASLt sees (block: m padded to a multiple of 4, D staged in rows of n).
+  const std::int64_t lt_m = fp8_lt_rows(a.kind, a.m), y_ld = lt_m != a.m ? a.n : a.y_ld;
+  const LtKey key{lt_m, a.n, a.k, a.w_ld, y_ld, static_cast<std::int64_t>(a.dtype), block};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     cuda_fp8::LtFp8Shape s;
-    s.m = a.m, s.n = a.n, s.k = a.k, s.w_ld = a.w_ld, s.y_ld = a.y_ld, s.out = a.dtype, s.block = block;
+    s.m = lt_m, s.n = a.n, s.k = a.k, s.w_ld = a.w_ld, s.y_ld = y_ld, s.out = a.dtype, s.block = block;
     std::shared_ptr<cuda_fp8::CublasLtFp8Gemm> g;
     try {
       g = std::make_shared<cuda_fp8::CublasLtFp8Gemm>(ctx.cublaslt_handle(), s, Context::kCublasLtWorkspaceBytes);
@@ -85,7 +89,15 @@ Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchAr
                             (a.kind == Fp8ScaleKind::Block128 && lay.w_scale_ld != (a.k + kFp8Block - 1) / kFp8Block);
       const float* w_scales = staged_w ? reinterpret_cast<const float*>(a.workspace + lay.w_scales) : a.scales;
       void* lt_ws = ctx.cublaslt_workspace();
-      lt.run(a.codes, w_scales, codes, x_scales, a.y, lt_ws, s);
+      void* d = lay.y_staged ? static_cast<void*>(a.workspace + lay.y_stage) : a.y;
+      lt.run(a.codes, w_scales, codes, x_scales, d, lt_ws, s);
+      if (lay.y_staged) {  // the m real rows of the padded D (a copy on the stream: capturable)
+        const std::size_t es = dtype_size(a.dtype);
+        const cudaError_t e = cudaMemcpy2DAsync(a.y, static_cast<std::size_t>(a.y_ld) * es, d, static_cast<std::size_t>(a.n) * es,
+                                                static_cast<std::size_t>(a.n) * es, static_cast<std::size_t>(a.m),
+                                                cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s));
+        if (e != cudaSuccess) fail(ErrorCode::Cuda, "matmul_fp8: copying the staged rows failed: ", cudaGetErrorString(e));
+      }
       const ByteRange ws{a.workspace, lay.total};
       ctx.note_launch(qname, [&] {
         LaunchRanges r;
@@ -100,6 +112,7 @@ Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchAr
         r.reads.push_back(ws);
         r.reads.push_back({lt_ws, Context::kCublasLtWorkspaceBytes});
         r.writes.push_back({lt_ws, Context::kCublasLtWorkspaceBytes});
+        if (lay.y_staged) r.writes.push_back(ws);
         return r;
       });
       return Receipt{"cublaslt", lt.description(), 2};

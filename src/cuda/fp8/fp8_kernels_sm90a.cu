@@ -58,11 +58,12 @@ __device__ __forceinline__ void store8_codes(std::uint8_t* dst, const float (&f)
 // Groups of 128 (the block kind): a half-warp per (token, group), 8 values a lane held in
 // registers between the amax and the codes (x read once). Rows (group = k): a block per token,
 // the amax reduced over the block, then the row read again (from L2) for the codes. k % 16 == 0
-// (the route's gate), so every lane's 8 values lie in one group. Scales [group][m]. The grid's
+// (the route's gate), so every lane's 8 values lie in one group. Scales [group][m]. Tokens m_x
+// to m - 1 are zero (the block kind's padding to m % 4 == 0): codes 0, scale 1. The grid's
 // threads also write the weight scales cuBLASLt reads.
 template <class T>
 __global__ void __launch_bounds__(kQuantThreads)
-    fp8_quantize_rows_kernel(const T* __restrict__ x, std::int64_t m, std::int64_t k, std::int64_t x_ld,
+    fp8_quantize_rows_kernel(const T* __restrict__ x, std::int64_t m_x, std::int64_t m, std::int64_t k, std::int64_t x_ld,
                              bool by_row, bool vec, std::uint8_t* __restrict__ codes, float* __restrict__ act_scales,
                              const float* __restrict__ w_scales_in, float* __restrict__ w_scales_out,
                              std::int64_t w_rows, std::int64_t w_cols, std::int64_t w_ld_out, bool w_broadcast) {
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kQuantThreads)
       const std::int64_t l = g * 128 + h * 8;
       const bool mine = u < units && l < k;
       float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (mine) load8(x + i * x_ld + l, vec, f);
+      if (mine && i < m_x) load8(x + i * x_ld + l, vec, f);
       float amax = 0.0f;
       bool finite = true;
 #pragma unroll
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     for (std::int64_t i = blockIdx.x; i < m; i += gridDim.x) {  // block-uniform
       const T* row = x + i * x_ld;
       float amax = 0.0f, bad = 0.0f;
-      for (std::int64_t l = std::int64_t{threadIdx.x} * 8; l < k; l += kQuantThreads * 8) {
+      for (std::int64_t l = std::int64_t{threadIdx.x} * 8; l < k && i < m_x; l += kQuantThreads * 8) {
         float f[8];
         load8(row + l, vec, f);
 #pragma unroll
@@ -120,8 +121,8 @@ __global__ void __launch_bounds__(kQuantThreads)
       const float s = act_scale(amax, bad == 0.0f);
       if (threadIdx.x == 0) act_scales[i] = s;
       for (std::int64_t l = std::int64_t{threadIdx.x} * 8; l < k; l += kQuantThreads * 8) {
-        float f[8];
-        load8(row + l, vec, f);
+        float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (i < m_x) load8(row + l, vec, f);
         store8_codes(codes + i * k + l, f, s);
       }
     }
@@ -206,12 +207,13 @@ void launch_quantize(const detail::Fp8LaunchArgs& a, const detail::Fp8WorkspaceL
   // 16-byte loads where x's base and rows allow them (8 values of T are 16 or 32 bytes).
   const std::size_t esz = dtype_size(a.dtype);
   const bool vec = (reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0) && (a.x_ld * static_cast<std::int64_t>(esz)) % 16 == 0;
-  const std::int64_t units = by_row ? a.m : a.m * ((a.k + 127) / 128);
+  const std::int64_t m = lay.lt_m;  // rows a.m .. lt_m - 1: zero tokens (scale 1, codes 0)
+  const std::int64_t units = by_row ? m : m * ((a.k + 127) / 128);
   const unsigned grid = std::max(by_row ? blocks_for(units, 1) : blocks_for(units, 2 * (kQuantThreads / 32)),
                                  blocks_for(w_rows * w_cols, kQuantThreads));
   host::with_float_type(a.dtype, [&](auto t) {
     using T = decltype(t);
-    fp8_quantize_rows_kernel<T><<<grid, kQuantThreads, 0, s>>>(static_cast<const T*>(a.x), a.m, a.k, a.x_ld, by_row, vec,
+    fp8_quantize_rows_kernel<T><<<grid, kQuantThreads, 0, s>>>(static_cast<const T*>(a.x), a.m, m, a.k, a.x_ld, by_row, vec,
                                                               codes, act_scales, a.scales, w_out, w_rows, w_cols, w_ld,
                                                               a.kind == Fp8ScaleKind::Tensor);
   });
