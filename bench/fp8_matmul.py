@@ -61,7 +61,7 @@ QUICK_MS = [1, 16, 2048]
 CPU_SHAPES = [(200, 384), (384, 256)]
 CPU_MS = [1, 16, 40]
 KINDS = ["block", "channel"]
-DEFAULT_ROUTES = ["stream", "cublaslt"]
+DEFAULT_ROUTES = ["stream", "stream_mma", "cublaslt"]
 DECODE_M = 16                # weights rotated over copies at m <= this
 L2_BYTES = 50e6
 ROTATE_BYTES = 3 * L2_BYTES  # the copies of one implementation's weights exceed this
@@ -70,7 +70,8 @@ E4M3_MAX = 448.0
 BLOCK = 128
 SANITY_TOL = 0.1
 BASELINES = ["torch_bf16", "smm_row", "smm_row_q", "smm_block", "smm_block_q"]
-SHORT = {"llmm": "llmm", "llmm_stream": "stream", "llmm_cublaslt": "cublaslt", "llmm_dequant_lt": "dequant",
+SHORT = {"llmm": "llmm", "llmm_stream": "stream", "llmm_stream_mma": "str_mma", "llmm_cublaslt": "cublaslt",
+         "llmm_dequant_lt": "dequant",
          "torch_bf16": "bf16", "smm_row": "row", "smm_row_q": "row+q", "smm_block": "blk", "smm_block_q": "blk+q"}
 
 

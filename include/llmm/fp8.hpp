@@ -76,6 +76,8 @@ enum class Fp8Route {
              // otherwise), cuBLASLt FP8 tensor cores with f32 scales (Fast only)
   DequantLt, // the weight decoded into the context's workspace in x's dtype, then llmm::matmul:
              // x unquantized (any layout)
+  StreamMma, // m <= 16, f16/bf16 x: the weights streamed once and widened to x's type for
+             // tensor-core mma (f32 accumulation); x unquantized
 };
 const char* fp8_route_name(Fp8Route r) noexcept;
 
@@ -103,6 +105,7 @@ struct Fp8Plan {
   Fp8Route route = Fp8Route::Cpu;
   std::string reason;
   int gemv_vecs = 0, gemv_k_lanes = 0, gemv_grid_x = 0;  // Stream's configuration
+  int mma_k_warps = 0;                                   // StreamMma's warps along K per 16-row tile
   std::size_t workspace_bytes = 0;                       // from the context's per-stream pool
 };
 

@@ -247,7 +247,8 @@ def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto"
 
     precision "fast" (default) lets a CUDA route quantize x per token to e4m3 (W8A8 on FP8 tensor
     cores, what FP8 serving runs); "exact" keeps x as given. route "auto", "stream" (m <= 16: the
-    weights streamed once, x unquantized), "cublaslt" (W8A8, fast only), "dequant_lt" (the weight
+    weights streamed once, x unquantized, CUDA-core FMAs), "stream_mma" (the same on tensor cores,
+    f16/bf16 x), "cublaslt" (W8A8, fast only), "dequant_lt" (the weight
     decoded into llmm's workspace, then a 16/32-bit GEMM) or "cpu" (NumPy arrays: the float64
     reference, rounded once into out). The CUDA routes need an H100/H200 (sm_90) except dequant_lt.
     The first call of a size allocates llmm's workspace: warm up before CUDA-graph capture.
@@ -276,7 +277,7 @@ def plan_matmul_fp8(m: int, n: int, k: int, dtype="bfloat16", scale_kind: str = 
     ("tensor", "channel", "block") on `device` ("cpu", "cuda", "cuda:N", a torch.device or an array
     there; None: "cuda" where llmm.cuda_available(), else "cpu"), for dense arrays on aligned bases:
     {"route", "reason", "workspace_bytes" (of llmm's per-stream workspace), "gemv_vecs",
-    "gemv_k_lanes", "gemv_grid_x" (the stream route's launch; 0 for the others)}. route: "auto" or a
+    "gemv_k_lanes", "gemv_grid_x" (the stream route's launch), "mma_k_warps" (stream_mma's); 0 for the others}. route: "auto" or a
     route to check: one that cannot take the problem raises llmm.Error saying why. Pure."""
     op = "plan_matmul_fp8"
     if device is None:

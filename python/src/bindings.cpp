@@ -400,9 +400,10 @@ Fp8ScaleKind fp8_kind_of(nb::handle h, const char* op, const char* name) {
 
 Fp8Route fp8_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (Fp8Route x : {Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::CublasLt, Fp8Route::DequantLt})
+  for (Fp8Route x : {Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::StreamMma, Fp8Route::CublasLt,
+                     Fp8Route::DequantLt})
     if (r == fp8_route_name(x)) return x;
-  fail(ErrorCode::InvalidArgument, op, ": unknown fp8 route '", r, "' (auto, cpu, stream, cublaslt, dequant_lt)");
+  fail(ErrorCode::InvalidArgument, op, ": unknown fp8 route '", r, "' (auto, cpu, stream, stream_mma, cublaslt, dequant_lt)");
 }
 
 // FP8 weight codes: a uint8 array of float8_e4m3fn bits, or a float8_e4m3fn array where the
@@ -835,6 +836,7 @@ NB_MODULE(_llmm, m) {
         r["gemv_vecs"] = p.gemv_vecs;
         r["gemv_k_lanes"] = p.gemv_k_lanes;
         r["gemv_grid_x"] = p.gemv_grid_x;
+        r["mma_k_warps"] = p.mma_k_warps;
         return r;
       },
       nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("dtype").none(), nb::arg("scale_kind").none(),

@@ -229,9 +229,9 @@ def test_refusals_name_the_problem():
     # options
     refuses(llmm.Error, "precision must be 'exact' or 'fast', got 'EXACT'",
             lambda: llmm.matmul_fp8(x, codes, scales, precision="EXACT", out=out), out)
-    refuses(llmm.Error, r"unknown fp8 route 'gemv' \(auto, cpu, stream, cublaslt, dequant_lt\)",
+    refuses(llmm.Error, r"unknown fp8 route 'gemv' \(auto, cpu, stream, stream_mma, cublaslt, dequant_lt\)",
             lambda: llmm.matmul_fp8(x, codes, scales, route="gemv", out=out), out)
-    for r in ("stream", "cublaslt", "dequant_lt"):  # CUDA routes on NumPy arrays
+    for r in ("stream", "stream_mma", "cublaslt", "dequant_lt"):  # CUDA routes on NumPy arrays
         refuses(llmm.Error, f"route {r} needs a CUDA context", lambda r=r: llmm.matmul_fp8(x, codes, scales, route=r,
                                                                                           out=out), out)
     # not arrays: TypeError naming the argument
@@ -249,10 +249,10 @@ def test_refusals_name_the_problem():
 def test_plan_matmul_fp8_on_the_cpu():
     p = llmm.plan_matmul_fp8(7, 300, 260, "float32", "block", device="cpu")
     assert p == {"route": "cpu", "reason": "CPU context: the float64 reference", "workspace_bytes": 0, "gemv_vecs": 0,
-                 "gemv_k_lanes": 0, "gemv_grid_x": 0}
+                 "gemv_k_lanes": 0, "gemv_grid_x": 0, "mma_k_warps": 0}
     assert llmm.plan_matmul_fp8(1, 4096, 4096, np.float16, "tensor", device="cpu", route="cpu")["route"] == "cpu"
     assert llmm.plan_matmul_fp8(2, 8, 8, device=np.ones((2, 8), np.float32))["route"] == "cpu"
-    for r in ("stream", "cublaslt", "dequant_lt"):
+    for r in ("stream", "stream_mma", "cublaslt", "dequant_lt"):
         with pytest.raises(llmm.Error, match=f"route {r} needs a CUDA context"):
             llmm.plan_matmul_fp8(1, 256, 256, "bf16", "block", device="cpu", route=r)
     with pytest.raises(llmm.Error, match="plan_matmul_fp8: unknown dtype"):
@@ -337,7 +337,7 @@ def test_cuda_routes(cuda_torch, kind):
         x64 = x.double().numpy()
         ref = x64 @ wq.T
         bound = np.abs(x64) @ np.abs(wq).T
-        routes = ["auto", "dequant_lt"] + (["stream"] if m <= 16 else []) + ["cublaslt"]
+        routes = ["auto", "dequant_lt"] + (["stream", "stream_mma"] if m <= 16 else []) + ["cublaslt"]
         for route in routes:
             for precision in ("fast", "exact"):
                 if route == "cublaslt" and precision == "exact":
@@ -358,7 +358,7 @@ def test_cuda_routes(cuda_torch, kind):
                     m, n, k, torch.bfloat16, kind, precision=precision, device="cuda")["route"]
                 # every route: bf16 output rounding. stream: exact products, f32 accumulation;
                 # dequant_lt: the weight rounded to bf16 first; cublaslt (W8A8): x rounded to e4m3
-                per_bound = {"stream": 1e-5, "dequant_lt": 2.0 ** -8, "cublaslt": 2.0 ** -4}[taken]
+                per_bound = {"stream": 1e-5, "stream_mma": 1e-5, "dequant_lt": 2.0 ** -8, "cublaslt": 2.0 ** -4}[taken]
                 tol = 2.0 ** -8 * np.abs(ref) + per_bound * bound
                 err = np.abs(y.double().cpu().numpy() - ref)
                 assert np.all(err <= tol), (route, taken, precision, m, float(np.max(err / tol)))

@@ -96,6 +96,24 @@ TEST(Fp8Plan, StreamConfigurationAndWorkspace) {
   EXPECT_EQ(p.workspace_bytes, (200u * 304 * 2 + 255) / 256 * 256);
 }
 
+TEST(Fp8Plan, StreamMmaTakesSixteenBitXAndSplitsK) {
+  const ArchInfo h = hopper();
+  // 256 tiles of 16 rows, 64 rounds of 64 k: K split until ~16 warps an SM (8 warps a tile).
+  Fp8Plan p = plan_matmul_fp8(desc(8, 4096, 4096), h, Fp8Route::StreamMma);
+  ASSERT_EQ(p.route, Fp8Route::StreamMma);
+  EXPECT_EQ(p.mma_k_warps, 8);
+  EXPECT_EQ(p.workspace_bytes, 0u);
+  // 1152 tiles: two warps a tile already give ~17 warps an SM.
+  EXPECT_EQ(plan_matmul_fp8(desc(1, 18432, 7168), h, Fp8Route::StreamMma).mma_k_warps, 2);
+  // A short K keeps each warp >= 8 rounds: k 512 is 8 rounds, one warp.
+  EXPECT_EQ(plan_matmul_fp8(desc(1, 64, 512), h, Fp8Route::StreamMma).mma_k_warps, 1);
+  MatmulFp8Desc f = desc(4, 4096, 4096);
+  f.x_dtype = DType::F32;
+  expect_error([&] { plan_matmul_fp8(f, h, Fp8Route::StreamMma); }, ErrorCode::Unsupported, "not f16 or bf16");
+  expect_error([&] { plan_matmul_fp8(desc(17, 64, 64), h, Fp8Route::StreamMma); }, ErrorCode::Unsupported,
+               "m is outside 1..16");
+}
+
 TEST(Fp8Plan, ForcedRoutesRefuseWhatTheyDoNotTake) {
   const ArchInfo h = hopper();
   expect_error([&] { plan_matmul_fp8(desc(17, 64, 64), h, Fp8Route::Stream); }, ErrorCode::Unsupported, "m is outside 1..16");

@@ -46,6 +46,30 @@ TEST(Fp8MatmulGpu, StreamEveryKindDtypeAndM) {
       }
 }
 
+// The tensor-core decode: both 16-bit dtypes, every kind, one and two n8 tiles (m 8 / 9), a K
+// that ends inside a 64-deep round (272, 400) and one that ends on a tile (512), n not a multiple
+// of 16, padded rows; a single tile with its K over 8 warps (n 16, k 4096).
+TEST(Fp8MatmulGpu, StreamMmaEveryKindDtypeAndM) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 150;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (Fp8ScaleKind kind : kKinds)
+      for (std::int64_t m : {1, 3, 8, 9, 16})
+        for (std::int64_t k : {272, 400, 512}) {
+          Fp8Case c;
+          c.m = m, c.n = 131, c.k = k, c.dtype = dt, c.kind = kind, c.x_pad = pad16(dt), c.y_pad = 3, c.w_pad = 16;
+          c.seed = ++seed;
+          const Receipt r = run_fp8_case(ctx, c, forced(Fp8Route::StreamMma));
+          EXPECT_EQ(r.route, "stream_mma");
+        }
+  for (Fp8ScaleKind kind : kKinds) {
+    Fp8Case c;
+    c.m = 5, c.n = 16, c.k = 4096, c.kind = kind, c.seed = ++seed;
+    EXPECT_EQ(run_fp8_case(ctx, c, forced(Fp8Route::StreamMma)).route, "stream_mma");
+  }
+}
+
 TEST(Fp8MatmulGpu, CublasLtW8A8EveryKindAndDtype) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -79,10 +103,10 @@ TEST(Fp8MatmulGpu, DequantLtEveryKindAnyLayout) {
 TEST(Fp8MatmulGpu, NonFiniteInputsOnEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (Fp8Route route : {Fp8Route::Stream, Fp8Route::CublasLt, Fp8Route::DequantLt})
+  for (Fp8Route route : {Fp8Route::Stream, Fp8Route::StreamMma, Fp8Route::CublasLt, Fp8Route::DequantLt})
     for (Fp8ScaleKind kind : kKinds) {
       Fp8Case c;
-      c.m = route == Fp8Route::Stream ? 4 : 24, c.n = 136, c.k = 256, c.kind = kind, c.nonfinite = true;
+      c.m = route == Fp8Route::Stream || route == Fp8Route::StreamMma ? 4 : 24, c.n = 136, c.k = 256, c.kind = kind, c.nonfinite = true;
       c.seed = 400 + static_cast<std::uint64_t>(route);
       run_fp8_case(ctx, c, forced(route));
     }

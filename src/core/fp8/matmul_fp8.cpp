@@ -38,6 +38,12 @@ const char* stream_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   return nullptr;
 }
 
+const char* stream_mma_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+  if (const char* why = stream_refusal(d, arch)) return why;
+  if (d.x_dtype != DType::F16 && d.x_dtype != DType::BF16) return "x is not f16 or bf16 (the mma's operand type)";
+  return nullptr;
+}
+
 const char* lt_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   if (d.precision == Precision::Exact) return "precision Exact keeps x unquantized (W8A8 needs Fast)";
   if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "cuBLASLt's FP8 scale modes used here are sm_90 only";
@@ -56,6 +62,7 @@ const char* fp8_route_name(Fp8Route r) noexcept {
     case Fp8Route::Stream: return "stream";
     case Fp8Route::CublasLt: return "cublaslt";
     case Fp8Route::DequantLt: return "dequant_lt";
+    case Fp8Route::StreamMma: return "stream_mma";
   }
   return "?";
 }
@@ -118,6 +125,11 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
       p.route = Fp8Route::CublasLt, p.reason = "forced";
       break;
     case Fp8Route::DequantLt: p.route = Fp8Route::DequantLt, p.reason = "forced"; break;
+    case Fp8Route::StreamMma:
+      if (const char* why = stream_mma_refusal(d, arch))
+        fail(ErrorCode::Unsupported, kOp, ": route stream_mma does not take m ", d.m, " n ", d.n, " k ", d.k, ": ", why);
+      p.route = Fp8Route::StreamMma, p.reason = "forced";
+      break;
     case Fp8Route::Auto:
       if (!s_why && (d.m <= kStreamOverLtMaxM || l_why)) {
         p.route = Fp8Route::Stream;
@@ -131,6 +143,14 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
         p.reason = std::string("stream: ") + (s_why ? s_why : "m above its crossover") + "; cublaslt: " + l_why;
       }
       break;
+  }
+  if (p.route == Fp8Route::StreamMma) {
+    // 16-row tiles, K split over 1..8 warps of a 256-thread block until the device has ~16
+    // warps an SM, while each warp keeps >= 2 unrolled groups of 4 rounds of 64 k.
+    const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
+    const std::int64_t tiles = ceil_div(std::max<std::int64_t>(d.n, 1), 16), rounds = ceil_div(d.k, 64);
+    p.mma_k_warps = 1;
+    while (p.mma_k_warps < 8 && tiles * p.mma_k_warps < sms * 16 && rounds >= 8 * 2 * p.mma_k_warps) p.mma_k_warps *= 2;
   }
   if (p.route == Fp8Route::Stream) {
     // A block per pass of up to 8 vectors; K split over 1, 2 or 4 warps a row group until the

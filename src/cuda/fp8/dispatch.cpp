@@ -73,6 +73,13 @@ Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchAr
       ctx.note_launch(name, [&] { return inputs_outputs(a); });
       return Receipt{"stream", name, 1};
     }
+    case Fp8Route::StreamMma: {
+      const std::string name = cuda_fp8::gemv_mma_e4m3_kernel_name(a, plan.mma_k_warps);
+      ctx.check_launchable(name);
+      cuda_fp8::launch_gemv_mma_e4m3(a, plan.mma_k_warps, s);
+      ctx.note_launch(name, [&] { return inputs_outputs(a); });
+      return Receipt{"stream_mma", name, 1};
+    }
     case Fp8Route::CublasLt: {
       const Fp8WorkspaceLayout lay = fp8_workspace_layout(plan.route, a.m, a.n, a.k, a.kind, a.dtype);
       if (!a.workspace || lay.total > plan.workspace_bytes) fail(ErrorCode::Internal, "matmul_fp8: cublaslt without its workspace");

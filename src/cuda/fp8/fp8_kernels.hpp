@@ -13,6 +13,11 @@ namespace llmm::cuda_fp8 {
 std::string gemv_e4m3_kernel_name(const detail::Fp8LaunchArgs& a, int vecs, int k_lanes);
 void launch_gemv_e4m3(const detail::Fp8LaunchArgs& a, int vecs, int k_lanes, int grid_x, StreamHandle s);
 
+// The streaming decode on tensor cores (gemv_mma_e4m3_kernel): m <= 16, f16/bf16 x, k % 16 == 0,
+// 16-byte aligned rows; k_warps warps along K per 16-row tile (1, 2, 4, 8).
+std::string gemv_mma_e4m3_kernel_name(const detail::Fp8LaunchArgs& a, int k_warps);
+void launch_gemv_mma_e4m3(const detail::Fp8LaunchArgs& a, int k_warps, StreamHandle s);
+
 // The W8A8 route's operand preparation, one kernel: x quantized per token (groups of 128 for the
 // block kind, whole rows otherwise; quantize_fp8_activations' rule, bit for bit) into the
 // workspace's codes [m, k] and scales [groups][m]; the weight scales as cuBLASLt reads them
