@@ -722,8 +722,8 @@ def parse_args():
     if not a.kinds or any(s not in KINDS for s in a.kinds):
         ap.error("--kinds takes block, channel")
     a.routes = [s.strip() for s in a.routes.split(",") if s.strip()]
-    if any(s not in ("stream", "cublaslt", "dequant_lt") for s in a.routes):
-        ap.error("--routes takes stream, cublaslt, dequant_lt")
+    if any(s not in ("stream", "stream_mma", "cublaslt", "dequant_lt") for s in a.routes):
+        ap.error("--routes takes stream, stream_mma, cublaslt, dequant_lt")
     if a.quick and not a.cpu_check:
         a.reps = min(a.reps, 5)
     return a

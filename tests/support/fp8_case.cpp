@@ -105,7 +105,9 @@ Receipt run_fp8_case(Context& ctx, const Fp8Case& c, const MatmulFp8Options& opt
   Tolerance tol;
   tol.u_out = out_roundoff(c.dtype);
   if (w8a8) {
-    tol.u = std::ldexp(1.0, -13), tol.c = 1.0;  // FP8 MMA: reduced-precision accumulation, promoted per 128-deep block
+    // cuBLASLt's FP8 tensor cores accumulate in reduced precision between promotions: an H100 run
+    // measured up to 4.9 x 2^-13 of sum |x||w| (f32 outputs, k 272 and 512).
+    tol.u = std::ldexp(1.0, -10), tol.c = 1.0;
   } else if (r.route == "stream_mma") {
     tol.u = std::ldexp(1.0, -20), tol.c = 4.0;  // exact products, the tensor core's f32 sums (not IEEE-rounded)
   } else if (r.route == "dequant_lt") {
