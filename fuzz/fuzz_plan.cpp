@@ -11,6 +11,8 @@
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "core/ternary/tq2_moe_stream_plan.hpp"
 #include "fuzz_util.hpp"
+#include "core/fp8/fp8_launch.hpp"
+#include "llmm/fp8.hpp"
 #include "llmm/matmul.hpp"
 #include "llmm/ternary.hpp"
 #include "llmm/ternary_moe.hpp"
@@ -460,12 +462,91 @@ void check_tq2_moe_plan(FuzzedDataProvider& in) {
 
 }  // namespace
 
+// plan_matmul_fp8 (include/llmm/fp8.hpp): negative sizes refused (InvalidArgument); Auto never
+// refuses otherwise, except a workspace whose size overflows (InvalidArgument); a forced route's
+// refusal is Unsupported; the planned route keeps its gates (stream / stream_mma: m 1..16, k % 16,
+// aligned, sm_90, 16-bit x for stream_mma; cublaslt: Fast, k % 16, aligned, served, sm_90; the CPU
+// on a CPU arch); the workspace holds the route's layout; the answer is deterministic.
+void check_fp8_plan(FuzzedDataProvider& in) {
+  MatmulFp8Desc d;
+  d.m = fuzz::edgy<std::int64_t>(in), d.n = fuzz::edgy<std::int64_t>(in), d.k = fuzz::edgy<std::int64_t>(in);
+  d.x_dtype = fuzz::pick_dtype(in);
+  d.kind = in.PickValueInArray({Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128});
+  d.precision = in.ConsumeBool() ? Precision::Exact : Precision::Fast;
+  d.stream_aligned = in.ConsumeBool(), d.lt_aligned = in.ConsumeBool(), d.lt_served = in.ConsumeBool();
+  const ArchInfo arch = consume_arch(in);
+  const Fp8Route force = in.PickValueInArray(
+      {Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::StreamMma, Fp8Route::CublasLt, Fp8Route::DequantLt});
+  const bool cuda = arch.kind == DeviceKind::CUDA, sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
+  const bool nonneg = d.m >= 0 && d.n >= 0 && d.k >= 0;
+  const auto desc = [&] {
+    return std::string("m ") + std::to_string(d.m) + " n " + std::to_string(d.n) + " k " + std::to_string(d.k) + " " +
+           std::string(dtype_name(d.x_dtype)) + " " + fp8_scale_kind_name(d.kind) + (cuda ? " cuda cc " : " cpu ") +
+           std::to_string(arch.cc()) + " force " + fp8_route_name(force);
+  };
+  fuzz::Refusal why;
+  auto p = attempt([&] { return plan_matmul_fp8(d, arch, force); }, &why);
+  if (!nonneg) FUZZ_CHECK(!p && why.code == ErrorCode::InvalidArgument, "negative size not refused: ", desc());
+  if (!p) {
+    FUZZ_CHECK(why.code == ErrorCode::Unsupported || why.code == ErrorCode::InvalidArgument, why.message);
+    if (force == Fp8Route::Auto && nonneg)
+      FUZZ_CHECK(why.code == ErrorCode::InvalidArgument && (why.message.find("overflows") != std::string::npos ||
+                                                           why.message.find("does not fit") != std::string::npos),
+                 "Auto refused a valid problem: ", why.message, " (", desc(), ")");
+    return;
+  }
+  auto again = plan_matmul_fp8(d, arch, force);
+  FUZZ_CHECK(again.route == p->route && again.reason == p->reason && again.workspace_bytes == p->workspace_bytes &&
+                 again.gemv_vecs == p->gemv_vecs && again.gemv_k_lanes == p->gemv_k_lanes &&
+                 again.gemv_grid_x == p->gemv_grid_x && again.mma_k_warps == p->mma_k_warps,
+             "plan_matmul_fp8 is not deterministic: ", desc());
+  if (force != Fp8Route::Auto) FUZZ_CHECK(p->route == force, "a forced route was not taken: ", desc());
+  FUZZ_CHECK((p->route == Fp8Route::Cpu) == !cuda, "the CPU route iff a CPU arch: ", desc());
+  const bool streamable = d.m >= 1 && d.m <= 16 && d.k % 16 == 0 && d.stream_aligned && sm90;
+  switch (p->route) {
+    case Fp8Route::Stream:
+      FUZZ_CHECK(streamable, "stream planned outside its gates: ", desc());
+      FUZZ_CHECK(p->gemv_grid_x >= 1 && p->gemv_grid_x * p->gemv_vecs >= d.m &&
+                     (p->gemv_vecs == 1 || p->gemv_vecs == 2 || p->gemv_vecs == 4 || p->gemv_vecs == 8) &&
+                     (d.x_dtype != DType::F32 || p->gemv_vecs <= 4) &&
+                     (p->gemv_k_lanes == 32 || p->gemv_k_lanes == 64 || p->gemv_k_lanes == 128),
+                 "stream configuration: ", desc());
+      FUZZ_CHECK(p->workspace_bytes == 0, "stream with a workspace: ", desc());
+      break;
+    case Fp8Route::StreamMma:
+      FUZZ_CHECK(streamable && (d.x_dtype == DType::F16 || d.x_dtype == DType::BF16), "stream_mma outside its gates: ",
+                 desc());
+      FUZZ_CHECK(p->mma_k_warps == 1 || p->mma_k_warps == 2 || p->mma_k_warps == 4 || p->mma_k_warps == 8,
+                 "stream_mma configuration: ", desc());
+      break;
+    case Fp8Route::CublasLt: {
+      FUZZ_CHECK(sm90 && d.precision == Precision::Fast && d.k >= 16 && d.k % 16 == 0 && d.lt_aligned && d.lt_served,
+                 "cublaslt planned outside its gates: ", desc());
+      const auto lay = detail::fp8_workspace_layout(Fp8Route::CublasLt, d.m, d.n, d.k, d.kind, d.x_dtype);
+      FUZZ_CHECK(lay.lt_m >= d.m && (d.kind != Fp8ScaleKind::Block128 || lay.lt_m % 4 == 0) && lay.lt_m - d.m < 4,
+                 "cublaslt's padded rows: ", desc());
+      FUZZ_CHECK(p->workspace_bytes == lay.total &&
+                     static_cast<u128>(lay.total) >= static_cast<u128>(lay.lt_m) * static_cast<u128>(d.k),
+                 "cublaslt workspace: ", desc());
+      break;
+    }
+    case Fp8Route::DequantLt:
+      FUZZ_CHECK(cuda, "dequant_lt on a CPU arch: ", desc());
+      FUZZ_CHECK(static_cast<u128>(p->workspace_bytes) >=
+                     static_cast<u128>(d.n) * static_cast<u128>(d.k) * static_cast<u128>(dtype_size(d.x_dtype)),
+                 "dequant_lt's image does not fit: ", desc());
+      break;
+    default: break;
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange(0, 3)) {
+  switch (in.ConsumeIntegralInRange(0, 4)) {
     case 0: check_dense(in); break;
     case 1: check_tq2_plan(in); break;
     case 2: check_tq2_moe_plan(in); break;
+    case 3: check_fp8_plan(in); break;
     default: check_workspace(in); break;
   }
   return 0;

@@ -114,6 +114,18 @@ TEST(Fp8Plan, StreamMmaTakesSixteenBitXAndSplitsK) {
                "m is outside 1..16");
 }
 
+// Sizes the planner cannot hold: refused with InvalidArgument, never a wrapped workspace size
+// (fuzz_plan found k = 2^63 - 1 wrapping the dequant image's 256-byte round-up).
+TEST(Fp8Plan, NegativeAndOverflowingSizesAreRefused) {
+  ArchInfo volta = hopper();
+  volta.cc_major = 7;
+  expect_error([&] { plan_matmul_fp8(desc(-1, 64, 64), hopper()); }, ErrorCode::InvalidArgument, "non-negative");
+  expect_error([&] { plan_matmul_fp8(desc(20, 1, std::numeric_limits<std::int64_t>::max()), volta); },
+               ErrorCode::InvalidArgument, "overflows");
+  expect_error([&] { plan_matmul_fp8(desc(std::numeric_limits<std::int64_t>::max(), 4096, 4096), hopper()); },
+               ErrorCode::InvalidArgument, "overflows");
+}
+
 TEST(Fp8Plan, ForcedRoutesRefuseWhatTheyDoNotTake) {
   const ArchInfo h = hopper();
   expect_error([&] { plan_matmul_fp8(desc(17, 64, 64), h, Fp8Route::Stream); }, ErrorCode::Unsupported, "m is outside 1..16");

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "llmm/fp8.hpp"
 
@@ -36,7 +37,8 @@ struct Fp8WorkspaceLayout {
 };
 // The token rows the cublaslt route hands cuBLASLt for m tokens of a scale kind.
 inline std::int64_t fp8_lt_rows(Fp8ScaleKind kind, std::int64_t m) {
-  return kind == Fp8ScaleKind::Block128 ? (m + 3) / 4 * 4 : m;
+  if (kind != Fp8ScaleKind::Block128 || m % 4 == 0 || m > std::numeric_limits<std::int64_t>::max() - 4) return m;
+  return m - m % 4 + 4;
 }
 Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int64_t n, std::int64_t k,
                                         Fp8ScaleKind kind, DType dtype);

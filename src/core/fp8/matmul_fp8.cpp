@@ -24,8 +24,12 @@ constexpr std::int64_t kStreamTargetWarpsPerSm = 32;
 // GEMM above where it serves the shape (H100 bench/fp8_matmul.py rows; docs/design/fp8.md).
 constexpr std::int64_t kStreamOverLtMaxM = 4;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
+// a >= 0, b > 0; no overflow near INT64_MAX.
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+// b rounded up to 256 bytes; refused (InvalidArgument) where that overflows.
+std::size_t align256(std::size_t b) {
+  return to_usize(checked_add(b, 255, "matmul_fp8 workspace"), "matmul_fp8 workspace") / 256 * 256;
+}
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
@@ -80,7 +84,7 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
     std::size_t at = align256(to_usize(checked_mul(w.lt_m, k, what), what));
     w.act_scales = at;
     const std::int64_t act_scales = kind == Fp8ScaleKind::Block128 ? checked_mul(kb, w.lt_m, what) : w.lt_m;
-    at += align256(to_usize(checked_mul(act_scales, 4, what), what));
+    at = to_usize(checked_add(at, align256(to_usize(checked_mul(act_scales, 4, what), what)), what), what);
     w.w_scales = at;
     std::int64_t w_scales = 0;
     if (kind == Fp8ScaleKind::Block128) {
@@ -89,10 +93,14 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
     } else if (kind == Fp8ScaleKind::Tensor) {
       w_scales = n;  // the one scale broadcast to a per-channel vector
     }
-    at += align256(to_usize(checked_mul(w_scales, 4, what), what));
+    at = to_usize(checked_add(at, align256(to_usize(checked_mul(w_scales, 4, what), what)), what), what);
     if (w.y_staged) {
       w.y_stage = at;
-      at += align256(to_usize(checked_mul(checked_mul(w.lt_m, n, what), static_cast<std::int64_t>(dtype_size(dtype)), what), what));
+      at = to_usize(checked_add(at, align256(to_usize(checked_mul(checked_mul(w.lt_m, n, what),
+                                                                  static_cast<std::int64_t>(dtype_size(dtype)), what),
+                                                     what)),
+                                what),
+                    what);
     }
     w.total = at;
   } else if (route == Fp8Route::DequantLt) {
@@ -104,6 +112,8 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
 }  // namespace detail
 
 Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route force) {
+  if (d.m < 0 || d.n < 0 || d.k < 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": sizes must be non-negative, got m ", d.m, " n ", d.n, " k ", d.k);
   Fp8Plan p;
   if (arch.kind == DeviceKind::CPU) {
     if (force != Fp8Route::Auto && force != Fp8Route::Cpu)
@@ -150,7 +160,8 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
     const std::int64_t sms = arch.sm_count > 0 ? arch.sm_count : 132;
     const std::int64_t tiles = ceil_div(std::max<std::int64_t>(d.n, 1), 16), rounds = ceil_div(d.k, 64);
     p.mma_k_warps = 1;
-    while (p.mma_k_warps < 8 && tiles * p.mma_k_warps < sms * 16 && rounds >= 8 * 2 * p.mma_k_warps) p.mma_k_warps *= 2;
+    while (p.mma_k_warps < 8 && tiles < sms * 16 && tiles * p.mma_k_warps < sms * 16 && rounds >= 8 * 2 * p.mma_k_warps)
+      p.mma_k_warps *= 2;
   }
   if (p.route == Fp8Route::Stream) {
     // A block per pass of up to 8 vectors; K split over 1, 2 or 4 warps a row group until the
@@ -165,7 +176,8 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
     const std::int64_t row_groups = ceil_div(std::max<std::int64_t>(d.n, 1), kStreamRowsPerWarp);
     const std::int64_t k_vecs = d.k / 16;
     p.gemv_k_lanes = 32;
-    while (p.gemv_k_lanes < 128 && row_groups * passes * (p.gemv_k_lanes / 32) < sms * kStreamTargetWarpsPerSm &&
+    while (p.gemv_k_lanes < 128 && row_groups < sms * kStreamTargetWarpsPerSm &&
+           row_groups * passes * (p.gemv_k_lanes / 32) < sms * kStreamTargetWarpsPerSm &&
            k_vecs >= 4 * p.gemv_k_lanes)
       p.gemv_k_lanes *= 2;
   }
