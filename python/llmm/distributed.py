@@ -32,7 +32,7 @@ from typing import Any, List, Tuple
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
 
-__all__ = ["ExpertParallelMoE", "local_expert_range"]
+__all__ = ["ExpertParallelMoE", "local_expert_range", "masked_experts_ffn"]
 
 
 class ExpertParallelMoE:
@@ -170,3 +170,35 @@ def local_expert_range(n_experts: int, world: int, rank: int) -> Tuple[int, int]
     first = rank * base + min(rank, extra)
     return first, first + base + (1 if rank < extra else 0)
 
+
+
+def masked_experts_ffn(x, counts, w_gate_up, w_down, *, activation: str = "silu", route: str = "auto",
+                       precision: str = "exact", w_gate_up_scale=None, w_down_scale=None):
+    """The expert FFN on the masked layout of DeepEP's low-latency mode: x [E_local, max_m, hidden]
+    (expert e's received tokens in rows 0 .. counts[e] - 1 of slab e), counts [E_local] integers on
+    x's device. Returns out [E_local, max_m, hidden] in x's dtype: row r of slab e is
+    w_down[e] @ act(w_gate_up[e] @ x[e, r]) for r < counts[e], zero after (a count above max_m
+    counts as max_m, a negative one as 0). The counts are read on the device (no host sync: CUDA-graph
+    capturable); each row is a one-slot llmm.moe_ffn row with weight 1, so a row's bits do not
+    depend on the other rows within a pinned route."""
+    import torch
+
+    import llmm
+
+    if x.dim() != 3 or counts.dim() != 1 or int(counts.shape[0]) != int(x.shape[0]):
+        raise llmm.Error(f"llmm.distributed.masked_experts_ffn: x must be [E_local, max_m, hidden] and counts "
+                         f"[E_local]; got {tuple(x.shape)} and {tuple(counts.shape)}")
+    if counts.dtype.is_floating_point or counts.dtype.is_complex or counts.dtype == torch.bool:
+        raise llmm.Error(f"llmm.distributed.masked_experts_ffn: counts must be integers, got {counts.dtype}")
+    e_local, max_m, hidden = (int(v) for v in x.shape)
+    rows = torch.arange(max_m, device=x.device).reshape(1, max_m)
+    expert = torch.arange(e_local, device=x.device, dtype=torch.int32).reshape(e_local, 1)
+    live = rows < counts.to(x.device).reshape(e_local, 1).to(torch.int64)
+    ids = torch.where(live, expert, torch.full_like(expert, -1)).reshape(e_local * max_m, 1)
+    wts = torch.ones((e_local * max_m, 1), dtype=torch.float32, device=x.device)
+    scales = {}
+    if w_gate_up_scale is not None or w_down_scale is not None:
+        scales = dict(w_gate_up_scale=w_gate_up_scale, w_down_scale=w_down_scale)
+    out = llmm.moe_ffn(x.reshape(e_local * max_m, hidden), w_gate_up, w_down, ids, wts, activation=activation,
+                       route=route, precision=precision, **scales)
+    return out.reshape(e_local, max_m, hidden)

@@ -86,3 +86,25 @@ def test_split_and_environment():
     assert [ld.local_expert_range(8, 2, r) for r in range(2)] == [(0, 4), (4, 8)]
     for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
         assert os.environ[k] == v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masked_layout_rows_match_one_slot_ffn(dtype):
+    w13, w2 = W.model(dtype)
+    g = torch.Generator().manual_seed(5)
+    max_m = 7
+    x = torch.randn(W.E, max_m, W.HIDDEN, generator=g).to(dtype)
+    counts = torch.tensor([0, 7, 3, 9, -2, 1])  # empty, full, partial, above max_m, negative, one
+    out = ld.masked_experts_ffn(x, counts, w13, w2)
+    assert out.shape == x.shape and out.dtype == dtype
+    for e in range(W.E):
+        n = max(0, min(int(counts[e]), max_m))
+        assert torch.count_nonzero(out[e, n:]) == 0, e
+        if n:
+            ids = torch.full((n, 1), e, dtype=torch.int64)
+            ref = llmm.moe_ffn(x[e, :n].contiguous(), w13, w2, ids, torch.ones(n, 1))
+            assert torch.equal(out[e, :n], ref), e
+    with pytest.raises(llmm.Error, match=r"x must be \[E_local, max_m, hidden\]"):
+        ld.masked_experts_ffn(x[0], counts, w13, w2)
+    with pytest.raises(llmm.Error, match="counts must be integers"):
+        ld.masked_experts_ffn(x, counts.float(), w13, w2)
