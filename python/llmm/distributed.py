@@ -80,10 +80,26 @@ class ExpertParallelMoE:
             starts.append(starts[-1] + c)
         self.starts = starts  # rank r owns experts [starts[r], starts[r + 1])
         self.first_expert = starts[self.rank]
+        # phase_seconds: set to a dict to time each call's phases (routing, exchange, experts,
+        # combine) into it, the device synchronized at each boundary (benchmarks only: it
+        # serializes what would overlap).
+        self.phase_seconds = None
 
     def _comm_device(self, like) -> Any:
         # gloo moves CPU tensors, NCCL CUDA ones: the collectives run where the weights live.
         return like.device if hasattr(like, "device") else "cpu"
+
+    def _mark(self, phase: str, x) -> None:
+        if self.phase_seconds is None:
+            return
+        import time
+
+        if x.is_cuda:
+            self._torch.cuda.synchronize(x.device)
+        now = time.perf_counter()
+        if phase:
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + now - self._t
+        self._t = now
 
     def _exchange(self, out, inp, out_splits: List[int], in_splits: List[int]):
         if self.world == 1:
@@ -111,6 +127,7 @@ class ExpertParallelMoE:
         m, hidden = int(x.shape[0]), int(x.shape[1])
         top_k = int(topk_ids.shape[1])
         dev = x.device
+        self._mark("", x)
         ids = topk_ids.reshape(-1).to(torch.int64)
         wts = topk_weights.reshape(-1)
         valid = (ids >= 0) & (ids < self.n_experts)
@@ -122,19 +139,23 @@ class ExpertParallelMoE:
         order = torch.argsort(owner, stable=True)
         pairs, owner = pairs[order], owner[order]
         send_counts = torch.bincount(owner, minlength=self.world).to(torch.int64)
+        self._mark("route", x)
         recv_counts = torch.empty_like(send_counts)
         self._exchange(recv_counts, send_counts, [1] * self.world, [1] * self.world)
         send: List[int] = [int(v) for v in send_counts.tolist()]
         recv: List[int] = [int(v) for v in recv_counts.tolist()]
+        self._mark("counts", x)
         n_recv = sum(recv)
 
         starts = torch.tensor(self.starts[:-1], dtype=torch.int64, device=dev)
         x_send = x.index_select(0, pairs // top_k).contiguous()
         id_send = (ids[pairs] - starts[owner]).to(torch.int32)
         w_send = wts[pairs].contiguous()
+        self._mark("route", x)
         x_recv = self._exchange(x.new_empty((n_recv, hidden)), x_send, recv, send)
         id_recv = self._exchange(torch.empty(n_recv, dtype=torch.int32, device=dev), id_send, recv, send)
         w_recv = self._exchange(wts.new_empty((n_recv,)), w_send, recv, send)
+        self._mark("dispatch", x)
 
         # The local experts, one slot a row (its routing weight applied inside, as moe_ffn does).
         scales = {}
@@ -146,7 +167,9 @@ class ExpertParallelMoE:
                              precision=self.precision, **scales)
         else:
             y = x.new_empty((0, hidden))
+        self._mark("experts", x)
         y_back = self._exchange(x.new_empty((int(pairs.numel()), hidden)), y.contiguous(), send, recv)
+        self._mark("return", x)
 
         # Each token's slots in slot order, in float32, rounded once to x's dtype. A pair with an
         # id outside [0, n_experts) adds weight * 0 (NaN / Inf weights propagate).
@@ -160,7 +183,9 @@ class ExpertParallelMoE:
         acc = torch.zeros((m, hidden), dtype=torch.float32, device=dev)
         for s in range(top_k):
             acc = acc + contrib[:, s]
-        return acc.to(x.dtype)
+        out = acc.to(x.dtype)
+        self._mark("combine", x)
+        return out
 
 
 def local_expert_range(n_experts: int, world: int, rank: int) -> Tuple[int, int]:
