@@ -13,6 +13,19 @@ def model(dtype):
     return w13, w2
 
 
+def fp8_model():
+    """The bf16 model's experts as FP8 e4m3 with 128 x 128 block scales (llmm.quantize_fp8 per
+    expert): (w13 codes, w13 scales, w2 codes, w2 scales), scales [E, ceil(n/128), ceil(k/128)]."""
+    import llmm
+
+    w13, w2 = model(torch.float32)
+    out = []
+    for w in (w13, w2):
+        pairs = [llmm.quantize_fp8(w[e], scale="block") for e in range(E)]
+        out += [torch.stack([c for c, _ in pairs]), torch.stack([s for _, s in pairs])]
+    return tuple(out)
+
+
 def tokens(rank, dtype):
     """Rank 0: uniform routing; 1: ids outside [0, E) (one with a NaN weight); 2: no tokens;
     3: every slot on expert 0 (hot). Ids repeat within a token."""
@@ -34,10 +47,15 @@ def work(rank, world, init_file, out_dir, dtype_name):
     try:
         import llmm.distributed as ld
 
-        dtype = getattr(torch, dtype_name)
-        w13, w2 = model(dtype)
         lo, hi = ld.local_expert_range(E, world, rank)
-        moe = ld.ExpertParallelMoE(w13[lo:hi], w2[lo:hi], E)
+        if dtype_name == "fp8":
+            c13, s13, c2, s2 = fp8_model()
+            moe = ld.ExpertParallelMoE(c13[lo:hi], c2[lo:hi], E, w_gate_up_scale=s13[lo:hi], w_down_scale=s2[lo:hi])
+            dtype = torch.bfloat16
+        else:
+            dtype = getattr(torch, dtype_name)
+            w13, w2 = model(dtype)
+            moe = ld.ExpertParallelMoE(w13[lo:hi], w2[lo:hi], E)
         x, ids, wts = tokens(rank, dtype)
         out = moe(x, ids, wts)
         torch.save(out, "%s/out%d.pt" % (out_dir, rank))

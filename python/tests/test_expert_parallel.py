@@ -58,6 +58,20 @@ def test_ranks_match_one_process_bitwise(world, dtype_name, tmp_path):
             assert float((a - b).abs().max()) <= tol * float(b.abs().max()), rank
 
 
+def test_fp8_experts_over_two_ranks(tmp_path):
+    outs = run_ranks(2, "fp8", tmp_path)
+    c13, s13, c2, s2 = W.fp8_model()
+    one = ld.ExpertParallelMoE(c13, c2, W.E, w_gate_up_scale=s13, w_down_scale=s2)
+    for rank, out in enumerate(outs):
+        x, ids, wts = W.tokens(rank, torch.bfloat16)
+        ref = one(x, ids, wts)
+        assert torch.equal(torch.nan_to_num(out), torch.nan_to_num(ref)) and torch.equal(out.isnan(), ref.isnan())
+        full = llmm.moe_ffn(x, c13, c2, ids, wts, w_gate_up_scale=s13, w_down_scale=s2)
+        if x.shape[0]:
+            a, b = torch.nan_to_num(out).double(), torch.nan_to_num(full).double()
+            assert float((a - b).abs().max()) <= 2 ** -6 * float(b.abs().max()), rank
+
+
 def test_a_nan_weight_on_a_dropped_id_still_propagates():
     dtype = torch.float32
     w13, w2 = W.model(dtype)
