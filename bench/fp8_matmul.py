@@ -679,6 +679,9 @@ def targets(rows):
         line("decode m 1, FP8 weights >= 15 MB: fraction of copy bandwidth >= 0.90",
              [r["graph_copy_fraction"] for r in dec if "graph_copy_fraction" in r], 0.90),
         line("decode m 1, FP8 weights >= 15 MB: bf16 time / llmm >= 1.9", speed(dec, "torch_bf16"), 1.9),
+        line("decode m 2..16, FP8 weights >= 15 MB: fraction of copy bandwidth >= 0.90",
+             [r["graph_copy_fraction"] for r in rows
+              if 2 <= r["m"] <= 16 and r["fp8_bytes"] >= 15e6 and "graph_copy_fraction" in r], 0.90),
         line("prefill m >= 1024, channel scales: _scaled_mm row-wise / llmm >= 1.0",
              speed([r for r in big if r["kind"] == "channel"], "smm_row"), 1.0),
         line("prefill m >= 1024, block scales: _scaled_mm row-wise / llmm >= 0.9",
