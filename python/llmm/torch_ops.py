@@ -50,7 +50,7 @@ from llmm import _llmm  # noqa: F401  (the extension must load before any op is 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
 
-__all__ = ["matmul", "matmul_id", "gemm_tq2", "moe_ffn", "fused_experts", "TernaryLinear"]
+__all__ = ["matmul", "matmul_id", "gemm_tq2", "moe_ffn", "fused_experts", "matmul_fp8", "TernaryLinear", "Fp8Linear"]
 
 Tensor = torch.Tensor
 
@@ -159,6 +159,24 @@ def _moe_ffn_fake(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu
     return x.new_empty(x.shape)
 
 
+# ---------------------------------------------------------------------------------------------
+# llmm::matmul_fp8: x [m, k] @ dequant(weight)^T, weight float8_e4m3fn [n, k] (or uint8 bits), the
+# scale kind read off scale's shape ([1] / [1, 1] tensor, [n] / [n, 1] channel, [ceil(n/128),
+# ceil(k/128)] block: llmm.matmul_fp8's rules).
+
+@_custom_op("llmm::matmul_fp8")
+def _matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, precision: str = "fast", route: str = "auto") -> Tensor:
+    return llmm.matmul_fp8(x, weight, scale, precision=precision, route=route)
+
+
+@_matmul_fp8.register_fake
+def _matmul_fp8_fake(x, weight, scale, precision="fast", route="auto"):
+    if x.dim() != 2 or weight.dim() != 2:
+        raise llmm.Error(f"llmm.matmul_fp8: x must be [m, k] and weight [n, k], got shapes {list(x.shape)} and "
+                         f"{list(weight.shape)}")
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
 # llmm._llmm_torch, where built, registers the CPU and CUDA kernels of llmm::matmul,
 # llmm::matmul_id and llmm::gemm_tq2 in C++: they take the ops' calls from the Python kernels
 # above (a backend kernel outranks the CompositeExplicitAutograd one custom_op registers), with
@@ -190,6 +208,75 @@ def moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk
     FP8 e4m3 experts with w_gate_up_scale and w_down_scale."""
     return torch.ops.llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation, route, precision,
                                   w_gate_up_scale, w_down_scale)
+
+
+def matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, *, precision: str = "fast", route: str = "auto") -> Tensor:
+    """torch.ops.llmm.matmul_fp8: x [m, k] @ dequant(weight [n, k])^T as a new [m, n] tensor in x's dtype
+    (see llmm.matmul_fp8)."""
+    return torch.ops.llmm.matmul_fp8(x, weight, scale, precision, route)
+
+
+class Fp8Linear(torch.nn.Module):
+    """y = x @ dequant(W)^T (+ bias) with an FP8 e4m3 weight: codes float8_e4m3fn [n, k] and float32
+    scales per tensor, per output channel or per [128, 128] block (DeepSeek's `weight_scale_inv`),
+    kept as buffers (`.to(device)` moves them).
+
+    x is [..., k] (f32, f16 or bf16); y is [..., n] in x's dtype. precision "fast" (the default) lets
+    the op quantize x per token on tensor cores (W8A8, what FP8 serving runs); "exact" keeps x as
+    given. Uses torch.ops.llmm.matmul_fp8, so torch.compile(fullgraph=True) traces it.
+    """
+
+    def __init__(self, weight: Tensor, scale: Tensor, bias: Optional[Tensor] = None, *, precision: str = "fast",
+                 route: str = "auto"):
+        super().__init__()
+        if weight.dim() != 2:
+            raise llmm.Error(f"llmm.Fp8Linear: weight must be [n, k], got shape {list(weight.shape)}")
+        if weight.dtype == torch.uint8:
+            weight = weight.view(torch.float8_e4m3fn)
+        if weight.dtype != torch.float8_e4m3fn:
+            raise llmm.Error(f"llmm.Fp8Linear: weight must be float8_e4m3fn (or uint8 bits), got {weight.dtype}")
+        self.out_features, self.in_features = int(weight.shape[0]), int(weight.shape[1])
+        self.register_buffer("weight", weight.contiguous())
+        self.register_buffer("scale", scale.to(torch.float32).contiguous())
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), requires_grad=False)
+        self.precision, self.route = precision, route
+        # The kind now, not at the first call: a wrong scale shape is refused here.
+        llmm.fp8._scale_kind_of("Fp8Linear", tuple(int(d) for d in self.scale.shape), self.out_features,
+                                self.in_features)
+
+    @classmethod
+    def from_float(cls, w: Tensor, bias: Optional[Tensor] = None, *, scale: str = "block", device=None,
+                   **kw) -> "Fp8Linear":
+        """Quantizes a float [n, k] weight with llmm.quantize_fp8 (scale "block", "channel" or
+        "tensor") onto `device` (default w's)."""
+        codes, scales = llmm.quantize_fp8(w.detach(), scale=scale)
+        dev = w.device if device is None else torch.device(device)
+        return cls(codes.to(dev), scales.to(dev), None if bias is None else bias.to(dev), **kw)
+
+    @classmethod
+    def from_safetensors(cls, path, name: str, bias: Optional[Tensor] = None, *, device="cpu", **kw) -> "Fp8Linear":
+        """A checkpoint's FP8 weight `name` with its `name + "_scale_inv"` (llmm.load_fp8_safetensors:
+        DeepSeek's naming)."""
+        codes, scales, _ = llmm.load_fp8_safetensors(path, name)
+        dev = torch.device(device)
+        w = torch.from_numpy(codes.copy()).view(torch.float8_e4m3fn).to(dev)
+        return cls(w, torch.from_numpy(scales.copy()).to(dev), None if bias is None else bias.to(dev), **kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise llmm.Error(f"llmm.Fp8Linear: x's last dimension is {x.shape[-1] if x.dim() else None}, the layer's "
+                             f"in_features {self.in_features}")
+        lead = x.shape[:-1]
+        y = torch.ops.llmm.matmul_fp8(x.reshape(-1, self.in_features), self.weight, self.scale, self.precision,
+                                      self.route)
+        y = y.reshape(*lead, self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        kind = llmm.fp8._scale_kind_of("Fp8Linear", tuple(int(d) for d in self.scale.shape), self.out_features,
+                                       self.in_features)
+        return (f"in_features={self.in_features}, out_features={self.out_features}, scale={kind!r}, "
+                f"precision={self.precision!r}")
 
 
 def _given(v) -> bool:
