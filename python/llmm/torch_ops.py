@@ -50,7 +50,8 @@ from llmm import _llmm  # noqa: F401  (the extension must load before any op is 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
 
-__all__ = ["matmul", "matmul_id", "gemm_tq2", "moe_ffn", "fused_experts", "matmul_fp8", "TernaryLinear", "Fp8Linear"]
+__all__ = ["matmul", "matmul_id", "gemm_tq2", "moe_ffn", "fused_experts", "matmul_fp8", "TernaryLinear", "Fp8Linear",
+           "quantize_linears_fp8"]
 
 Tensor = torch.Tensor
 
@@ -277,6 +278,23 @@ class Fp8Linear(torch.nn.Module):
                                        self.in_features)
         return (f"in_features={self.in_features}, out_features={self.out_features}, scale={kind!r}, "
                 f"precision={self.precision!r}")
+
+
+def quantize_linears_fp8(module: torch.nn.Module, *, scale: str = "block", precision: str = "fast",
+                         route: str = "auto", skip=None) -> int:
+    """Replaces every torch.nn.Linear inside `module` (in place) by an Fp8Linear of its weight
+    quantized with llmm.quantize_fp8 (`scale` "block", "channel" or "tensor") and its bias; skip(name,
+    linear) -> True keeps one (e.g. the lm head). Returns how many were replaced."""
+    done = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, torch.nn.Linear) and not (skip is not None and skip(name, child)):
+            setattr(module, name, Fp8Linear.from_float(child.weight, child.bias, scale=scale, precision=precision,
+                                                       route=route))
+            done += 1
+        else:
+            done += quantize_linears_fp8(child, scale=scale, precision=precision, route=route,
+                                         skip=None if skip is None else (lambda n, m, p=name: skip(p + "." + n, m)))
+    return done
 
 
 def _given(v) -> bool:

@@ -2,6 +2,7 @@
 the op against llmm.matmul_fp8 bit for bit, the module against the float64 product of the
 dequantized weight, opcheck, torch.compile(fullgraph=True), a DeepSeek-style safetensors file,
 and the refusals."""
+import copy
 import os
 import sys
 
@@ -112,3 +113,27 @@ def test_from_safetensors_deepseek_naming(tmp_path):
     assert np.array_equal(layer.weight.view(torch.uint8).numpy(), codes)
     x = torch.randn(4, 260, generator=torch.Generator().manual_seed(10))
     assert torch.equal(layer(x), llmm.matmul_fp8(x, codes, scales))
+
+
+def test_quantize_linears_fp8_swaps_every_linear_but_the_skipped():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.SiLU(),
+                                torch.nn.Sequential(torch.nn.Linear(96, 80, bias=False)), torch.nn.Linear(80, 10))
+    ref_model = copy.deepcopy(model)  # the float model, kept apart before the swap
+    x = torch.randn(6, 64)
+    keep = model[3]
+    n = T.quantize_linears_fp8(model, scale="channel", precision="exact", skip=lambda name, m: name == "3")
+    assert n == 2 and isinstance(model[0], T.Fp8Linear) and isinstance(model[2][0], T.Fp8Linear)
+    assert model[3] is keep and model[2][0].bias is None
+    # The swapped model equals the float model run on the dequantized weights.
+    with torch.no_grad():
+        for lin, fp8 in ((ref_model[0], model[0]), (ref_model[2][0], model[2][0])):
+            lin.weight.copy_(torch.from_numpy(dequant(fp8)))
+        want = ref_model(x)
+    got = model(x)
+    assert isinstance(ref_model[2][0], torch.nn.Linear) and ref_model[2][0].weight.dtype == torch.float32
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    seen = []
+    T.quantize_linears_fp8(torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(8, 8))),
+                           skip=lambda name, m: seen.append(name) or True)
+    assert seen == ["0.0"]
