@@ -27,7 +27,7 @@ here calls a multicast API.
 from __future__ import annotations
 
 import os
-from typing import Any, List, Tuple
+from typing import List, Tuple
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
@@ -62,11 +62,11 @@ class ExpertParallelMoE:
         if int(w_down.shape[0]) != local:
             raise Error(f"llmm.distributed.ExpertParallelMoE: w_gate_up holds {local} experts but w_down "
                         f"{int(w_down.shape[0])}")
-        self.distributed = not single_process and dist.is_available() and dist.is_initialized()
         self.group = group
-        if self.distributed:
+        if not single_process and dist.is_available() and dist.is_initialized():
             self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
-            mine = torch.tensor([local], dtype=torch.int64, device=self._comm_device(w_gate_up))
+            # gloo moves CPU tensors, NCCL CUDA ones: the collectives run where the weights live.
+            mine = torch.tensor([local], dtype=torch.int64, device=w_gate_up.device)
             counts = [torch.zeros_like(mine) for _ in range(self.world)]
             dist.all_gather(counts, mine, group=group)
             self.counts: List[int] = [int(c.item()) for c in counts]
@@ -79,15 +79,10 @@ class ExpertParallelMoE:
         for c in self.counts:
             starts.append(starts[-1] + c)
         self.starts = starts  # rank r owns experts [starts[r], starts[r + 1])
-        self.first_expert = starts[self.rank]
         # phase_seconds: set to a dict to time each call's phases (routing, exchange, experts,
         # combine) into it, the device synchronized at each boundary (benchmarks only: it
         # serializes what would overlap).
         self.phase_seconds = None
-
-    def _comm_device(self, like) -> Any:
-        # gloo moves CPU tensors, NCCL CUDA ones: the collectives run where the weights live.
-        return like.device if hasattr(like, "device") else "cpu"
 
     def _mark(self, phase: str, x) -> None:
         if self.phase_seconds is None:

@@ -242,8 +242,8 @@ class Fp8Linear(torch.nn.Module):
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), requires_grad=False)
         self.precision, self.route = precision, route
         # The kind now, not at the first call: a wrong scale shape is refused here.
-        llmm.fp8._scale_kind_of("Fp8Linear", tuple(int(d) for d in self.scale.shape), self.out_features,
-                                self.in_features)
+        self.scale_kind = llmm.fp8._scale_kind_of("Fp8Linear", tuple(int(d) for d in self.scale.shape),
+                                                  self.out_features, self.in_features)
 
     @classmethod
     def from_float(cls, w: Tensor, bias: Optional[Tensor] = None, *, scale: str = "block", device=None,
@@ -274,9 +274,7 @@ class Fp8Linear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
-        kind = llmm.fp8._scale_kind_of("Fp8Linear", tuple(int(d) for d in self.scale.shape), self.out_features,
-                                       self.in_features)
-        return (f"in_features={self.in_features}, out_features={self.out_features}, scale={kind!r}, "
+        return (f"in_features={self.in_features}, out_features={self.out_features}, scale={self.scale_kind!r}, "
                 f"precision={self.precision!r}")
 
 

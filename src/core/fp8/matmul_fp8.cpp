@@ -76,36 +76,33 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
                                         Fp8ScaleKind kind, DType dtype) {
   Fp8WorkspaceLayout w;
   const char* what = "matmul_fp8 workspace";
+  // Parts one after another, each 256-byte aligned; every size checked for overflow.
+  std::size_t at = 0;
+  auto part = [&](std::uint64_t count, std::uint64_t elem_bytes) {
+    const std::size_t offset = at;
+    at = to_usize(checked_add(at, align256(to_usize(checked_mul(count, elem_bytes, what), what)), what), what);
+    return offset;
+  };
+  const std::uint64_t es = dtype_size(dtype);
   if (route == Fp8Route::CublasLt) {
     const std::int64_t kb = ceil_div(k, kFp8Block);
     w.lt_m = fp8_lt_rows(kind, m);
     w.y_staged = w.lt_m != m;
-    w.act_codes = 0;
-    std::size_t at = align256(to_usize(checked_mul(w.lt_m, k, what), what));
-    w.act_scales = at;
-    const std::int64_t act_scales = kind == Fp8ScaleKind::Block128 ? checked_mul(kb, w.lt_m, what) : w.lt_m;
-    at = to_usize(checked_add(at, align256(to_usize(checked_mul(act_scales, 4, what), what)), what), what);
-    w.w_scales = at;
-    std::int64_t w_scales = 0;
+    w.act_codes = part(w.lt_m, k);
+    w.act_scales = part(kind == Fp8ScaleKind::Block128 ? checked_mul(kb, w.lt_m, what) : w.lt_m, 4);
+    std::uint64_t w_scales = 0;
     if (kind == Fp8ScaleKind::Block128) {
       w.w_scale_ld = (kb + 3) / 4 * 4;
       w_scales = checked_mul(ceil_div(n, kFp8Block), w.w_scale_ld, what);
     } else if (kind == Fp8ScaleKind::Tensor) {
       w_scales = n;  // the one scale broadcast to a per-channel vector
     }
-    at = to_usize(checked_add(at, align256(to_usize(checked_mul(w_scales, 4, what), what)), what), what);
-    if (w.y_staged) {
-      w.y_stage = at;
-      at = to_usize(checked_add(at, align256(to_usize(checked_mul(checked_mul(w.lt_m, n, what),
-                                                                  static_cast<std::int64_t>(dtype_size(dtype)), what),
-                                                     what)),
-                                what),
-                    what);
-    }
+    w.w_scales = part(w_scales, 4);
+    if (w.y_staged) w.y_stage = part(checked_mul(w.lt_m, n, what), es);
     w.total = at;
   } else if (route == Fp8Route::DequantLt) {
-    w.image = 0;
-    w.total = align256(to_usize(checked_mul(checked_mul(n, k, what), static_cast<std::int64_t>(dtype_size(dtype)), what), what));
+    w.image = part(checked_mul(n, k, what), es);
+    w.total = at;
   }
   return w;
 }
