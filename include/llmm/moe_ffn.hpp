@@ -1,16 +1,21 @@
 // The expert FFN of a Mixture-of-Experts block in one call:
-//   out[t, :] = sum_{s < top_k} topk_weights[t, s] * W_down[e] . act(W_gate[e] . x[t], W_up[e] . x[t])
-// with e = ids[t, s] (an id outside [0, n_experts) contributes zero), W_gate / W_up the first /
-// last `inter` rows of w_gate_up[e] (vLLM's w13 and transformers' gate_up_proj layout), and the
-// sum over s in slot order (fixed, no atomics: the same bits on every run).
-// On CUDA: the gate_up matmul_id (its output rounded to x's dtype), the gated activation (one
-// rounding to x's dtype), the down matmul_id (f32 out), then the weighted sum over the slots in
-// f32 and one rounding to x's dtype. Intermediates and the grouped route's scratch come from the
+//   out[t, :] = sum_{s < top_k} topk_weights[t, s] * (W_down[e] . act(g, u) + b_down[e])
+//   g = W_gate[e] . x[t] + b_gate[e],  u = W_up[e] . x[t] + b_up[e]
+// with e = ids[t, s] (an id outside [0, n_experts) contributes zero, its bias too), W_gate / W_up
+// the first / last `inter` rows of w_gate_up[e] (vLLM's w13 and transformers' gate_up_proj
+// layout; MoeGateLayout::Interleaved: the even / odd rows, gpt-oss's), the biases optional, and
+// the sum over s in slot order (fixed, no atomics: the same bits on every run). Without a gate
+// (MoeFfnOptions::gated false, vLLM's "_no_mul" activations) w_gate_up holds `inter` rows and
+// act(h) replaces act(g, u).
+// On CUDA: the gate_up matmul_id (its output rounded to x's dtype), the activation with the
+// gate_up bias (one rounding to x's dtype), the down matmul_id (f32 out), then the weighted sum
+// over the slots with the down bias in f32 and one rounding to x's dtype. Intermediates and the grouped route's scratch come from the
 // context's grow-only workspace (per stream): no scratch to size. The receipt's kernel string
 // joins every kernel of the first pass in launch order. On CPU contexts: the float64
 // reference, with no intermediate rounding.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,16 +27,33 @@
 
 namespace llmm {
 
-// Gated activations act(g, u) = f(g) * u.
+// Activations: gated act(g, u) = f(g) * u (SwigluOai its own form); without a gate act(h) = f(h).
+// NaN propagates through every one (the clamps and relu keep a NaN).
 enum class MoeActivation {
-  Silu,      // SwiGLU: g / (1 + exp(-g)) * u (Qwen, Mixtral, DeepSeek, Llama-4)
-  GeluTanh,  // GeGLU, tanh approximation: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u
-  GeluErf,   // GeGLU, exact: 0.5 g (1 + erf(g / sqrt(2))) * u
+  Silu,       // f(g) = g / (1 + exp(-g)): SwiGLU (Qwen, Mixtral, DeepSeek, Llama-4)
+  GeluTanh,   // f(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))): GeGLU, tanh approximation
+  GeluErf,    // f(g) = 0.5 g (1 + erf(g / sqrt(2))): GeGLU, exact
+  Relu2,      // f(g) = max(g, 0)^2 (squared ReLU; Nemotron's non-gated experts)
+  SwigluOai,  // gpt-oss's clamped SwiGLU, gated only: g' = min(g, limit), u' = clamp(u, -limit,
+              // limit), act = (u' + 1) g' / (1 + exp(-alpha g'))
 };
 const char* moe_activation_name(MoeActivation a) noexcept;
 
+// Where a gated expert's gate and up rows sit in w_gate_up[e] (2 * inter rows).
+enum class MoeGateLayout {
+  Halves,       // gate rows [0, inter), up rows [inter, 2 inter): vLLM's w13, transformers' gate_up_proj
+  Interleaved,  // gate row 2 i, up row 2 i + 1: gpt-oss checkpoints (vLLM's "swigluoai")
+};
+const char* moe_gate_layout_name(MoeGateLayout l) noexcept;
+
 struct MoeFfnOptions {
   MoeActivation activation = MoeActivation::Silu;
+  bool gated = true;  // false: w_gate_up is [n_experts, inter, hidden] and act(h) = f(h)
+  MoeGateLayout gate_layout = MoeGateLayout::Halves;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // SwigluOai only (gpt-oss's values); limit > 0
+  // Optional expert biases (gpt-oss): [n_experts, rows of w_gate_up] and [n_experts, hidden], f32,
+  // f16 or bf16, contiguous, on the context's device; in the layout of w_gate_up's rows.
+  std::optional<View> bias_gate_up, bias_down;
   Precision precision = Precision::Exact;    // f32 x on tensor cores: Exact keeps f32 accuracy
   MatmulIdRoute route = MatmulIdRoute::Auto;  // both GEMMs (Auto: suggest_matmul_id_route's)
 };
@@ -42,7 +64,7 @@ struct MoeFfnOptions {
 inline constexpr std::uint32_t kMoeFfnPassTokens = 4096;
 
 // x [m, hidden] (f32, f16 or bf16, innermost stride 1, any row stride); w_gate_up [n_experts,
-// 2 * inter, hidden] and w_down [n_experts, hidden, inter], each expert a row-major matrix (any
+// 2 * inter, hidden] (inter rows without a gate) and w_down [n_experts, hidden, inter], each expert a row-major matrix (any
 // expert stride), of one dtype: x's, or 16-bit with an f32 x; ids [m, top_k] u32 / i32 / i64 and
 // topk_weights [m, top_k] f32 / f16 / bf16, contiguous; out [m, hidden] of x's dtype, contiguous,
 // overlapping no input. Every size, dtype and overlap is checked (InvalidArgument naming the

@@ -774,16 +774,23 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
 
 
 def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "silu", out=None, route: str = "auto",
-            precision: str = "exact", w_gate_up_scale=None, w_down_scale=None):
+            precision: str = "exact", w_gate_up_scale=None, w_down_scale=None, alpha: float = 1.702,
+            limit: float = 7.0, bias_gate_up=None, bias_down=None):
     """The expert FFN of a MoE block in one call: out[t] = sum_s topk_weights[t, s] *
     w_down[e] @ act(gate, up), (gate, up) = w_gate_up[e] @ x[t] split in halves, e = topk_ids[t, s].
 
     x [m, hidden] (float32, float16 or bfloat16); w_gate_up [E, 2 * inter, hidden] (gate rows then
     up rows: vLLM's w13, transformers' gate_up_proj) and w_down [E, hidden, inter], of x's dtype
     (or 16-bit with a float32 x); topk_ids [m, top_k] int32 / int64 / uint32 (an id outside
-    [0, E) contributes nothing); topk_weights [m, top_k] float32 / float16 / bfloat16. activation
-    "silu" (SwiGLU: silu(gate) * up), "gelu_tanh" or "gelu" (erf). Returns out [m, hidden] in x's
-    dtype (or writes out=). The slot sum runs in slot order: the same bits on every run. route
+    [0, E) contributes nothing); topk_weights [m, top_k] float32 / float16 / bfloat16.
+    activation, by vLLM's names: "silu" (SwiGLU: silu(gate) * up), "gelu" (erf), "gelu_tanh",
+    "relu2" (relu(gate)^2 * up); each with "_no_mul" for experts without a gate (w_gate_up then
+    [E, inter, hidden], act(h) alone); "swigluoai" (gpt-oss: gate' = min(gate, limit), up' =
+    clamp(up, -limit, limit), (up' + 1) * gate' * sigmoid(alpha * gate'), on gate and up rows
+    interleaved as gpt-oss stores them) and "swigluoai_uninterleave" (the same on halves).
+    bias_gate_up [E, rows of w_gate_up] and bias_down [E, hidden] (float32 / float16 / bfloat16,
+    contiguous): optional expert biases, added before the activation and before the routing
+    weight. Returns out [m, hidden] in x's dtype (or writes out=). The slot sum runs in slot order: the same bits on every run. route
     ("auto", "direct", "grouped") and precision as for matmul_id, for both GEMMs. No scratch: the
     intermediates live in llmm's workspace per device and stream (the first call of a size
     allocates it: warm up before CUDA-graph capture). On the CPU: the float64 reference.
@@ -816,12 +823,17 @@ def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "
             _fp8_needs_scale(op, "w_down", w_down, "w_down_scale")
             w_down = _array(op, "w_down", w_down)
     topk_ids, topk_weights = _array(op, "topk_ids", topk_ids), _array(op, "topk_weights", topk_weights)
+    biases = {}
+    if bias_gate_up is not None:
+        biases["bias_gate_up"] = _array(op, "bias_gate_up", bias_gate_up)
+    if bias_down is not None:
+        biases["bias_down"] = _array(op, "bias_down", bias_down)
     xs = tuple(x.shape)
     if len(xs) != 2:
         raise Error(f"llmm.moe_ffn: x must be [m, hidden], got shape {xs}")
     out = _empty(op, x, xs) if out is None else _out(op, out)
     _launch(_llmm.moe_ffn, out, x, w_gate_up, w_down, topk_ids, topk_weights, out, activation=activation, route=route,
-            precision=precision, **fp8)
+            precision=precision, alpha=alpha, limit=limit, **fp8, **biases)
     return out
 
 

@@ -139,7 +139,8 @@ def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=
 # ---------------------------------------------------------------------------------------------
 # llmm::moe_ffn
 
-_MOE_ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
+_MOE_GATED = ("silu", "gelu", "gelu_tanh", "relu2")
+_MOE_ACTIVATIONS = _MOE_GATED + tuple(a + "_no_mul" for a in _MOE_GATED) + ("swigluoai", "swigluoai_uninterleave")
 
 
 # w_gate_up_scale / w_down_scale: FP8 e4m3 experts (float8_e4m3fn w_gate_up and w_down) with their
@@ -147,14 +148,16 @@ _MOE_ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 @_custom_op("llmm::moe_ffn")
 def _moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk_weights: Tensor,
              activation: str = "silu", route: str = "auto", precision: str = "exact",
-             w_gate_up_scale: Optional[Tensor] = None, w_down_scale: Optional[Tensor] = None) -> Tensor:
+             w_gate_up_scale: Optional[Tensor] = None, w_down_scale: Optional[Tensor] = None, alpha: float = 1.702,
+             limit: float = 7.0, bias_gate_up: Optional[Tensor] = None, bias_down: Optional[Tensor] = None) -> Tensor:
     return llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation=activation, route=route,
-                        precision=precision, w_gate_up_scale=w_gate_up_scale, w_down_scale=w_down_scale)
+                        precision=precision, w_gate_up_scale=w_gate_up_scale, w_down_scale=w_down_scale, alpha=alpha,
+                        limit=limit, bias_gate_up=bias_gate_up, bias_down=bias_down)
 
 
 @_moe_ffn.register_fake
 def _moe_ffn_fake(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu", route="auto", precision="exact",
-                  w_gate_up_scale=None, w_down_scale=None):
+                  w_gate_up_scale=None, w_down_scale=None, alpha=1.702, limit=7.0, bias_gate_up=None, bias_down=None):
     if x.dim() != 2:
         raise llmm.Error(f"llmm.moe_ffn: x must be [m, hidden], got shape {tuple(x.shape)}")
     return x.new_empty(x.shape)
@@ -204,11 +207,12 @@ def matmul_id(weights: Tensor, x: Tensor, ids: Tensor, *, layout: str = "shared"
 
 def moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk_weights: Tensor, *,
             activation: str = "silu", route: str = "auto", precision: str = "exact",
-            w_gate_up_scale: Optional[Tensor] = None, w_down_scale: Optional[Tensor] = None) -> Tensor:
-    """torch.ops.llmm.moe_ffn: the MoE expert FFN, out [m, hidden] in x's dtype (see llmm.moe_ffn);
-    FP8 e4m3 experts with w_gate_up_scale and w_down_scale."""
+            w_gate_up_scale: Optional[Tensor] = None, w_down_scale: Optional[Tensor] = None, alpha: float = 1.702,
+            limit: float = 7.0, bias_gate_up: Optional[Tensor] = None, bias_down: Optional[Tensor] = None) -> Tensor:
+    """torch.ops.llmm.moe_ffn: the MoE expert FFN, out [m, hidden] in x's dtype (see llmm.moe_ffn for
+    the activations and biases); FP8 e4m3 experts with w_gate_up_scale and w_down_scale."""
     return torch.ops.llmm.moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, activation, route, precision,
-                                  w_gate_up_scale, w_down_scale)
+                                  w_gate_up_scale, w_down_scale, alpha, limit, bias_gate_up, bias_down)
 
 
 def matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, *, precision: str = "fast", route: str = "auto") -> Tensor:
@@ -344,10 +348,17 @@ def fused_experts(hidden_states: Tensor, w1: Tensor, w2: Tensor, topk_weights: T
                   global_num_experts: int = -1, expert_map: Optional[Tensor] = None, *, use_fp8_w8a8: bool = False,
                   w1_scale: Optional[Tensor] = None, w2_scale: Optional[Tensor] = None,
                   a1_scale: Optional[Tensor] = None, a2_scale: Optional[Tensor] = None, block_shape=None,
-                  per_channel_quant: bool = False, **quant) -> Tensor:
+                  per_channel_quant: bool = False, w1_bias: Optional[Tensor] = None,
+                  w2_bias: Optional[Tensor] = None, **quant) -> Tensor:
     """vLLM's fused_experts semantics on llmm.moe_ffn: hidden_states [m, H], w1 [E, 2I, H] (gate
     rows, then up rows), w2 [E, H, I], topk_weights / topk_ids [m, top_k]; returns [m, H] (written
-    into hidden_states when inplace). activation "silu", "gelu" (erf) or "gelu_tanh".
+    into hidden_states when inplace). activation by vLLM's names (llmm.moe_ffn): "silu", "gelu",
+    "gelu_tanh", "relu2", each also "_no_mul" (w1 [E, I, H]), "swigluoai" (gpt-oss, interleaved
+    rows), "swigluoai_uninterleave"; w1_bias [E, rows of w1] and w2_bias [E, H] optional.
+    expert_map [global_num_experts] (expert parallelism: global id -> local id, -1 where the expert
+    lives elsewhere): topk_ids are global, a slot of another rank's expert contributes nothing.
+    apply_router_weight_on_input=True (top_k 1 only, as in vLLM): hidden_states are scaled by the
+    routing weight before w1.
 
     FP8 experts as vLLM passes them: use_fp8_w8a8=True, w1 / w2 torch.float8_e4m3fn (or uint8 bits)
     and float32 w1_scale / w2_scale, multiplied into the codes (vLLM's weight_scale_inv): with
@@ -357,18 +368,35 @@ def fused_experts(hidden_states: Tensor, w1: Tensor, w2: Tensor, topk_weights: T
     weights are decoded, the activations not quantized): a1_scale / a2_scale (static activation
     scales) must be None.
 
-    What llmm does not do is refused with llmm.Error rather than ignored: routing weights applied to
-    the input, expert maps (expert parallelism), a global expert count other than w1's, int8 / int4
-    / mxfp4 quantization, zero points, biases, other block shapes."""
+    What llmm does not do is refused with llmm.Error rather than ignored: int8 / int4 / mxfp4
+    quantization, zero points, other block shapes."""
     if activation not in _MOE_ACTIVATIONS:
         raise llmm.Error(f"llmm.fused_experts: activation must be one of {_MOE_ACTIVATIONS}, got {activation!r}")
     if apply_router_weight_on_input:
-        raise llmm.Error("llmm.fused_experts: apply_router_weight_on_input=True is not supported")
+        if topk_weights.dim() != 2 or topk_weights.shape[1] != 1:
+            raise llmm.Error(f"llmm.fused_experts: apply_router_weight_on_input=True needs top_k 1 (as vLLM), got "
+                             f"topk_weights of shape {list(topk_weights.shape)}")
+        hidden_in = hidden_states * topk_weights.to(hidden_states.dtype)
+        topk_weights = torch.ones_like(topk_weights)
+    else:
+        hidden_in = hidden_states
     if expert_map is not None:
-        raise llmm.Error("llmm.fused_experts: expert_map (expert parallelism) is not supported")
-    if global_num_experts not in (-1, w1.shape[0]):
+        if expert_map.dim() != 1 or expert_map.dtype not in (torch.int32, torch.int64):
+            raise llmm.Error(f"llmm.fused_experts: expert_map must be a 1-D int32 / int64 tensor [global_num_experts], "
+                             f"got {expert_map.dtype} of shape {list(expert_map.shape)}")
+        g = expert_map.shape[0]
+        if global_num_experts not in (-1, g):
+            raise llmm.Error(f"llmm.fused_experts: global_num_experts {global_num_experts} differs from expert_map's "
+                             f"length {g}")
+        # Global ids to local ones; an id outside [0, g) or of another rank's expert becomes -1,
+        # which llmm.moe_ffn reads as contributing nothing (no device-side index error).
+        valid = (topk_ids >= 0) & (topk_ids < g)
+        local = expert_map.to(topk_ids.device)[topk_ids.clamp(0, max(g - 1, 0)).long()]
+        topk_ids = torch.where(valid, local.to(torch.int64), torch.full_like(local, -1, dtype=torch.int64))
+    elif global_num_experts not in (-1, w1.shape[0]):
         raise llmm.Error(f"llmm.fused_experts: global_num_experts {global_num_experts} differs from w1's "
-                         f"{w1.shape[0]} experts (expert parallelism is not supported)")
+                         f"{w1.shape[0]} experts (without an expert_map)")
+    biases = dict(bias_gate_up=w1_bias, bias_down=w2_bias)
     fp8_args = dict(use_fp8_w8a8=use_fp8_w8a8, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
                     a2_scale=a2_scale, block_shape=block_shape, per_channel_quant=per_channel_quant)
     given = sorted(k for k, v in quant.items() if _given(v))
@@ -392,13 +420,13 @@ def fused_experts(hidden_states: Tensor, w1: Tensor, w2: Tensor, topk_weights: T
                              f"{w2.dtype}, w1_scale {'None' if w1_scale is None else 'given'}, w2_scale "
                              f"{'None' if w2_scale is None else 'given'}")
         _fused_experts_fp8_scales(w1, w2, w1_scale, w2_scale, block_shape, per_channel_quant)
-        out = moe_ffn(hidden_states, w1, w2, topk_ids, topk_weights, activation=activation, w_gate_up_scale=w1_scale,
-                      w_down_scale=w2_scale)
+        out = moe_ffn(hidden_in, w1, w2, topk_ids, topk_weights, activation=activation, w_gate_up_scale=w1_scale,
+                      w_down_scale=w2_scale, **biases)
     else:
         if any(w.dtype == torch.float8_e4m3fn for w in (w1, w2)):
             raise llmm.Error(f"llmm.fused_experts: float8_e4m3fn w1 / w2 need use_fp8_w8a8=True with w1_scale and "
                              f"w2_scale (got {w1.dtype} and {w2.dtype})")
-        out = moe_ffn(hidden_states, w1, w2, topk_ids, topk_weights, activation=activation)
+        out = moe_ffn(hidden_in, w1, w2, topk_ids, topk_weights, activation=activation, **biases)
     if inplace:
         hidden_states.copy_(out)
         return hidden_states

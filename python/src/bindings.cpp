@@ -110,6 +110,18 @@ bool bool_arg(nb::handle h, const char* op, const char* name) {
   type_error(concat(op, ": ", name, " must be a bool, got ", t));
 }
 
+// A Python float or int (not a bool), as a double.
+double float_arg(nb::handle h, const char* op, const char* name) {
+  if (PyBool_Check(h.ptr()) || !(PyFloat_Check(h.ptr()) || PyLong_Check(h.ptr())))
+    type_error(concat(op, ": ", name, " must be a float, got ", tp_name(h)));
+  const double v = PyFloat_AsDouble(h.ptr());
+  if (v == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(ErrorCode::InvalidArgument, op, ": ", name, " does not fit a double");
+  }
+  return v;
+}
+
 std::string str_arg(nb::handle h, const char* op, const char* name) {
   if (!PyUnicode_Check(h.ptr())) type_error(concat(op, ": ", name, " must be a str, got ", tp_name(h)));
   Py_ssize_t len = 0;
@@ -1122,7 +1134,8 @@ NB_MODULE(_llmm, m) {
       "moe_ffn",
       [](nb::handle x, nb::handle w_gate_up, nb::handle w_down, nb::handle ids, nb::handle topk_weights, nb::handle out,
          nb::handle activation, nb::handle route, nb::handle precision, nb::handle stream, nb::handle w_gate_up_scale,
-         nb::handle w_down_scale, nb::handle gate_up_scale_kind, nb::handle down_scale_kind) {
+         nb::handle w_down_scale, nb::handle gate_up_scale_kind, nb::handle down_scale_kind, nb::handle alpha,
+         nb::handle limit, nb::handle bias_gate_up, nb::handle bias_down) {
         constexpr const char* op = "llmm.moe_ffn";
         // Ternary expert stacks (llmm.upload_tq2_experts) or dense [E, rows, cols] arrays, both of one kind.
         const bool ternary = nb::isinstance<PyTernaryWeight>(w_gate_up) || nb::isinstance<PyTernaryWeight>(w_down);
@@ -1145,11 +1158,28 @@ NB_MODULE(_llmm, m) {
         Arr vid = input_arg(ids, op, "topk_ids"), vtw = input_arg(topk_weights, op, "topk_weights");
         Arr vo = output_arg(out, op, "out");
         MoeFfnOptions o;
+        // vLLM's activation names: "<f>" gated (gate rows then up rows), "<f>_no_mul" without a gate,
+        // "swigluoai" gpt-oss's clamped SwiGLU on interleaved rows, "swigluoai_uninterleave" on halves.
         const std::string a = str_arg(activation, op, "activation");
+        std::string base = a;
+        if (base.size() > 7 && base.compare(base.size() - 7, 7, "_no_mul") == 0) base.resize(base.size() - 7), o.gated = false;
         bool known = false;
-        for (MoeActivation k : {MoeActivation::Silu, MoeActivation::GeluTanh, MoeActivation::GeluErf})
-          if (a == moe_activation_name(k)) o.activation = k, known = true;
-        if (!known) fail(ErrorCode::InvalidArgument, op, ": activation must be 'silu', 'gelu_tanh' or 'gelu', got '", a, "'");
+        if (base == "swigluoai" || base == "swigluoai_uninterleave") {
+          o.activation = MoeActivation::SwigluOai, known = o.gated;
+          o.gate_layout = base == "swigluoai" ? MoeGateLayout::Interleaved : MoeGateLayout::Halves;
+        } else {
+          for (MoeActivation k : {MoeActivation::Silu, MoeActivation::GeluTanh, MoeActivation::GeluErf, MoeActivation::Relu2})
+            if (base == moe_activation_name(k)) o.activation = k, known = true;
+        }
+        if (!known)
+          fail(ErrorCode::InvalidArgument, op, ": activation must be one of 'silu', 'gelu', 'gelu_tanh', 'relu2' (each also "
+               "with '_no_mul': no gate), 'swigluoai' (gpt-oss, interleaved gate and up rows) or 'swigluoai_uninterleave', got '",
+               a, "'");
+        o.swiglu_alpha = static_cast<float>(float_arg(alpha, op, "alpha"));
+        o.swiglu_limit = static_cast<float>(float_arg(limit, op, "limit"));
+        std::optional<Arr> vbgu, vbd;
+        if (!bias_gate_up.is_none()) vbgu.emplace(input_arg(bias_gate_up, op, "bias_gate_up")), o.bias_gate_up = vbgu->v;
+        if (!bias_down.is_none()) vbd.emplace(input_arg(bias_down, op, "bias_down")), o.bias_down = vbd->v;
         o.route = matmul_id_route_of(route, op);
         o.precision = precision_of(precision, op);
         std::optional<Arr> sgu, sd;
@@ -1172,6 +1202,8 @@ NB_MODULE(_llmm, m) {
       nb::arg("route").none() = "auto", nb::arg("precision").none() = "exact", nb::arg("stream").none() = 0,
       nb::arg("w_gate_up_scale").none() = nb::none(), nb::arg("w_down_scale").none() = nb::none(),
       nb::arg("gate_up_scale_kind").none() = "block", nb::arg("down_scale_kind").none() = "block",
+      nb::arg("alpha").none() = 1.702, nb::arg("limit").none() = 7.0, nb::arg("bias_gate_up").none() = nb::none(),
+      nb::arg("bias_down").none() = nb::none(),
       "The MoE expert FFN into out [m, hidden] on out's device and the given stream; returns the receipt. With "
       "w_gate_up_scale and w_down_scale, the weights are FP8 e4m3 codes (uint8 bits or float8_e4m3fn) with those "
       "contiguous f32 [E, sr, sc] scales of gate_up_scale_kind / down_scale_kind ('tensor', 'channel', 'block'). "

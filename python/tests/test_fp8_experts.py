@@ -450,9 +450,11 @@ def test_torch_fused_experts_fp8_refusals():
          r"quantized or biased experts are not supported \(given: block_shape, use_fp8_w8a8, use_int8_w8a16, "
          r"w1_scale, w2_scale\): llmm's quantized experts are FP8 e4m3"),
         (dict(fp8, w1_zp=torch.zeros(e)), llmm.Error, r"not supported \(given: .*w1_zp"),
-        (dict(fp8, w1_bias=torch.zeros(e, 2 * inter)), llmm.Error, r"not supported \(given: .*w1_bias"),
-        (dict(fp8, apply_router_weight_on_input=True), llmm.Error, "apply_router_weight_on_input=True is not supported"),
-        (dict(fp8, expert_map=torch.arange(e)), llmm.Error, "expert_map"),
+        (dict(fp8, w1_bias=torch.zeros(e, inter)), llmm.Error,
+         r"bias_gate_up must be a contiguous f32 / f16 / bf16 \[4, 200\] \(n_experts, rows of w_gate_up\), got f32\[4, 100\]"),
+        (dict(fp8, apply_router_weight_on_input=True), llmm.Error,
+         r"apply_router_weight_on_input=True needs top_k 1 \(as vLLM\), got topk_weights of shape \[3, 2\]"),
+        (dict(fp8, expert_map=torch.arange(e).float()), llmm.Error, "expert_map must be a 1-D int32 / int64 tensor"),
         (dict(w1_scale=s1, w2_scale=s2), llmm.Error, "w1_scale, w2_scale given without use_fp8_w8a8=True"),
         (dict(), llmm.Error, r"float8_e4m3fn w1 / w2 need use_fp8_w8a8=True with w1_scale and w2_scale"),
     )

@@ -55,6 +55,48 @@ TEST(MoeFfnCpu, ReferenceEveryActivationDtypeAndIdDtype) {
   EXPECT_EQ(compare_moe_ffn(b, b.out, 1e-12, out_unit(DType::F32)), "") << c.describe();
 }
 
+// The activations beyond SwiGLU / GeGLU, the gate-less form, gpt-oss's interleaved rows and the
+// expert biases: the reference backend against the test's own loops, every bias dtype.
+TEST(MoeFfnCpu, ActivationsLayoutsAndBiases) {
+  Context ctx = Context::cpu(2);
+  std::uint64_t seed = 300;
+  int checked = 0;
+  struct V { MoeActivation act; bool gated; MoeGateLayout layout; };
+  const V variants[] = {{MoeActivation::Relu2, true, MoeGateLayout::Halves},
+                        {MoeActivation::Relu2, false, MoeGateLayout::Halves},
+                        {MoeActivation::Silu, false, MoeGateLayout::Halves},
+                        {MoeActivation::GeluTanh, false, MoeGateLayout::Halves},
+                        {MoeActivation::GeluErf, false, MoeGateLayout::Halves},
+                        {MoeActivation::SwigluOai, true, MoeGateLayout::Interleaved},
+                        {MoeActivation::SwigluOai, true, MoeGateLayout::Halves},
+                        {MoeActivation::Silu, true, MoeGateLayout::Interleaved}};
+  for (const V& v : variants)
+    for (int biases = 0; biases < 4; ++biases) {
+      MoeFfnCase c;
+      c.activation = v.act, c.gated = v.gated, c.layout = v.layout, c.seed = ++seed;
+      c.limit = 0.4f, c.alpha = 1.5f;  // small enough that the clamps act on O(1) values
+      c.bias_gate_up = biases & 1, c.bias_down = biases & 2;
+      c.bias_dtype = seed % 3 == 0 ? DType::BF16 : seed % 3 == 1 ? DType::F16 : DType::F32;
+      c.out_of_range_every = 3, c.top_k = 3;
+      c.nan_token = seed % 4 == 0 ? 1 : -1;  // NaN through every activation
+      MoeFfnBuffers b = make_moe_ffn(c);
+      MoeFfnOptions o = moe_ffn_options(c);
+      if (c.bias_gate_up) o.bias_gate_up = b.bias_gate_up.view;
+      if (c.bias_down) o.bias_down = b.bias_down.view;
+      run(ctx, b, o);
+      EXPECT_EQ(compare_moe_ffn(b, b.out, 1e-12, out_unit(DType::F32)), "") << c.describe();
+      ++checked;
+    }
+  EXPECT_EQ(checked, 32);
+  // The clamps acted: swigluoai with a huge limit differs from the small one.
+  MoeFfnCase c;
+  c.activation = MoeActivation::SwigluOai, c.limit = 0.4f;
+  MoeFfnBuffers small = make_moe_ffn(c);
+  c.limit = 1e6f;
+  MoeFfnBuffers large = make_moe_ffn(c);
+  EXPECT_NE(small.ref, large.ref);
+}
+
 TEST(MoeFfnCpu, NanStaysInItsToken) {
   Context ctx = Context::cpu(2);
   MoeFfnCase c;
@@ -114,7 +156,7 @@ TEST(MoeFfnCpu, RefusalsNameTheValuesAndWriteNothing) {
     View w = b.w_gate_up.view;
     w.shape[1] = 47;
     moe_ffn(c, b.x.view, w, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view);
-  }, "moe_ffn: w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up rows)");
+  }, "moe_ffn: w_gate_up must be [n_experts, 2 * inter, hidden] with a gate (halves gate and up rows), got f32[4, 47, 40]");
   expect_refused([](Context& c, B& b) {
     View w = b.w_down.view;
     w.shape[2] = 23;
@@ -175,6 +217,74 @@ TEST(MoeFfnCpu, RefusalsNameTheValuesAndWriteNothing) {
     c.launch_recorder()->before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected failure resolving ", k); };
     moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view);
   }, "injected failure resolving cpu_moe_ffn_reference", ErrorCode::Cuda);
+}
+
+TEST(MoeFfnCpu, ActivationAndBiasRefusals) {
+  expect_refused([](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.activation = MoeActivation::SwigluOai, o.gated = false;
+    View w = b.w_gate_up.view;
+    w.shape[1] = 24;
+    moe_ffn(c, b.x.view, w, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: activation swigluoai is gated only (gated is false)");
+  expect_refused([](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.gated = false, o.gate_layout = MoeGateLayout::Interleaved;
+    View w = b.w_gate_up.view;
+    w.shape[1] = 24;
+    moe_ffn(c, b.x.view, w, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: gate layout interleaved needs a gated activation (gated is false)");
+  expect_refused([](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.gated = false;  // w_gate_up's 48 rows are then inter = 48, against w_down's 24
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: w_down must be [n_experts, hidden, inter] = [4, 40, 48]");
+  for (float limit : {0.0f, -1.0f, NAN, INFINITY})
+    expect_refused([limit](Context& c, B& b) {
+      MoeFfnOptions o;
+      o.activation = MoeActivation::SwigluOai, o.swiglu_limit = limit;
+      moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+    }, "moe_ffn: swigluoai needs a finite alpha and a finite limit > 0");
+  expect_refused([](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.activation = MoeActivation::SwigluOai, o.swiglu_alpha = NAN;
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: swigluoai needs a finite alpha and a finite limit > 0, got alpha nan");
+  HostTensor bias = host_tensor(DType::F32, {4, 48});
+  HostTensor bias_i32 = host_tensor(DType::I32, {4, 48});
+  fill_random(bias.view, 3);
+  expect_refused([&](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.bias_gate_up = View::contiguous(bias.view.data, DType::F32, {4, 47});
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: bias_gate_up must be a contiguous f32 / f16 / bf16 [4, 48] (n_experts, rows of w_gate_up), got f32[4, 47]");
+  expect_refused([&](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.bias_down = View::contiguous(bias.view.data, DType::F32, {4, 48});
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: bias_down must be a contiguous f32 / f16 / bf16 [4, 40] (n_experts, hidden), got f32[4, 48]");
+  expect_refused([&](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.bias_gate_up = bias_i32.view;
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: bias_gate_up must be a contiguous f32 / f16 / bf16 [4, 48]");
+  expect_refused([&](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.bias_down = View::strided(bias.view.data, DType::F32, {4, 40}, {48, 1});
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: bias_down must be a contiguous f32 / f16 / bf16 [4, 40]");
+  expect_refused([&](Context& c, B& b) {
+    MoeFfnOptions o;
+    View v = bias.view;
+    v.device = DeviceKind::CUDA;
+    o.bias_gate_up = v;
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: bias_gate_up is on");
+  expect_refused([&](Context& c, B& b) {
+    MoeFfnOptions o;
+    o.bias_down = View::contiguous(b.out.view.data, DType::F32, {4, 40});
+    moe_ffn(c, b.x.view, b.w_gate_up.view, b.w_down.view, b.ids.view, b.topk_weights.view, b.out.view, o);
+  }, "moe_ffn: out must not overlap bias_down");
 }
 
 // Ternary expert stacks: the reference on the decoded TQ2 weights is the dense reference on the

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -80,6 +81,46 @@ TEST(MoeFfnGpu, DecodeAndPrefillEveryDtypeAndActivation) {
   MoeFfnCase c;
   c.m = 24, c.hidden = 128, c.inter = 64, c.top_k = 2, c.experts = 8, c.x_dtype = DType::F32, c.w_dtype = DType::BF16;
   EXPECT_EQ(check_case(ctx, c), "") << c.describe();
+}
+
+// relu2, the gate-less forms, gpt-oss's clamped SwiGLU on interleaved and halved rows, and the
+// expert biases: decode (direct) and prefill (grouped) m, every x dtype, out-of-range ids.
+TEST(MoeFfnGpu, ActivationsLayoutsAndBiases) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 500;
+  struct V { MoeActivation act; bool gated; MoeGateLayout layout; };
+  const V variants[] = {{MoeActivation::Relu2, true, MoeGateLayout::Halves},
+                        {MoeActivation::Relu2, false, MoeGateLayout::Halves},
+                        {MoeActivation::Silu, false, MoeGateLayout::Halves},
+                        {MoeActivation::GeluErf, false, MoeGateLayout::Halves},
+                        {MoeActivation::SwigluOai, true, MoeGateLayout::Interleaved},
+                        {MoeActivation::SwigluOai, true, MoeGateLayout::Halves},
+                        {MoeActivation::Silu, true, MoeGateLayout::Interleaved}};
+  for (const V& v : variants)
+    for (std::int64_t m : {2, 5, 200})
+      for (DType x : {DType::BF16, DType::F16, DType::F32}) {
+        MoeFfnCase c;
+        c.m = m, c.hidden = 128, c.inter = m == 5 ? 36 : 64, c.top_k = 4, c.experts = 16;  // inter 36: scalar loads
+        c.x_dtype = x, c.w_dtype = x, c.activation = v.act, c.gated = v.gated, c.layout = v.layout, c.seed = ++seed;
+        c.limit = 0.4f, c.alpha = 1.5f;
+        c.bias_gate_up = seed % 2 == 0, c.bias_down = seed % 3 != 0;
+        c.bias_dtype = seed % 3 == 0 ? DType::BF16 : seed % 3 == 1 ? DType::F16 : DType::F32;
+        c.ids_dtype = seed % 2 ? DType::I64 : DType::I32;
+        c.out_of_range_every = 5;
+        c.nan_token = seed % 4 == 0 ? 1 : -1;  // NaN through every activation
+        MoeFfnBuffers b = make_moe_ffn(c);
+        OnDevice d(b);
+        std::optional<DeviceTensor> bgu, bd;
+        MoeFfnOptions o = moe_ffn_options(c);
+        if (c.bias_gate_up) bgu.emplace(to_device(b.bias_gate_up)), o.bias_gate_up = bgu->view;
+        if (c.bias_down) bd.emplace(to_device(b.bias_down)), o.bias_down = bd->view;
+        const Receipt r = d.run(ctx, o);
+        ctx.synchronize();
+        to_host(d.out, b.out);
+        // A bias may cancel most of a gate value rounded to x's dtype: twice the plain bound.
+        EXPECT_EQ(compare_moe_ffn(b, b.out, 2 * rel_bound(x), out_unit(x)), "") << c.describe() << " [" << r.kernel << "]";
+      }
 }
 
 TEST(MoeFfnGpu, NanStaysInItsTokenAndRunsAreBitwiseEqual) {

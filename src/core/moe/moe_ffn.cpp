@@ -31,7 +31,16 @@ constexpr const char* kOp = "moe_ffn";
 
 struct Dims {
   std::int64_t m = 0, hidden = 0, inter = 0, top_k = 0, experts = 0;
+  std::int64_t gu_rows = 0;  // rows of w_gate_up[e]: 2 inter with a gate, inter without
 };
+
+// inter from w_gate_up's rows under opts (a gated layout needs an even count).
+void set_inter(Dims& d, std::int64_t rows, const MoeFfnOptions& o, const std::string& shape) {
+  if (o.gated && rows % 2 != 0)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up must be [n_experts, 2 * inter, hidden] with a gate (",
+         moe_gate_layout_name(o.gate_layout), " gate and up rows), got ", shape, " (an odd row count)");
+  d.gu_rows = rows, d.inter = o.gated ? rows / 2 : rows;
+}
 
 void check_device(const Context& ctx, const View& v, const char* name) {
   validate_view(v, kOp, name);
@@ -73,21 +82,47 @@ void check_activations(const Context& ctx, const View& x, const View& ids, const
            v->describe(), ")");
   (void)narrow_u32(d.m, kOp, "m (tokens)");
   (void)narrow_u32(d.top_k, kOp, "top_k");
-  (void)narrow_u32(2 * d.inter, kOp, "2 * inter");
+  (void)narrow_u32(d.gu_rows, kOp, "rows of w_gate_up");
   (void)narrow_u32(d.hidden, kOp, "hidden");
   (void)narrow_u32(d.experts, kOp, "n_experts");
 }
 
+// The activation's parameters and the optional biases against the experts' sizes.
+void check_options(const Context& ctx, const MoeFfnOptions& o, const Dims& d, const View& out) {
+  if (o.activation == MoeActivation::SwigluOai && !o.gated)
+    fail(ErrorCode::InvalidArgument, kOp, ": activation swigluoai is gated only (gated is false)");
+  if (!o.gated && o.gate_layout != MoeGateLayout::Halves)
+    fail(ErrorCode::InvalidArgument, kOp, ": gate layout ", moe_gate_layout_name(o.gate_layout),
+         " needs a gated activation (gated is false)");
+  if (o.activation == MoeActivation::SwigluOai &&
+      (!std::isfinite(o.swiglu_alpha) || !std::isfinite(o.swiglu_limit) || !(o.swiglu_limit > 0.0f)))
+    fail(ErrorCode::InvalidArgument, kOp, ": swigluoai needs a finite alpha and a finite limit > 0, got alpha ",
+         o.swiglu_alpha, ", limit ", o.swiglu_limit);
+  for (const auto& [b, name, cols] : {std::tuple{&o.bias_gate_up, "bias_gate_up", d.gu_rows},
+                                      std::tuple{&o.bias_down, "bias_down", d.hidden}}) {
+    if (!b->has_value()) continue;
+    const View& v = **b;
+    check_device(ctx, v, name);
+    if (v.rank != 2 || v.dim(0) != d.experts || v.dim(1) != cols || !is_float(v.dtype) || !v.is_contiguous())
+      fail(ErrorCode::InvalidArgument, kOp, ": ", name, " must be a contiguous f32 / f16 / bf16 [", d.experts, ", ", cols,
+           "] (n_experts, ", std::string(name) == "bias_down" ? "hidden" : "rows of w_gate_up", "), got ", v.describe());
+    if (overlaps(out, v))
+      fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
+           v.describe(), ")");
+  }
+}
+
 // Dense experts: their shapes and dtypes, then the activations' checks.
 Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& wd, const View& ids, const View& tw,
-                const View& out, bool fp8 = false) {
+                const View& out, const MoeFfnOptions& opts, bool fp8 = false) {
   check_device(ctx, wgu, "w_gate_up");
   check_device(ctx, wd, "w_down");
-  if (wgu.rank != 3 || wgu.dim(1) % 2 != 0)
-    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up rows), got ",
+  if (wgu.rank != 3)
+    fail(ErrorCode::InvalidArgument, kOp, ": w_gate_up must be [n_experts, 2 * inter, hidden] (inter rows without a gate), got ",
          wgu.describe());
   Dims d;
-  d.hidden = wgu.dim(2), d.inter = wgu.dim(1) / 2, d.experts = wgu.dim(0);
+  d.hidden = wgu.dim(2), d.experts = wgu.dim(0);
+  set_inter(d, wgu.dim(1), opts, wgu.describe());
   if (wd.rank != 3 || wd.dim(0) != d.experts || wd.dim(1) != d.hidden || wd.dim(2) != d.inter)
     fail(ErrorCode::InvalidArgument, kOp, ": w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden, ", ",
          d.inter, "] (from w_gate_up ", wgu.describe(), "), got ", wd.describe());
@@ -105,12 +140,13 @@ Dims check_call(const Context& ctx, const View& x, const View& wgu, const View& 
     if (overlaps(out, *v))
       fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
            v->describe(), ")");
+  check_options(ctx, opts, d, out);
   return d;
 }
 
 // Ternary expert stacks (upload_tq2_experts): [E, 2 inter, hidden] and [E, hidden, inter].
 Dims check_call_tq2(const Context& ctx, const View& x, const WeightHandle& gu, const WeightHandle& dn, const View& ids,
-                    const View& tw, const View& out) {
+                    const View& tw, const View& out, const MoeFfnOptions& opts) {
   for (const auto& [h, name] : {std::pair{&gu, "w_gate_up"}, std::pair{&dn, "w_down"}}) {
     if (!*h) fail(ErrorCode::InvalidArgument, kOp, ": ", name, " is a null ternary weight");
     if ((*h)->device() != ctx.kind() || (ctx.is_cuda() && (*h)->device_index() != ctx.arch().device_index))
@@ -119,26 +155,53 @@ Dims check_call_tq2(const Context& ctx, const View& x, const WeightHandle& gu, c
   auto shape = [](const WeightHandle& h) {
     return "[" + std::to_string(h->experts()) + ", " + std::to_string(h->n()) + ", " + std::to_string(h->k()) + "]";
   };
-  if (gu->n() % 2 != 0)
-    fail(ErrorCode::InvalidArgument, kOp, ": ternary w_gate_up must be [n_experts, 2 * inter, hidden] (gate rows, then up "
-         "rows), got ", shape(gu));
   Dims d;
-  d.hidden = gu->k(), d.inter = gu->n() / 2, d.experts = gu->experts();
+  d.hidden = gu->k(), d.experts = gu->experts();
+  set_inter(d, gu->n(), opts, std::string("ternary ").append(shape(gu)));
   if (dn->experts() != d.experts || dn->n() != d.hidden || dn->k() != d.inter)
     fail(ErrorCode::InvalidArgument, kOp, ": ternary w_down must be [n_experts, hidden, inter] = [", d.experts, ", ", d.hidden,
          ", ", d.inter, "] (from w_gate_up ", shape(gu), "), got ", shape(dn));
   check_activations(ctx, x, ids, tw, out, d, shape(gu).c_str());
+  check_options(ctx, opts, d, out);
   return d;
 }
 
-double activate(MoeActivation a, double g, double u) {
+// f of the activation (MoeActivation's table); NaN stays NaN (relu: a NaN is not < 0).
+double act_f(MoeActivation a, double g) {
   switch (a) {
-    case MoeActivation::Silu: return g / (1.0 + std::exp(-g)) * u;
-    case MoeActivation::GeluTanh:
-      return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
-    case MoeActivation::GeluErf: return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))) * u;
+    case MoeActivation::Silu: return g / (1.0 + std::exp(-g));
+    case MoeActivation::GeluTanh: return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+    case MoeActivation::GeluErf: return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0)));
+    case MoeActivation::Relu2: {
+      const double r = g < 0.0 ? 0.0 : g;
+      return r * r;
+    }
+    case MoeActivation::SwigluOai: break;  // gated only: activate()
   }
   return 0.0;
+}
+
+// act(g, u) with a gate, act(g) without (u unused); the clamps keep a NaN.
+double activate(const MoeFfnOptions& o, double g, double u) {
+  if (!o.gated) return act_f(o.activation, g);
+  if (o.activation != MoeActivation::SwigluOai) return act_f(o.activation, g) * u;
+  const double lim = o.swiglu_limit;
+  const double gc = g > lim ? lim : g;
+  const double uc = u > lim ? lim : u < -lim ? -lim : u;
+  return (uc + 1.0) * gc / (1.0 + std::exp(-static_cast<double>(o.swiglu_alpha) * gc));
+}
+
+// Row of w_gate_up[e] holding feature i's gate (or its only row without a gate) and its up row.
+std::int64_t gate_row(const MoeFfnOptions& o, std::int64_t inter, std::int64_t i) {
+  (void)inter;
+  return o.gated && o.gate_layout == MoeGateLayout::Interleaved ? 2 * i : i;
+}
+std::int64_t up_row(const MoeFfnOptions& o, std::int64_t inter, std::int64_t i) {
+  return o.gate_layout == MoeGateLayout::Interleaved ? 2 * i + 1 : inter + i;
+}
+
+double bias_at(const std::optional<View>& b, std::int64_t e, std::int64_t c) {
+  return b ? load_as_double(b->data, b->dtype, e * b->dim(1) + c) : 0.0;
 }
 
 std::int64_t element_at(const View& v, std::int64_t i0, std::int64_t i1, std::int64_t i2 = 0) {
@@ -149,7 +212,7 @@ std::int64_t element_at(const View& v, std::int64_t i0, std::int64_t i1, std::in
 // parallel (each token's result is computed by one thread: the same bits for any thread count).
 // gate_up(e, r, l) and down(e, j, i) give the experts' weights as doubles.
 template <class GateUp, class Down>
-void run_cpu(const View& x, const View& ids, const View& tw, const View& out, const Dims& d, MoeActivation act,
+void run_cpu(const View& x, const View& ids, const View& tw, const View& out, const Dims& d, const MoeFfnOptions& o,
              int threads, GateUp gate_up, Down down) {
   cpu::detail::parallel_for(d.m, threads, [&](std::int64_t t) {
     std::vector<double> xr(static_cast<std::size_t>(d.hidden)), a(static_cast<std::size_t>(d.inter)),
@@ -164,15 +227,16 @@ void run_cpu(const View& x, const View& ids, const View& tw, const View& out, co
       }
       const auto e = static_cast<std::int64_t>(id);
       for (std::int64_t i = 0; i < d.inter; ++i) {
-        double g = 0, u = 0;
+        const std::int64_t gr = gate_row(o, d.inter, i), ur = o.gated ? up_row(o, d.inter, i) : gr;
+        double g = bias_at(o.bias_gate_up, e, gr), u = o.gated ? bias_at(o.bias_gate_up, e, ur) : 0.0;
         for (std::int64_t l = 0; l < d.hidden; ++l) {
-          g += gate_up(e, i, l) * xr[l];
-          u += gate_up(e, d.inter + i, l) * xr[l];
+          g += gate_up(e, gr, l) * xr[l];
+          if (o.gated) u += gate_up(e, ur, l) * xr[l];
         }
-        a[i] = activate(act, g, u);
+        a[i] = activate(o, g, u);
       }
       for (std::int64_t j = 0; j < d.hidden; ++j) {
-        double y = 0;
+        double y = bias_at(o.bias_down, e, j);
         for (std::int64_t i = 0; i < d.inter; ++i) y += down(e, j, i) * a[i];
         acc[j] += w * y;
       }
@@ -214,7 +278,7 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(const Dims& d, std::int64_t pass_m, DType xd) {
   const auto rows = static_cast<std::uint64_t>(pass_m) * static_cast<std::uint64_t>(d.top_k);
   WorkspaceLayout w;
-  w.h = aligned(to_usize(checked_mul(checked_mul(rows, 2 * d.inter, "moe_ffn workspace"), dtype_size(xd), "moe_ffn workspace"),
+  w.h = aligned(to_usize(checked_mul(checked_mul(rows, d.gu_rows, "moe_ffn workspace"), dtype_size(xd), "moe_ffn workspace"),
                          "moe_ffn workspace"));
   w.a = aligned(to_usize(checked_mul(checked_mul(rows, d.inter, "moe_ffn workspace"), dtype_size(xd), "moe_ffn workspace"),
                          "moe_ffn workspace"));
@@ -232,7 +296,7 @@ Pass make_pass(const View& x, const View& ids, const View& tw, const View& out, 
   p.out = rows_of(out, first, count);
   const DeviceKind dev = x.device;
   const int idx = x.device_index;
-  p.h = View::contiguous(ws, x.dtype, {count, d.top_k, 2 * d.inter}, dev, idx);
+  p.h = View::contiguous(ws, x.dtype, {count, d.top_k, d.gu_rows}, dev, idx);
   p.a = View::contiguous(ws + lay.h, x.dtype, {count * d.top_k, d.inter}, dev, idx);
   p.y = View::contiguous(ws + lay.h + lay.a, DType::F32, {count, d.top_k, d.hidden}, dev, idx);
   return p;
@@ -250,8 +314,14 @@ const char* moe_activation_name(MoeActivation a) noexcept {
     case MoeActivation::Silu: return "silu";
     case MoeActivation::GeluTanh: return "gelu_tanh";
     case MoeActivation::GeluErf: return "gelu";
+    case MoeActivation::Relu2: return "relu2";
+    case MoeActivation::SwigluOai: return "swigluoai";
   }
   return "?";
+}
+
+const char* moe_gate_layout_name(MoeGateLayout l) noexcept {
+  return l == MoeGateLayout::Interleaved ? "interleaved" : "halves";
 }
 
 namespace {
@@ -270,7 +340,9 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
                        "m " + std::to_string(d.m) + " hidden " + std::to_string(d.hidden) + " inter " +
                            std::to_string(d.inter) + " top_k " + std::to_string(d.top_k) + " experts " +
                            std::to_string(d.experts) + " x " + std::string(dtype_name(x.dtype)) + " w " + weights_desc +
-                           " " + moe_activation_name(opts.activation),
+                           " " + moe_activation_name(opts.activation) + (opts.gated ? "" : "_no_mul") +
+                           (opts.gate_layout == MoeGateLayout::Interleaved ? " interleaved" : "") +
+                           (opts.bias_gate_up || opts.bias_down ? " biases" : ""),
                        r, "gate_up, activation, down, slot sum");
     return r;
   };
@@ -278,7 +350,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   const DeviceKind dev = ctx.kind();
   const int idx = ctx.arch().device_index;
   auto stand_ins = [&](std::int64_t mc) {  // the workspace views' shapes, for the checks
-    return std::tuple{View::contiguous(nullptr, x.dtype, {mc, d.top_k, 2 * d.inter}, dev, idx),
+    return std::tuple{View::contiguous(nullptr, x.dtype, {mc, d.top_k, d.gu_rows}, dev, idx),
                       View::contiguous(nullptr, x.dtype, {mc * d.top_k, d.inter}, dev, idx),
                       View::contiguous(nullptr, DType::F32, {mc, d.top_k, d.hidden}, dev, idx)};
   };
@@ -306,9 +378,14 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
     grouped = validate(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y) || grouped;
   }
   cuda_moe::MoeGatedArgs ga;
-  ga.dtype = x.dtype, ga.activation = opts.activation;
+  ga.dtype = x.dtype, ga.activation = opts.activation, ga.gated = opts.gated, ga.layout = opts.gate_layout;
+  ga.alpha = opts.swiglu_alpha, ga.limit = opts.swiglu_limit;
+  ga.ids_dtype = ids.dtype, ga.experts = d.experts;
+  if (opts.bias_gate_up) ga.bias = opts.bias_gate_up->data, ga.bias_dtype = opts.bias_gate_up->dtype;
   cuda_moe::MoeCombineArgs ca;
   ca.w_dtype = tw.dtype, ca.out_dtype = out.dtype;
+  ca.ids_dtype = ids.dtype, ca.experts = d.experts;
+  if (opts.bias_down) ca.bias = opts.bias_down->data, ca.bias_dtype = opts.bias_down->dtype;
   const std::string gated_name = cuda_moe::moe_ffn_gated_kernel_name(ga), combine_name = cuda_moe::moe_ffn_combine_kernel_name(ca);
   ctx.check_launchable(gated_name);
   ctx.check_launchable(combine_name);
@@ -333,18 +410,26 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
     if (d.top_k > 0) {
       gate_up = gemm(p, scratch, true);
       add(gate_up);
-      ga.h = p.h.data, ga.a = p.a.data, ga.rows = p.m * d.top_k, ga.inter = d.inter;
+      ga.h = p.h.data, ga.a = p.a.data, ga.rows = p.m * d.top_k, ga.inter = d.inter, ga.ids = p.ids.data;
       cuda_moe::launch_moe_ffn_gated(ga, ctx.stream());
       if (ga.rows > 0 && ga.inter > 0) {
-        ctx.note_launch(gated_name, [&] { return LaunchRanges{{byte_range(p.h)}, {byte_range(p.a)}}; });
+        ctx.note_launch(gated_name, [&] {
+          LaunchRanges r{{byte_range(p.h), byte_range(p.ids)}, {byte_range(p.a)}};
+          if (opts.bias_gate_up) r.reads.push_back(byte_range(*opts.bias_gate_up));
+          return r;
+        });
         add(Receipt{"", gated_name, 1});
       }
       add(gemm(p, scratch, false));
     }
     ca.y = static_cast<const float*>(p.y.data), ca.w = p.tw.data, ca.out = p.out.data;
-    ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden;
+    ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden, ca.ids = p.ids.data;
     cuda_moe::launch_moe_ffn_combine(ca, ctx.stream());
-    ctx.note_launch(combine_name, [&] { return LaunchRanges{{byte_range(p.y), byte_range(p.tw)}, {byte_range(p.out)}}; });
+    ctx.note_launch(combine_name, [&] {
+      LaunchRanges r{{byte_range(p.y), byte_range(p.tw), byte_range(p.ids)}, {byte_range(p.out)}};
+      if (opts.bias_down) r.reads.push_back(byte_range(*opts.bias_down));
+      return r;
+    });
     add(Receipt{"", combine_name, 1});
     if (i == 0) first = Receipt{d.top_k > 0 ? gate_up.route : "none", kernels, launched};
   }
@@ -355,7 +440,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
 
 Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& w_down, const View& ids,
                 const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
-  const Dims d = check_call(ctx, x, w_gate_up, w_down, ids, topk_weights, out);
+  const Dims d = check_call(ctx, x, w_gate_up, w_down, ids, topk_weights, out, opts);
   // The two GEMMs by matmul_id's own rules (weight strides, alignment, extents), with its messages
   // under this op's name; true when either resolves to the grouped route.
   auto validate = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
@@ -372,7 +457,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
     auto weight = [](const View& w) {
       return [&w](std::int64_t e, std::int64_t r, std::int64_t l) { return load_as_double(w.data, w.dtype, element_at(w, e, r, l)); };
     };
-    run_cpu(x, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads, weight(w_gate_up), weight(w_down));
+    run_cpu(x, ids, topk_weights, out, d, opts, ctx.arch().cpu_threads, weight(w_gate_up), weight(w_down));
   };
   MatmulIdOptions mo;
   mo.precision = opts.precision;
@@ -388,14 +473,14 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
 
 Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, const WeightHandle& w_down, const View& ids,
                 const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
-  const Dims d = check_call_tq2(ctx, x, w_gate_up, w_down, ids, topk_weights, out);
+  const Dims d = check_call_tq2(ctx, x, w_gate_up, w_down, ids, topk_weights, out, opts);
   if (opts.route != MatmulIdRoute::Auto)
     fail(ErrorCode::InvalidArgument, kOp, ": ternary experts take route auto (matmul_id_tq2's own), got ",
          matmul_id_route_name(opts.route));
   // The GEMMs' view checks by matmul_id's rules on stand-in [E, n, k] weight views (as
   // matmul_id_tq2 reads its own); the grouped ternary route needs staging room (f16 rows).
   auto validate = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
-    const View gu = View::contiguous(nullptr, DType::F16, {d.experts, 2 * d.inter, d.hidden}, ctx.kind(), ctx.arch().device_index);
+    const View gu = View::contiguous(nullptr, DType::F16, {d.experts, d.gu_rows, d.hidden}, ctx.kind(), ctx.arch().device_index);
     const View dn = View::contiguous(nullptr, DType::F16, {d.experts, d.hidden, d.inter}, ctx.kind(), ctx.arch().device_index);
     (void)detail::matmul_id_params_named(kOp, gu, xs, is, h, MatmulIdInputLayout::SharedPerToken,
                                          MatmulIdMultiplicity::MayRepeat, MatmulIdRoute::GroupedPrefill);
@@ -404,7 +489,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, cons
     return xs.dim(0) > cuda_ternary::kTq2MoeStreamAutoMaxTokens;  // above it the ternary engine wants staged rows
   };
   auto cpu_run = [&] {
-    run_cpu(x, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads, Tq2HostWeight{w_gate_up.get()},
+    run_cpu(x, ids, topk_weights, out, d, opts, ctx.arch().cpu_threads, Tq2HostWeight{w_gate_up.get()},
             Tq2HostWeight{w_down.get()});
   };
   auto gemm = [&](const Pass& p, MatmulIdScratch* scratch, bool first) {
@@ -417,8 +502,8 @@ Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, cons
 
 Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const Fp8Experts& w_down, const View& ids,
                 const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
-  const Dims d = check_call(ctx, x, w_gate_up.codes, w_down.codes, ids, topk_weights, out, true);
-  for (const auto& [w, name, n, k] : {std::tuple{&w_gate_up, "w_gate_up", 2 * d.inter, d.hidden},
+  const Dims d = check_call(ctx, x, w_gate_up.codes, w_down.codes, ids, topk_weights, out, opts, true);
+  for (const auto& [w, name, n, k] : {std::tuple{&w_gate_up, "w_gate_up", d.gu_rows, d.hidden},
                                       std::tuple{&w_down, "w_down", d.hidden, d.inter}}) {
     check_device(ctx, w->scales, name);
     const auto [sr, sc] = fp8_scale_shape(w->kind, n, k);
@@ -447,7 +532,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
     return fp8_grouped(p1) || fp8_grouped(p2);
   };
   auto cpu_run = [&] {
-    for (const auto& [w, n, k] : {std::tuple{&w_gate_up, 2 * d.inter, d.hidden}, std::tuple{&w_down, d.hidden, d.inter}}) {
+    for (const auto& [w, n, k] : {std::tuple{&w_gate_up, d.gu_rows, d.hidden}, std::tuple{&w_down, d.hidden, d.inter}}) {
       const auto [sr, sc] = fp8_scale_shape(w->kind, n, k);
       for (std::int64_t e = 0; e < d.experts; ++e)
         check_fp8_scales(kOp, w->kind, n, k, static_cast<const float*>(w->scales.data) + e * sr * sc,
@@ -464,7 +549,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
                static_cast<double>(static_cast<const float*>(w.scales.data)[e * sr * sc + g]);
       };
     };
-    run_cpu(x, ids, topk_weights, out, d, opts.activation, ctx.arch().cpu_threads, weight(w_gate_up, 2 * d.inter, d.hidden),
+    run_cpu(x, ids, topk_weights, out, d, opts, ctx.arch().cpu_threads, weight(w_gate_up, d.gu_rows, d.hidden),
             weight(w_down, d.hidden, d.inter));
   };
   MatmulIdOptions mo;

@@ -1,5 +1,5 @@
-// moe_ffn's elementwise kernels: the gated activation between the two expert GEMMs and the
-// weighted sum over a token's slots after them. Memory-bound, grid-stride, f32 math; 16-byte
+// moe_ffn's elementwise kernels: the activation (gated or not, with the gate_up bias) between
+// the two expert GEMMs and the weighted sum over a token's slots (with the down bias) after them. Memory-bound, grid-stride, f32 math; 16-byte
 // vectors where the rows allow them. Deterministic: every output element is written by one thread
 // (the slot sum in slot order), no atomics.
 #include <cmath>
@@ -14,60 +14,155 @@ namespace {
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 4096;
 
+// f(g) of the activation; NaN stays NaN (relu: a NaN is not < 0).
 template <MoeActivation A>
-__device__ __forceinline__ float gated(float g, float u) {
+__device__ __forceinline__ float act_f(float g) {
   if constexpr (A == MoeActivation::Silu) {
-    return g / (1.0f + expf(-g)) * u;
+    return g / (1.0f + expf(-g));
   } else if constexpr (A == MoeActivation::GeluTanh) {
     const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
-  } else {
-    return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f)) * u;
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+  } else if constexpr (A == MoeActivation::GeluErf) {
+    return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f));
+  } else {  // Relu2 (SwigluOai goes through act_gated only)
+    const float r = g < 0.0f ? 0.0f : g;
+    return r * r;
   }
+}
+
+// act(g, u) with a gate; the clamps of gpt-oss's SwiGLU keep a NaN.
+template <MoeActivation A>
+__device__ __forceinline__ float act_gated(float g, float u, float alpha, float limit) {
+  if constexpr (A == MoeActivation::SwigluOai) {
+    const float gc = g > limit ? limit : g;
+    const float uc = u > limit ? limit : u < -limit ? -limit : u;
+    return (uc + 1.0f) * gc / (1.0f + expf(-alpha * gc));
+  } else {
+    return act_f<A>(g) * u;
+  }
+}
+
+struct ActParams {
+  const void* h;
+  void* a;
+  std::int64_t rows, inter, h_cols;  // h_cols: 2 inter with a gate, inter without
+  bool gated, interleaved, vec;
+  float alpha, limit;
+  const void* bias;  // [experts, h_cols] or null
+  DType bias_dtype;
+  const void* ids;   // the expert_of view of the routed rows (read only with a bias)
+  bool ids64;
+  std::int64_t n_experts;
+};
+
+__device__ __forceinline__ float bias_f32(const ActParams& p, std::uint32_t e, std::int64_t c) {
+  if (e == kNoExpert) return 0.0f;
+  const std::int64_t i = static_cast<std::int64_t>(e) * p.h_cols + c;
+  switch (p.bias_dtype) {
+    case DType::F16: return __half2float(static_cast<const __half*>(p.bias)[i]);
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[i]);
+    default: return static_cast<const float*>(p.bias)[i];
+  }
+}
+
+// One output a[r, j] from its row's h values (and biases).
+template <MoeActivation A>
+__device__ __forceinline__ float act_one(const ActParams& p, float g, float u) {
+  if constexpr (A == MoeActivation::SwigluOai) return act_gated<A>(g, u, p.alpha, p.limit);
+  else return p.gated ? act_gated<A>(g, u, p.alpha, p.limit) : act_f<A>(g);
 }
 
 // vec: inter is a multiple of the 16-byte vector's length (the bases are the workspace's,
-// 256-byte aligned), so every vector lies in one row's gate or up half.
+// 256-byte aligned), so every vector lies in one row, and in one half where the layout has halves.
 template <class T, MoeActivation A>
-__global__ void __launch_bounds__(kThreads) moe_ffn_gated_kernel(const T* h, T* a, std::int64_t rows, std::int64_t inter,
-                                                                 bool vec) {
+__global__ void __launch_bounds__(kThreads) moe_ffn_act_kernel(ActParams p) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (vec) {
+  const T* h = static_cast<const T*>(p.h);
+  T* a = static_cast<T*>(p.a);
+  auto expert = [&](std::int64_t r) {
+    if (!p.bias) return kNoExpert;
+    struct { const void* ids; bool ids64; std::int64_t n_experts; } v{p.ids, p.ids64, p.n_experts};
+    return dev::expert_of(v, r);
+  };
+  if (p.vec) {
     constexpr int V = cuda_dense::dev::kVec16<T>;
-    const std::int64_t per_row = inter / V, total = rows * per_row;
+    const std::int64_t per_row = p.inter / V, total = p.rows * per_row;
     for (std::int64_t i = first; i < total; i += stride) {
       const std::int64_t r = i / per_row, j = (i - r * per_row) * V;
-      const T* hr = h + r * 2 * inter;
+      const T* hr = h + r * p.h_cols;
       float g[V], u[V], o[V];
-      dev::unpack16<T>(dev::ldg16(hr + j), g);
-      dev::unpack16<T>(dev::ldg16(hr + inter + j), u);
+      if (p.gated && p.interleaved) {  // pairs (gate, up) at columns 2 j .. 2 j + 2 V
+        float lo[V], hi[V];
+        dev::unpack16<T>(dev::ldg16(hr + 2 * j), lo);
+        dev::unpack16<T>(dev::ldg16(hr + 2 * j + V), hi);
 #pragma unroll
-      for (int e = 0; e < V; ++e) o[e] = gated<A>(g[e], u[e]);
+        for (int e = 0; e < V / 2; ++e) g[e] = lo[2 * e], u[e] = lo[2 * e + 1], g[V / 2 + e] = hi[2 * e], u[V / 2 + e] = hi[2 * e + 1];
+      } else {
+        dev::unpack16<T>(dev::ldg16(hr + j), g);
+        if (p.gated) dev::unpack16<T>(dev::ldg16(hr + p.inter + j), u);
+      }
+      if (p.bias) {
+        const std::uint32_t e = expert(r);
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          const std::int64_t jq = j + q;
+          g[q] += bias_f32(p, e, p.gated && p.interleaved ? 2 * jq : jq);
+          if (p.gated) u[q] += bias_f32(p, e, p.interleaved ? 2 * jq + 1 : p.inter + jq);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) o[e] = act_one<A>(p, g[e], p.gated ? u[e] : 0.0f);
       alignas(16) T out[V];
 #pragma unroll
       for (int e = 0; e < V; ++e) out[e] = dev::from_f32<T>(o[e]);
-      *reinterpret_cast<uint4*>(a + r * inter + j) = *reinterpret_cast<const uint4*>(out);
+      *reinterpret_cast<uint4*>(a + r * p.inter + j) = *reinterpret_cast<const uint4*>(out);
     }
     return;
   }
-  const std::int64_t total = rows * inter;
+  const std::int64_t total = p.rows * p.inter;
   for (std::int64_t i = first; i < total; i += stride) {
-    const std::int64_t r = i / inter, j = i - r * inter;
-    const T* hr = h + r * 2 * inter;
-    a[i] = dev::from_f32<T>(gated<A>(dev::to_f32(hr[j]), dev::to_f32(hr[inter + j])));
+    const std::int64_t r = i / p.inter, j = i - r * p.inter;
+    const T* hr = h + r * p.h_cols;
+    const std::int64_t gc = p.gated && p.interleaved ? 2 * j : j, uc = p.interleaved ? 2 * j + 1 : p.inter + j;
+    float g = dev::to_f32(hr[gc]), u = p.gated ? dev::to_f32(hr[uc]) : 0.0f;
+    if (p.bias) {
+      const std::uint32_t e = expert(r);
+      g += bias_f32(p, e, gc);
+      if (p.gated) u += bias_f32(p, e, uc);
+    }
+    a[i] = dev::from_f32<T>(act_one<A>(p, g, u));
   }
 }
 
-template <class TW, class TO>
+// The down bias of a routed row's expert (0 where the row has no bias or no expert).
+__device__ __forceinline__ float down_bias(const void* bias, DType dtype, const void* ids, bool ids64, std::int64_t n_experts,
+                                           std::int64_t r, std::int64_t hidden, std::int64_t j) {
+  const std::uint64_t id = ids64 ? static_cast<std::uint64_t>(__ldg(static_cast<const long long*>(ids) + r))
+                                 : __ldg(static_cast<const std::uint32_t*>(ids) + r);
+  if (id >= static_cast<std::uint64_t>(n_experts)) return 0.0f;
+  const std::int64_t i = static_cast<std::int64_t>(id) * hidden + j;
+  if (dtype == DType::F16) return __half2float(static_cast<const __half*>(bias)[i]);
+  if (dtype == DType::BF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+  return static_cast<const float*>(bias)[i];
+}
+
+template <class TW, class TO, bool BIAS>
 __global__ void __launch_bounds__(kThreads) moe_ffn_combine_kernel(const float* y, const TW* w, TO* out, std::int64_t m,
-                                                                   std::int64_t top_k, std::int64_t hidden) {
+                                                                   std::int64_t top_k, std::int64_t hidden,
+                                                                   const void* bias, DType bias_dtype, const void* ids,
+                                                                   bool ids64, std::int64_t n_experts) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads;
   const std::int64_t total = m * hidden;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total; i += stride) {
     const std::int64_t t = i / hidden, j = i - t * hidden;
     float s = 0.0f;
-    for (std::int64_t k = 0; k < top_k; ++k) s = fmaf(dev::to_f32(w[t * top_k + k]), y[(t * top_k + k) * hidden + j], s);
+    for (std::int64_t k = 0; k < top_k; ++k) {
+      const std::int64_t r = t * top_k + k;
+      float v = __ldg(y + r * hidden + j);
+      if constexpr (BIAS) v += down_bias(bias, bias_dtype, ids, ids64, n_experts, r, hidden, j);
+      s = fmaf(dev::to_f32(w[r]), v, s);
+    }
     out[i] = dev::from_f32<TO>(s);
   }
 }
@@ -78,33 +173,36 @@ int blocks_for(std::int64_t work) {
 
 template <class T>
 void launch_gated_typed(const MoeGatedArgs& g, StreamHandle stream) {
-  const bool vec = g.inter % cuda_dense::dev::kVec16<T> == 0;
-  const std::int64_t work = vec ? g.rows * (g.inter / cuda_dense::dev::kVec16<T>) : g.rows * g.inter;
-  const T* h = static_cast<const T*>(g.h);
-  T* a = static_cast<T*>(g.a);
+  ActParams p{};
+  p.h = g.h, p.a = g.a, p.rows = g.rows, p.inter = g.inter, p.h_cols = g.gated ? 2 * g.inter : g.inter;
+  p.gated = g.gated, p.interleaved = g.gated && g.layout == MoeGateLayout::Interleaved;
+  p.vec = g.inter % cuda_dense::dev::kVec16<T> == 0;
+  p.alpha = g.alpha, p.limit = g.limit;
+  p.bias = g.bias, p.bias_dtype = g.bias_dtype, p.ids = g.ids, p.ids64 = g.ids_dtype == DType::I64, p.n_experts = g.experts;
+  const std::int64_t work = p.vec ? g.rows * (g.inter / cuda_dense::dev::kVec16<T>) : g.rows * g.inter;
   const int blocks = blocks_for(work);
   switch (g.activation) {
-    case MoeActivation::Silu:
-      moe_ffn_gated_kernel<T, MoeActivation::Silu><<<blocks, kThreads, 0, stream>>>(h, a, g.rows, g.inter, vec);
-      break;
-    case MoeActivation::GeluTanh:
-      moe_ffn_gated_kernel<T, MoeActivation::GeluTanh><<<blocks, kThreads, 0, stream>>>(h, a, g.rows, g.inter, vec);
-      break;
-    case MoeActivation::GeluErf:
-      moe_ffn_gated_kernel<T, MoeActivation::GeluErf><<<blocks, kThreads, 0, stream>>>(h, a, g.rows, g.inter, vec);
-      break;
+    case MoeActivation::Silu: moe_ffn_act_kernel<T, MoeActivation::Silu><<<blocks, kThreads, 0, stream>>>(p); break;
+    case MoeActivation::GeluTanh: moe_ffn_act_kernel<T, MoeActivation::GeluTanh><<<blocks, kThreads, 0, stream>>>(p); break;
+    case MoeActivation::GeluErf: moe_ffn_act_kernel<T, MoeActivation::GeluErf><<<blocks, kThreads, 0, stream>>>(p); break;
+    case MoeActivation::Relu2: moe_ffn_act_kernel<T, MoeActivation::Relu2><<<blocks, kThreads, 0, stream>>>(p); break;
+    case MoeActivation::SwigluOai: moe_ffn_act_kernel<T, MoeActivation::SwigluOai><<<blocks, kThreads, 0, stream>>>(p); break;
   }
 }
 
 }  // namespace
 
 std::string moe_ffn_gated_kernel_name(const MoeGatedArgs& g) {
-  return std::string("moe_ffn_gated_") + moe_activation_name(g.activation) + "_" + std::string(dtype_name(g.dtype));
+  return std::string("moe_ffn_gated_") + moe_activation_name(g.activation) + (g.gated ? "" : "_no_mul") + "_" +
+         std::string(dtype_name(g.dtype));
 }
 
 void launch_moe_ffn_gated(const MoeGatedArgs& g, StreamHandle stream) {
   if (g.rows == 0 || g.inter == 0) return;
   if (!g.h || !g.a) fail(ErrorCode::Internal, "launch_moe_ffn_gated: null intermediate");
+  if (g.bias && !g.ids) fail(ErrorCode::Internal, "launch_moe_ffn_gated: a bias without the ids");
+  if (!g.gated && g.activation == MoeActivation::SwigluOai)
+    fail(ErrorCode::Internal, "launch_moe_ffn_gated: swigluoai without a gate");
   const bool ok = cuda_dense::host::with_float_type(g.dtype, [&](auto t) { launch_gated_typed<decltype(t)>(g, stream); });
   if (!ok) fail(ErrorCode::Internal, "launch_moe_ffn_gated: dtype ", dtype_name(g.dtype));
   cuda_dense::host::check_launch(moe_ffn_gated_kernel_name(g));
@@ -117,13 +215,22 @@ std::string moe_ffn_combine_kernel_name(const MoeCombineArgs& c) {
 void launch_moe_ffn_combine(const MoeCombineArgs& c, StreamHandle stream) {
   if (c.m == 0 || c.hidden == 0) return;
   if (!c.out || (c.top_k > 0 && (!c.y || !c.w))) fail(ErrorCode::Internal, "launch_moe_ffn_combine: null operand");
+  if (c.bias && !c.ids) fail(ErrorCode::Internal, "launch_moe_ffn_combine: a bias without the ids");
+  const bool ids64 = c.ids_dtype == DType::I64;
   bool ok = false;
   cuda_dense::host::with_float_type(c.w_dtype, [&](auto tw) {
     using TW = decltype(tw);
     ok = cuda_dense::host::with_float_type(c.out_dtype, [&](auto to) {
       using TO = decltype(to);
-      moe_ffn_combine_kernel<TW, TO><<<blocks_for(c.m * c.hidden), kThreads, 0, stream>>>(
-          c.y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden);
+      const int blocks = blocks_for(c.m * c.hidden);
+      if (c.bias)
+        moe_ffn_combine_kernel<TW, TO, true><<<blocks, kThreads, 0, stream>>>(
+            c.y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden, c.bias, c.bias_dtype, c.ids,
+            ids64, c.experts);
+      else
+        moe_ffn_combine_kernel<TW, TO, false><<<blocks, kThreads, 0, stream>>>(
+            c.y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden, nullptr, c.bias_dtype,
+            nullptr, false, 0);
     });
   });
   if (!ok) fail(ErrorCode::Internal, "launch_moe_ffn_combine: dtypes ", dtype_name(c.w_dtype), ", ", dtype_name(c.out_dtype));
