@@ -278,11 +278,11 @@ void run_gpu(BenchEnv& env) {
           row.device = env.device_label;
           env.out.add(row);
         };
-        // A/B against the other decode versions: v3 at m <= 2, v4 at m <= 8, v2 and v5 at m <= 16
+        // A/B against the other decode versions: v4 at m <= 8, v2 and v5 at m <= 16
         // (whichever Auto did not take; v4 and v5 on sm_90 where the activation fits).
-        for (Tq2Route other : {Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
+        for (Tq2Route other : {Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5}) {
           const bool engine = other == Tq2Route::StreamV4 || other == Tq2Route::StreamV5;
-          const std::int64_t top = other == Tq2Route::StreamV4 ? 8 : other == Tq2Route::StreamV2 || other == Tq2Route::StreamV5 ? 16 : 2;
+          const std::int64_t top = other == Tq2Route::StreamV4 ? 8 : 16;
           if (m > top) continue;
           if (receipt.route == tq2_route_name(other)) continue;
           if (engine) {  // sm_90 only, and where the activation fits
@@ -294,8 +294,7 @@ void run_gpu(BenchEnv& env) {
           }
           Tq2Options o1 = o;
           o1.force_route = other;
-          const char* vs = other == Tq2Route::StreamV2 ? "_vs_v2"
-                           : other == Tq2Route::StreamV3 ? "_vs_v3" : other == Tq2Route::StreamV4 ? "_vs_v4" : "_vs_v5";
+          const char* vs = other == Tq2Route::StreamV2 ? "_vs_v2" : other == Tq2Route::StreamV4 ? "_vs_v4" : "_vs_v5";
           ab_row(o1, vs, "exact");
         }
         // A/B: v5's image made the other way (K whole only): staged by a first kernel, or

@@ -26,7 +26,7 @@ namespace {
 constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,    DenseRoute::Gemv,
                                        DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::Naive,    Tq2Route::StreamV2,
-                                   Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
+                                   Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
                                    Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
 
 ArchInfo consume_arch(FuzzedDataProvider& in) {
@@ -272,7 +272,6 @@ void check_tq2_plan(FuzzedDataProvider& in) {
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
                               ? ((v5_fits || v5_sliced) && (v4_two_blocks ? m <= 2 && v5_parts_m <= 2 && n * k >= (std::int64_t{1} << 25) : v5_parts_m <= 4) ? Tq2Route::StreamV5
                                                                                                     : Tq2Route::StreamV4)
-                          : m <= 2 ? Tq2Route::StreamV3
                           : sm90 && (v5_fits || v5_sliced) && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : sm90 && v5_wide && v5_wide_parts <= 16 &&
                                     (k >= 12288 || ((n + 127) / 128 < 212 && n * k >= (std::int64_t{1} << 24)))
@@ -288,9 +287,8 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     return;
   }
   bool accepts = cuda != (force == Tq2Route::Cpu);
-  if (force == Tq2Route::Tiled || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3) accepts = accepts && sm80;
+  if (force == Tq2Route::Tiled || force == Tq2Route::StreamV2) accepts = accepts && sm80;
   if (force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
-  if (force == Tq2Route::StreamV3) accepts = accepts && m <= 2;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
   if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced || v5_wide);
   if (force == Tq2Route::TiledSm90 || force == Tq2Route::TiledSm90SplitK) {

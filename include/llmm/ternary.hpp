@@ -152,7 +152,6 @@ enum class Tq2Route {
   Cpu,     // float64 reference (CPU contexts)
   Naive,   // CUDA reference kernel: one thread per output
   StreamV2,   // decode v2: f16 tensor cores, activation split once into shared memory (m <= 16)
-  StreamV3,   // decode v3: int8 tensor cores on integer digits of the activation (m <= 2)
   StreamV4,   // decode v4: int8 digits on the sm_90 streaming engine (copy-engine ring; m <= 8, sm_90)
   StreamV5,   // decode v5: v4's decoder with warp-owned row bands and K parts (m <= 16, sm_90)
   Tiled,      // prefill: tensor cores on decoded tiles
@@ -201,8 +200,8 @@ std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, 
 // Pure router: CPU -> Cpu; before sm_80 Naive; m <= 8 -> StreamV5 on sm_90 for n > 211 x 128
 // (K whole in every item) where its activation image fits; m <= 4 (m <= 8 for n <= 4096) ->
 // StreamV4 on sm_90 where the whole K's activation fits in shared memory (k <= ~40k at m = 1,
-// ~13k at m = 4), else m <= 2 ->
-// StreamV3; m = 9..16 at k >= 12288 -> StreamV5 on sm_90 (its wide kernels); m <= 16 -> StreamV2;
+// ~13k at m = 4); m = 9..16 at k >= 12288 -> StreamV5 on sm_90 (its wide kernels); m <= 16 ->
+// StreamV2;
 // m * n * k >= 2^27 -> DequantLt; else Tiled (see gemm_tq2.cpp for why; calibrated against the
 // GPU in docs/performance.md).
 Tq2Route plan_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, const ArchInfo& arch,

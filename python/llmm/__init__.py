@@ -618,7 +618,7 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
     x is float32, float16 or bfloat16 (innermost stride 1; rows may be padded; read-only is fine);
     out is float32 (default, or out_dtype "float32") or x's dtype. precision "exact" keeps f32
     activations accurate on tensor cores; route "auto" or one kernel by name: "tq2_stream_v5" and "tq2_stream_v4" (m <= 8, sm_90),
-    "tq2_stream_v3" (m <= 2), "tq2_stream_v2" (m <= 16), "tq2_tiled", "tq2_dequant_lt",
+    "tq2_stream_v2" (m <= 16), "tq2_tiled", "tq2_dequant_lt",
     "tq2_tiled_sm90" (the Hopper tiled engine, sm_90; float16/bfloat16 x, or float32 with precision
     "fast"; auto takes it for 16-bit prefill where its tiles fill the GPU), "tq2_tiled_sm90_splitk" (the
     same engine with K in parts, for weights with few 128-row tiles; auto takes it at 16 < m <= 128 where

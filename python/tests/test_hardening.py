@@ -889,7 +889,7 @@ def test_property_gemm_tq2():
         elif kind == "x_f64":
             x = x.astype(np.float64)
         elif kind == "route":
-            kw["route"] = rng.choice(["tq2_stream_v3", "tq2_tiled", "stream"])
+            kw["route"] = rng.choice(["tq2_stream_v2", "tq2_tiled", "stream"])
         elif kind == "precision":
             kw["precision"] = "loose"
         elif kind == "overlap":

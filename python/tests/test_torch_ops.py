@@ -315,7 +315,7 @@ def test_gemm_tq2_op(device, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("route", ["tq2_stream_v4", "tq2_stream_v3", "tq2_stream_v2", "tq2_tiled", "tq2_dequant_lt",
+@pytest.mark.parametrize("route", ["tq2_stream_v4", "tq2_stream_v2", "tq2_tiled", "tq2_dequant_lt",
                                    "tq2_naive"])
 def test_gemm_tq2_each_cuda_route_by_name(route):
     """Every route name the docstring lists runs, reports itself, and agrees with float64."""
@@ -339,11 +339,11 @@ def test_plan_tq2_on_cuda_names_the_route_that_runs():
     like = torch.empty(1, device=dev)
     plans = {m: llmm.plan_tq2(m, 640, 512, like) for m in (1, 2, 8, 16)}
     sm90 = torch.cuda.get_device_capability(dev) == (9, 0)
-    decode = "tq2_stream_v4" if sm90 else "tq2_stream_v3"
+    decode = "tq2_stream_v4" if sm90 else "tq2_stream_v2"
     # On sm_90 v4 also takes m = 8 when n <= 4096 (640 here).
     assert [plans[m]["route"] for m in (1, 2, 8, 16)] == [decode] * 2 + ["tq2_stream_v4" if sm90 else "tq2_stream_v2",
                                                                           "tq2_stream_v2"]
-    # v4 stages the activation for all blocks, v2 from m = 3; v3 needs no workspace.
+    # v4 stages the activation for all blocks, v2 from m = 3.
     assert (plans[1]["workspace_bytes"] > 0) == (decode == "tq2_stream_v4") and plans[8]["workspace_bytes"] > 0
     big = llmm.plan_tq2(1536, 27648, 3072, like)
     assert big["route"] == "tq2_dequant_lt" and big["workspace_bytes"] > 0

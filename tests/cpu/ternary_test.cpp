@@ -265,7 +265,7 @@ TEST(Tq2Plan, EveryPlanSaysWhy) {
             ++plans;
           }
   EXPECT_EQ(plans, 4 * 3 * 14 * 6 * 6);
-  for (Tq2Route r : {Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4,
+  for (Tq2Route r : {Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV4,
                      Tq2Route::StreamV5, Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK})
     EXPECT_FALSE(reasons[r].empty()) << tq2_route_name(r) << " never planned: pick shapes that reach it";
   EXPECT_EQ(plan_gemm_tq2(1, 3072, 3072, DType::F32, h200, Tq2Route::StreamV2).reason, "forced");
@@ -317,11 +317,12 @@ TEST(Tq2Plan, Routes) {
   EXPECT_EQ(llmm::cuda_ternary::tq2_stream_v5_parts(64, 128 * 68).parts, 17);
   EXPECT_EQ(plan_tq2(8, 64, 128 * 68, DType::F32, h200), Tq2Route::StreamV2);  // 17 parts: past the cap
   EXPECT_EQ(plan_tq2(2, 2560, 6912, DType::BF16, h200), Tq2Route::StreamV4);  // v4 fits: unchanged
-  // v4 needs the whole K's activation in shared memory (and sm_90a): v3 past that and elsewhere.
-  EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV3);
+  // v4 needs the whole K's activation in shared memory (and sm_90a): past that (and v5's part
+  // cap) and elsewhere, v2, the portable decode kernel (v3 was retired).
+  EXPECT_EQ(plan_tq2(2, 64, 128 * 8192, DType::F32, h200), Tq2Route::StreamV2);
   ArchInfo a100 = h200;
   a100.cc_major = 8;
-  EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, a100), Tq2Route::StreamV3);
+  EXPECT_EQ(plan_tq2(1, 3072, 3072, DType::F32, a100), Tq2Route::StreamV2);
   expect_error([&] { plan_tq2(1, 3072, 3072, DType::F32, a100, Tq2Route::StreamV4); }, ErrorCode::Unsupported, "sm_90a");
   // m = 5..8: v4 on small N (n <= 4096), else v5 wherever it runs (K in parts too: 1.05-1.42x v2
   // at m = 8, session 16), else v2.
@@ -389,10 +390,6 @@ TEST(Tq2Plan, Routes) {
   expect_error([&] { plan_tq2(17, 8, 128, DType::F32, h200, Tq2Route::StreamV2); }, ErrorCode::Unsupported,
                "gemm_tq2: route tq2_stream_v2 cannot run (m: 17, n: 8, k: 128, f32): the streaming kernels take m <= 16");
   EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV2), "tq2_stream_v2");
-  EXPECT_STREQ(tq2_route_name(Tq2Route::StreamV3), "tq2_stream_v3");
-  EXPECT_EQ(plan_tq2(2, 3072, 3072, DType::F32, h200, Tq2Route::StreamV3), Tq2Route::StreamV3);
-  expect_error([&] { plan_tq2(3, 8, 128, DType::F32, h200, Tq2Route::StreamV3); }, ErrorCode::Unsupported,
-               "the int8 streaming kernel takes m <= 2");
 }
 
 TEST(Tq2Cpu, SeedAntiCapOfEightThroughHostApi) {

@@ -136,28 +136,6 @@ TEST(Tq2Kernels, StreamV2Config) {
     }
 }
 
-TEST(Tq2Kernels, StreamV3Config) {
-  EXPECT_TRUE(tq2_stream_v3_supports(args(2, 8, 128)));
-  EXPECT_FALSE(tq2_stream_v3_supports(args(3, 8, 128)));
-  Tq2Args a = args(1, 8, 128);
-  a.codes = at<const std::uint8_t>(0x100001);
-  EXPECT_FALSE(tq2_stream_v3_supports(a));  // needs 8-byte code loads
-  auto c = tq2_stream_v3_config(args(1, 27648, 3072), 132);
-  ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->splits, 3);
-  EXPECT_EQ(c->n_tiles, 1);
-  EXPECT_EQ(c->row_tiles, 8);
-  EXPECT_EQ(c->chunk_groups, 24);
-  EXPECT_EQ(tq2_stream_v3_kernel_name(args(1, 27648, 3072), 132), "tq2_stream_v3_f32_f32_i8x3_r128");
-  EXPECT_EQ(tq2_stream_v3_kernel_name(args(3, 27648, 3072), 132), "");
-  for (std::int64_t k : {128, 3072, 14336, 65536}) {
-    auto ck = tq2_stream_v3_config(args(2, 4096, k), 132);
-    ASSERT_TRUE(ck.has_value());
-    EXPECT_LE(ck->smem_bytes, kTq2V2SmemBudget) << k;
-    EXPECT_GE(ck->chunk_groups, 1);
-  }
-}
-
 TEST(Tq2Kernels, StreamV4Config) {
   EXPECT_TRUE(tq2_stream_v4_supports(args(2, 8, 128)));
   EXPECT_TRUE(tq2_stream_v4_supports(args(8, 8, 128)));

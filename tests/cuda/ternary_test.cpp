@@ -23,11 +23,11 @@ using namespace llmm::test;
 namespace {
 std::size_t bytes_of(const std::vector<BlockTQ2_128>& b) { return b.size() * sizeof(BlockTQ2_128); }
 bool streaming(Tq2Route r) {
-  return r == Tq2Route::StreamV2 || r == Tq2Route::StreamV3 || r == Tq2Route::StreamV4 || r == Tq2Route::StreamV5;
+  return r == Tq2Route::StreamV2 || r == Tq2Route::StreamV4 || r == Tq2Route::StreamV5;
 }
 // Largest m a route takes.
 std::int64_t max_m(Tq2Route r) {
-  return r == Tq2Route::StreamV3 ? 2 : r == Tq2Route::StreamV4 || r == Tq2Route::StreamV5 ? 8 : streaming(r) ? 16 : 1 << 30;
+  return r == Tq2Route::StreamV4 || r == Tq2Route::StreamV5 ? 8 : streaming(r) ? 16 : 1 << 30;
 }
 // tq2_stream_v4 and v5 are built for sm_90a alone: on other GPUs their forced routes are refused
 // (tested in StreamV4RefusedOffHopper) and the sweeps leave them out.
@@ -40,7 +40,7 @@ TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5,
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5,
                      Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::Auto})
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
@@ -66,7 +66,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 1;
-  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
+  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
                      Tq2Route::Naive, Tq2Route::DequantLt})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
@@ -97,7 +97,7 @@ TEST(Tq2Gpu, StreamV2ChunksRowTilesWideRange) {
   TernaryWeightCache cache(ctx);
   struct NK { std::int64_t n, k; int rows; };
   std::uint64_t seed = 500;
-  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV3})
+  for (Tq2Route r : {Tq2Route::StreamV2})
   for (NK nk : {NK{77, 6144, 16}, NK{6400, 256, 32}, NK{12800, 256, 64}, NK{25400, 128, 128}})
     for (std::int64_t m : {1, 2, 3, 5, 9, 16})
       for (Precision p : {Precision::Exact, Precision::Fast})
@@ -121,11 +121,11 @@ TEST(Tq2Gpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
+  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
                      Tq2Route::DequantLt}) {
     if (!runs_here(ctx, r)) continue;
     Tq2Case c;
-    c.m = r == Tq2Route::StreamV3 ? 2 : streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
+    c.m = streaming(r) ? 4 : 200, c.n = 3072, c.k = 3072, c.route = r;
     Tq2Outcome a = run_tq2_case(ctx, cache, c), b = run_tq2_case(ctx, cache, c);
     EXPECT_TRUE(a.cmp.ok()) << a.cmp.summary();
     EXPECT_EQ(a.out_bytes, b.out_bytes) << tq2_route_name(r) << " is not bitwise deterministic";
@@ -156,7 +156,7 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   wrong_k.strides = {512, 1};
   EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV3, Tq2Route::StreamV4, Tq2Route::StreamV5,
+  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5,
                      Tq2Route::Tiled, Tq2Route::DequantLt}) {
     if (!runs_here(ctx, r)) continue;
     Tq2Options o;
@@ -339,7 +339,7 @@ TEST(Tq2Gpu, CacheUploadsOncePerKeyAcrossThreads) {
 }
 
 // NaN/Inf in the activation propagate as IEEE arithmetic makes them on every route: before,
-// tq2_stream_v3's int8 digits turned a NaN into a finite output. The split and scaled paths mark
+// the int8 digits (then of the retired v3) turned a NaN into a finite output. The split and scaled paths mark
 // such groups and recompute those outputs in IEEE f32.
 TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
   LLMM_REQUIRE_CUDA();
@@ -347,7 +347,7 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 500;
   struct R { Tq2Route route; std::int64_t m; };
-  for (R r : {R{Tq2Route::StreamV3, 1}, R{Tq2Route::StreamV3, 2}, R{Tq2Route::StreamV4, 1}, R{Tq2Route::StreamV4, 2},
+  for (R r : {R{Tq2Route::StreamV4, 1}, R{Tq2Route::StreamV4, 2},
               R{Tq2Route::StreamV4, 7}, R{Tq2Route::StreamV5, 1}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7},
               R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
               R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40}, R{Tq2Route::Naive, 7},

@@ -148,7 +148,6 @@ const char* tq2_route_name(Tq2Route r) noexcept {
     case Tq2Route::Cpu: return "cpu";
     case Tq2Route::Naive: return "tq2_naive";
     case Tq2Route::StreamV2: return "tq2_stream_v2";
-    case Tq2Route::StreamV3: return "tq2_stream_v3";
     case Tq2Route::StreamV4: return "tq2_stream_v4";
     case Tq2Route::StreamV5: return "tq2_stream_v5";
     case Tq2Route::Tiled: return "tq2_tiled";
@@ -171,11 +170,10 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
     const char* why = nullptr;
     if (force == Tq2Route::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
     if (force != Tq2Route::Cpu && !cuda) why = "needs a CUDA context";
-    if ((force == Tq2Route::Tiled || force == Tq2Route::StreamV2 || force == Tq2Route::StreamV3) && cuda &&
+    if ((force == Tq2Route::Tiled || force == Tq2Route::StreamV2) && cuda &&
         arch.cc_major < 8)
       why = "needs sm_80 or newer";
     if (force == Tq2Route::StreamV2 && cuda && m > 16) why = "the streaming kernels take m <= 16";
-    if (force == Tq2Route::StreamV3 && cuda && m > 2) why = "the int8 streaming kernel takes m <= 2";
     if (force == Tq2Route::StreamV4 && cuda) {
       if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
       else if (m > cuda_ternary::kTq2V4MaxM) why = "the sm_90 streaming engine's int8 decoder takes m <= 8";
@@ -206,8 +204,9 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
   if (!cuda) return plan(Tq2Route::Cpu, "CPU context: float64 reference backend");
   if (arch.cc_major < 8) return plan(Tq2Route::Naive, "before sm_80: the reference kernel (every tensor-core kernel needs sm_80)");
   // Decode (measured, docs/performance.md "Decode v4"): the sm_90 streaming engine to m = 4 where
-  // its activation fits (1.1-3.5x v3 at m <= 2, 1.1-1.8x v2 at m = 4; at m = 8 it lost to v2 on
-  // the large-N shapes), else the int8 kernel v3 at m <= 2 and v2 (staged from m = 3) to 16.
+  // its activation fits (1.1-3.5x the retired int8 kernel v3 at m <= 2, 1.1-1.8x v2 at m = 4; at
+  // m = 8 it lost to v2 on the large-N shapes), else v2 (staged from m = 3) to 16. v3 was retired
+  // (issue 47): on sm_90 Auto sent it only shapes with n <= ~1000 and k >= ~26k, which v2 takes.
   const bool sm90 = arch.cc_major == 9 && arch.cc_minor == 0;
   // v5 where K stays whole (at least kTq2V5TargetItems super-bands of 128 rows), m <= 8: 1.09-1.61x
   // v4 at m <= 4 and 1.42x v2 at m = 8 on 27648x3072, 1.17-1.26x v4 on 28672x8192; where K is
@@ -248,7 +247,6 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
                                              : "decode on sm_90 where v4 holds one block a SM, K in <= 4 parts: v5 (measured ahead of v4 there)");
     }
     if (sm90 && fits) return plan(Tq2Route::StreamV4, "decode m <= 4 (m <= 8 at n <= 4096) on sm_90 where the whole K's activation fits beside v4's ring: v4");
-    if (m <= 2) return plan(Tq2Route::StreamV3, "decode m <= 2 without the sm_90 engine: the int8 kernel v3");
   }
   // m = 3..8 where v4 does not take it: v5 wherever it runs (K whole or in parts, the image whole
   // or sliced) before v2. Session 16 run 1, m = 8, after the part-sum fix: forced v5 beat v2 on

@@ -124,21 +124,6 @@ std::string tq2_stream_v2_kernel_name(const Tq2Args& a, int sm_count) {
          "_r" + std::to_string(16 * c->row_tiles) + (c->staged ? "_staged" : "");
 }
 
-bool tq2_stream_v3_supports(const Tq2Args& a) noexcept {
-  return tq2_args_ok(a) && a.m <= kTq2StreamV3MaxM && tq2_codes_vec16(a);
-}
-
-std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& a, int sm_count) noexcept {
-  if (!tq2_stream_v3_supports(a)) return std::nullopt;
-  return stream_layout(a, 3, 128, 64, sm_count);  // three int8 digits, 128 B records
-}
-
-std::string tq2_stream_v3_kernel_name(const Tq2Args& a, int sm_count) {
-  const auto c = tq2_stream_v3_config(a, sm_count);
-  if (!c) return {};
-  return prefix("tq2_stream_v3", a) + "_i8x3_r" + std::to_string(16 * c->row_tiles);
-}
-
 Tq2StreamV4Smem tq2_stream_v4_smem(std::int64_t m, std::int64_t k, int stages) noexcept {
   Tq2StreamV4Smem s;
   if (m < 1 || m > kTq2V4MaxM || k < kTq2Group || k > (std::int64_t{1} << 20) || stages < 1 ||

@@ -89,22 +89,6 @@ std::size_t tq2_stream_v2_stage_bytes(std::int64_t m, std::int64_t k, DType in_d
 std::string tq2_stream_v2_stage_kernel_name(const Tq2Args& args);
 
 // ---------------------------------------------------------------------------------------------
-// tq2_stream_v3: decode for m <= 2 on int8 tensor cores (mma m16n8k32 u8 x s8). Same skeleton
-// as v2; the activation of each 128-group is scaled by a power of two to a 23-bit integer and
-// split into three signed int8 digits (three B columns per token, exact to 2^-23 of the
-// group's max |x|); codes enter as u8 0/1/2 with one AND per 4 codes, and the epilogue
-// subtracts the group's digit sums (code c means c - 1). Config fields as v2 (splits = 3,
-// n_tiles = 1); records 128 bytes a group.
-
-inline constexpr int kTq2StreamV3MaxM = 2;
-
-// tq2_args_ok, m <= 2 and tq2_codes_vec16.
-bool tq2_stream_v3_supports(const Tq2Args& args) noexcept;
-std::optional<Tq2StreamV2Config> tq2_stream_v3_config(const Tq2Args& args, int sm_count = 0) noexcept;
-// tq2_stream_v3_<in>_<out>_i8x3_r<16*row_tiles> (empty when unsupported).
-std::string tq2_stream_v3_kernel_name(const Tq2Args& args, int sm_count = 0);
-
-// ---------------------------------------------------------------------------------------------
 // tq2_stream_v4: the sm_90 streaming engine (tq2_stream_v4_sm90a.cu), m <= 8, with the masked
 // int8-digit decoder (EngineI8Masked: four digit columns a token, n_tiles = ceil(m / 2) n8 tiles). Persistent: one block per SM (two where shared memory allows), each owning a
 // contiguous range of 16-row bands. A producer lane streams every band's codes through a ring of

@@ -26,10 +26,6 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
       if (!cuda_ternary::tq2_stream_v2_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v2 planned for m ", g.m);
       name = cuda_ternary::tq2_stream_v2_kernel_name(g);
       break;
-    case Tq2Route::StreamV3:
-      if (!cuda_ternary::tq2_stream_v3_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v3 planned for m ", g.m);
-      name = cuda_ternary::tq2_stream_v3_kernel_name(g);
-      break;
     case Tq2Route::StreamV4:
       if (!cuda_ternary::tq2_stream_v4_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v4 planned for m ", g.m);
       name = cuda_ternary::tq2_stream_v4_kernel_name(g);
@@ -69,7 +65,6 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   switch (route) {
     case Tq2Route::Naive: cuda_ternary::launch_tq2_naive(g, s); break;
     case Tq2Route::StreamV2: cuda_ternary::launch_tq2_stream_v2(gs, s); break;
-    case Tq2Route::StreamV3: cuda_ternary::launch_tq2_stream_v3(g, s); break;
     case Tq2Route::StreamV4: cuda_ternary::launch_tq2_stream_v4(gs, s); break;
     case Tq2Route::StreamV5: cuda_ternary::launch_tq2_stream_v5(gs, s); break;
     case Tq2Route::Tiled: cuda_ternary::launch_tq2_tiled(g, s); break;

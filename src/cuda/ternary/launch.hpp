@@ -22,9 +22,6 @@ void launch_tq2_naive(const Tq2Args& args, StreamHandle stream);
 // exactly to f16 -1/0/+1 (see tq2_stream_v2.cu and tq2_stream_skeleton.cuh).
 void launch_tq2_stream_v2(const Tq2Args& args, StreamHandle stream);
 
-// Decode kernel v3 for m <= 2 (tq2_stream_v3_supports): v2's skeleton on int8 tensor cores,
-// the activation as three exact int8 digits per 128-group (see tq2_stream_v3.cu).
-void launch_tq2_stream_v3(const Tq2Args& args, StreamHandle stream);
 
 // Decode kernel v4 for m <= 2 on sm_90 (tq2_stream_v4_supports): v3's int8-digit decoder on the
 // streaming engine: tq2_stage_v4 converts the activation once into args.workspace

@@ -1,10 +1,10 @@
-// The int8-digit ternary decoders: EngineI8 (tq2_stream_v3, cp.async skeleton) and its masked
-// variant EngineI8Masked below (tq2_stream_v4, the sm_90 streaming engine): 2-bit codes stay integers and enter int8 tensor cores
-// (mma.sync m16n8k32 u8 x s8 -> s32) as u8 0/1/2; the activation of each 128-group becomes three
-// exact signed int8 digits (three B columns per token).
+// The int8-digit ternary decoder of the sm_90 streaming engine (tq2_stream_v4 / v5):
+// EngineI8Masked. 2-bit codes stay integers and enter int8 tensor cores (mma.sync m16n8k32 u8 x s8
+// -> s32); the activation of each 128-group becomes exact signed int8 digits.
 //
-// Codes: byte b of (w >> 2s) & 0x03030303 is code 4b + s of the word, so 16 codes become four
-// u8x4 A registers in 7 instructions, and one mma consumes 512 codes.
+// Codes, plainly: byte b of (w >> 2s) & 0x03030303 is code 4b + s of the word, so 16 codes would
+// become four u8x4 A registers in 7 instructions (one mma consumes 512 codes); the masked form
+// below saves the shifts.
 //
 // Activation, per 128-group: scaled by a power of two 2^sh so its max |x| lands in
 // [2^21, 2^22), rounded to an integer (exact to 2^-23 of the group's max, f32-class), split into
@@ -17,89 +17,14 @@
 // Interface (what a streaming skeleton calls):
 //   kRecBytes, kColPad   B-record bytes per (column, group); padding after each column
 //   rec_offset(word)     offset of a 16-code word's record inside its group
-//   convert<3>(...)      one (token, group) item: activation -> records + coefficients
+//   convert<kSplit>(...) one (token, group) item: activation -> records + coefficients
 //   group<1>(...)        one group of this lane's codes: decode, mma, add into total
 #pragma once
 #include "cuda/ternary/tq2_stream_skeleton.cuh"
 
 namespace llmm::cuda_ternary {
 
-struct EngineI8 {
-  static constexpr int kRecBytes = 128;  // 8 words x 4 registers x 4 digits
-  static constexpr int kColPad = 64;     // columns g and g + 1 in different banks
-  // The words a lane uses in a group (2 t4, 2 t4 + 1) sit at t4 and 4 + t4: a quad's 16-byte
-  // loads hit different banks.
-  static __device__ __forceinline__ int rec_offset(int word) { return ((word & 1) * 4 + (word >> 1)) * 16; }
-
-  struct Consts {};
-
-  template <int SPLIT>
-  static __device__ __forceinline__ void convert(const float4& x, int lane, int m, unsigned char* xg, int col_stride,
-                                                 float2* cg) {
-    static_assert(SPLIT == 3, "three int8 digits");
-    const float mx = stream::warp_max(fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
-    const int sh = stream::group_shift(mx, 22);
-    const float sigma = ldexpf(1.0f, sh);
-    const float v[4] = {x.x, x.y, x.z, x.w};
-    // Position 4 lane + t of the group: word lane / 4, code q = 4 (lane % 4) + t, i.e. register
-    // q % 4 = t, byte q / 4 = lane % 4 of the word's record.
-    unsigned char* const rec = xg + rec_offset(lane >> 2) + (lane & 3);
-    int sum[3] = {0, 0, 0};
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int xi = __float2int_rn(v[t] * sigma);  // |xi| <= 2^22
-      const int d0 = (xi << 24) >> 24;
-      const int r = (xi - d0) >> 8;
-      const int d1 = (r << 24) >> 24;
-      const int d2 = (r - d1) >> 8;  // |d2| <= 64
-      const int d[3] = {d0, d1, d2};
-#pragma unroll
-      for (int s = 0; s < 3; ++s) {
-        rec[(m * 3 + s) * col_stride + 4 * t] = static_cast<unsigned char>(d[s]);
-        sum[s] += d[s];
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < 3; ++s)
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum[s] += __shfl_xor_sync(0xffffffffu, sum[s], o);
-    const bool bad = stream::warp_any_nonfinite(x);  // an int8 digit has no NaN or Inf
-    if (lane < 3) {
-      const int mine = lane == 0 ? sum[0] : lane == 1 ? sum[1] : sum[2];
-      const float c = ldexpf(1.0f, 8 * lane - sh);
-      cg[m * 3 + lane] = stream::mark_nonfinite(make_float2(c, -static_cast<float>(mine) * c), bad);  // exact: |sum| <= 2^14
-    }
-  }
-
-  template <int NT>
-  static __device__ __forceinline__ void group(const stream::Group& cur, const unsigned char* const (&xg)[NT], int rec0,
-                                               int rec1, const float2* cf, const Consts&, float (&total)[NT][4]) {
-    static_assert(NT == 1, "m <= 2: one n8 tile");
-    int acc[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const std::uint32_t wa = w ? cur.c[0].y : cur.c[0].x, wb = w ? cur.c[1].y : cur.c[1].x;
-      std::uint32_t ra[4], rb[4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        ra[s] = (wa >> (2 * s)) & 0x03030303u;
-        rb[s] = (wb >> (2 * s)) & 0x03030303u;
-      }
-      const uint4 b = *reinterpret_cast<const uint4*>(xg[0] + (w ? rec1 : rec0));
-      ptx::mma_16832_u8s8(acc, ra[0], rb[0], ra[1], rb[1], b.x, b.y);
-      ptx::mma_16832_u8s8(acc, ra[2], rb[2], ra[3], rb[3], b.z, b.w);
-    }
-    const float d0 = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur.s & 0xffffu));
-    const float d1 = dev::f16_bits_to_f32(static_cast<std::uint16_t>(cur.s >> 16));
-    const float4 c = *reinterpret_cast<const float4*>(cf);  // columns 2 t4, 2 t4 + 1
-    total[0][0] = fmaf(fmaf(static_cast<float>(acc[0]), c.x, c.y), d0, total[0][0]);
-    total[0][1] = fmaf(fmaf(static_cast<float>(acc[1]), c.z, c.w), d0, total[0][1]);
-    total[0][2] = fmaf(fmaf(static_cast<float>(acc[2]), c.x, c.y), d1, total[0][2]);
-    total[0][3] = fmaf(fmaf(static_cast<float>(acc[3]), c.z, c.w), d1, total[0][3]);
-  }
-};
-
-// The masked variant (tq2_stream_v4): one LOP3 per A register instead of a shift and a mask.
+// The masked decoder: one LOP3 per A register instead of a shift and a mask.
 // Register s of a word keeps its codes in place, (w & (0x03030303 << 2s)): byte b is
 // c(4b + s) * 4^s (at most 128, still a u8). The B side compensates exactly: the digits of
 // register s are those of X * 4^(3 - s) (X the group's 22-bit integer activation), so every
@@ -110,7 +35,9 @@ struct EngineI8Masked {
   static constexpr int kSplit = 4;
   static constexpr int kRecBytes = 128;
   static constexpr int kColPad = 64;
-  static __device__ __forceinline__ int rec_offset(int word) { return EngineI8::rec_offset(word); }
+  // The words a lane uses in a group (2 t4, 2 t4 + 1) sit at t4 and 4 + t4: a quad's 16-byte
+  // loads hit different banks.
+  static __device__ __forceinline__ int rec_offset(int word) { return ((word & 1) * 4 + (word >> 1)) * 16; }
 
   struct Consts {};
 

@@ -1,7 +1,7 @@
-// The block skeleton shared by the decode kernels tq2_stream_v2 (f16 tensor cores) and
-// tq2_stream_v3 (int8 tensor cores): which rows and K groups each warp owns, the K-chunk loop
-// that stages the activation in shared memory, the weight batches in flight, and the final
-// fixed-order reduction. An Engine supplies what differs (see tq2_stream_v2.cu / _v3.cu):
+// The block skeleton of the decode kernel tq2_stream_v2 (f16 tensor cores; the portable decode
+// path): which rows and K groups each warp owns, the K-chunk loop that stages the activation in
+// shared memory, the weight batches in flight, and the final fixed-order reduction. An Engine
+// supplies the format's part (see tq2_stream_v2.cu):
 //
 //   kRecBytes            B-record bytes per (column, 128-group) in shared memory
 //   kColPad              bytes after each column (bank spreading between columns)
