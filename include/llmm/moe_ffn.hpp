@@ -9,7 +9,9 @@
 // act(h) replaces act(g, u).
 // On CUDA: the gate_up matmul_id (its output rounded to x's dtype), the activation with the
 // gate_up bias (one rounding to x's dtype), the down matmul_id (f32 out), then the weighted sum
-// over the slots with the down bias in f32 and one rounding to x's dtype. Intermediates and the grouped route's scratch come from the
+// over the slots with the down bias in f32 and one rounding to x's dtype; where a GEMM takes the
+// direct route (decode), the activation and the slot sum run in its epilogue instead
+// (MoeFfnOptions::fuse_decode: two kernels in all, gate and up unrounded before the activation). Intermediates and the grouped route's scratch come from the
 // context's grow-only workspace (per stream): no scratch to size. The receipt's kernel string
 // joins every kernel of the first pass in launch order. On CPU contexts: the float64
 // reference, with no intermediate rounding.
@@ -56,6 +58,11 @@ struct MoeFfnOptions {
   std::optional<View> bias_gate_up, bias_down;
   Precision precision = Precision::Exact;    // f32 x on tensor cores: Exact keeps f32 accuracy
   MatmulIdRoute route = MatmulIdRoute::Auto;  // both GEMMs (Auto: suggest_matmul_id_route's)
+  // Where a GEMM takes the direct route (decode), the activation runs in gate_up's epilogue and
+  // the slot sum in down's (the same result, bit for bit for the slot sum; the activation then
+  // reads gate and up in f32, not rounded to x's dtype first). false: the four-kernel
+  // composition (for A/B measurements).
+  bool fuse_decode = true;
 };
 
 // Tokens per pass: a larger call runs in passes of this many tokens (in order, on one stream), so

@@ -1135,7 +1135,7 @@ NB_MODULE(_llmm, m) {
       [](nb::handle x, nb::handle w_gate_up, nb::handle w_down, nb::handle ids, nb::handle topk_weights, nb::handle out,
          nb::handle activation, nb::handle route, nb::handle precision, nb::handle stream, nb::handle w_gate_up_scale,
          nb::handle w_down_scale, nb::handle gate_up_scale_kind, nb::handle down_scale_kind, nb::handle alpha,
-         nb::handle limit, nb::handle bias_gate_up, nb::handle bias_down) {
+         nb::handle limit, nb::handle bias_gate_up, nb::handle bias_down, nb::handle fuse_decode) {
         constexpr const char* op = "llmm.moe_ffn";
         // Ternary expert stacks (llmm.upload_tq2_experts) or dense [E, rows, cols] arrays, both of one kind.
         const bool ternary = nb::isinstance<PyTernaryWeight>(w_gate_up) || nb::isinstance<PyTernaryWeight>(w_down);
@@ -1177,6 +1177,7 @@ NB_MODULE(_llmm, m) {
                a, "'");
         o.swiglu_alpha = static_cast<float>(float_arg(alpha, op, "alpha"));
         o.swiglu_limit = static_cast<float>(float_arg(limit, op, "limit"));
+        o.fuse_decode = bool_arg(fuse_decode, op, "fuse_decode");
         std::optional<Arr> vbgu, vbd;
         if (!bias_gate_up.is_none()) vbgu.emplace(input_arg(bias_gate_up, op, "bias_gate_up")), o.bias_gate_up = vbgu->v;
         if (!bias_down.is_none()) vbd.emplace(input_arg(bias_down, op, "bias_down")), o.bias_down = vbd->v;
@@ -1203,7 +1204,7 @@ NB_MODULE(_llmm, m) {
       nb::arg("w_gate_up_scale").none() = nb::none(), nb::arg("w_down_scale").none() = nb::none(),
       nb::arg("gate_up_scale_kind").none() = "block", nb::arg("down_scale_kind").none() = "block",
       nb::arg("alpha").none() = 1.702, nb::arg("limit").none() = 7.0, nb::arg("bias_gate_up").none() = nb::none(),
-      nb::arg("bias_down").none() = nb::none(),
+      nb::arg("bias_down").none() = nb::none(), nb::arg("fuse_decode").none() = true,
       "The MoE expert FFN into out [m, hidden] on out's device and the given stream; returns the receipt. With "
       "w_gate_up_scale and w_down_scale, the weights are FP8 e4m3 codes (uint8 bits or float8_e4m3fn) with those "
       "contiguous f32 [E, sr, sc] scales of gate_up_scale_kind / down_scale_kind ('tensor', 'channel', 'block'). "

@@ -154,6 +154,10 @@ def test_refusals_name_the_values_and_write_nothing():
         assert np.isnan(out).all()
     with pytest.raises(TypeError, match="alpha must be a float, got str"):
         llmm.moe_ffn(x, wgu, wd, ids, tw, alpha="1")
+    with pytest.raises(TypeError, match="fuse_decode must be a bool, got int"):
+        llmm.moe_ffn(x, wgu, wd, ids, tw, fuse_decode=1)
+    # fuse_decode=False is the composition: on the CPU the same reference either way.
+    np.testing.assert_array_equal(llmm.moe_ffn(x, wgu, wd, ids, tw, fuse_decode=False), llmm.moe_ffn(x, wgu, wd, ids, tw))
 
 
 def test_torch_op_eager_compile_and_fused_experts():

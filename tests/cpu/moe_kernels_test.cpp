@@ -150,6 +150,32 @@ TEST(MoeKernels, DirectTiles) {
   EXPECT_EQ(moe_direct_tiles(moe(DType::BF16, DType::F32, DType::F32, 3, 0, 2048, 2)), 0);
 }
 
+// moe_ffn's decode fusions of the direct kernel: their work items, names and the rows they take.
+TEST(MoeKernels, DirectFusedEpilogues) {
+  MoeArgs up = moe(DType::BF16, DType::BF16, DType::BF16, 1, 1536, 2048, 8);  // Qwen3-30B gate_up
+  up.fusion.epi = MoeDirectEpi::Activate;
+  EXPECT_EQ(moe_direct_tiles(up), 8 * 192);  // a warp per output feature: 768 features, 4 a block
+  EXPECT_EQ(moe_direct_kernel_name(up), "moe_direct_bf16_bf16_bf16_v16_act_silu");
+  EXPECT_TRUE(moe_direct_fusion_supported(up));
+  up.fusion.gated = false, up.fusion.activation = MoeActivation::Relu2;
+  EXPECT_EQ(moe_direct_tiles(up), 8 * 192);  // without a gate: two features a warp, 8 a block
+  EXPECT_EQ(moe_direct_kernel_name(up), "moe_direct_bf16_bf16_bf16_v16_act_relu2_no_mul");
+  up.fusion.gated = true, up.n = 1535;
+  EXPECT_FALSE(moe_direct_fusion_supported(up));  // a gate needs an even row count
+  MoeArgs down = moe(DType::BF16, DType::BF16, DType::BF16, 2, 2048, 768, 8);
+  down.fusion.epi = MoeDirectEpi::SlotSum;
+  EXPECT_EQ(moe_direct_tiles(down), 2 * 1024);  // a block per (column pair, token)
+  EXPECT_EQ(moe_direct_kernel_name(down), "moe_direct_bf16_bf16_bf16_v16_slotsum");
+  EXPECT_FALSE(moe_direct_fusion_supported(down));  // no routing weights given
+  down.fusion.tw = addr(0x50000000);
+  EXPECT_TRUE(moe_direct_fusion_supported(down));
+  down.top_k = kMoeDirectSlotSumMaxTopK + 1;
+  EXPECT_FALSE(moe_direct_fusion_supported(down));
+  down.top_k = 8;
+  down.in = addr(0x20000004);  // rows not 16-byte aligned: the fused epilogues need 16-byte loads
+  EXPECT_FALSE(moe_direct_fusion_supported(down));
+}
+
 TEST(MoeKernels, GroupedMathChoice) {
   auto math = [](DType w, DType in, bool exact) {
     MoeArgs a = moe(w, in, DType::F32, 64, 256, 256);

@@ -11,6 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/moe/moe_args.hpp"
+#include "core/moe/moe_ffn_launch.hpp"
+#include "core/moe/moe_kernels.hpp"
+#include "cuda/moe/launch.hpp"
 #include "llmm/buffer.hpp"
 #include "llmm/error.hpp"
 #include "llmm/moe_ffn.hpp"
@@ -74,8 +78,11 @@ TEST(MoeFfnGpu, DecodeAndPrefillEveryDtypeAndActivation) {
         c.out_of_range_every = 7;
         Receipt r;
         EXPECT_EQ(check_case(ctx, c, &r), "") << c.describe() << " [" << r.kernel << "]";
-        EXPECT_NE(r.kernel.find("moe_ffn_gated_"), std::string::npos) << r.kernel;
-        EXPECT_NE(r.kernel.find("moe_ffn_combine_"), std::string::npos) << r.kernel;
+        // The composition's kernels, or at decode (the direct route) the fused epilogues.
+        const bool fused = r.kernel.find("_slotsum") != std::string::npos;
+        EXPECT_NE(r.kernel.find(fused ? "_act_" : "moe_ffn_gated_"), std::string::npos) << r.kernel;
+        if (!fused) EXPECT_NE(r.kernel.find("moe_ffn_combine_"), std::string::npos) << r.kernel;
+        if (s.m <= 2 && x != DType::F32 && ctx.arch().cc_major == 9) EXPECT_TRUE(fused) << r.kernel;  // Auto: direct there
       }
   // 16-bit weights with an f32 x.
   MoeFfnCase c;
@@ -120,6 +127,98 @@ TEST(MoeFfnGpu, ActivationsLayoutsAndBiases) {
         to_host(d.out, b.out);
         // A bias may cancel most of a gate value rounded to x's dtype: twice the plain bound.
         EXPECT_EQ(compare_moe_ffn(b, b.out, 2 * rel_bound(x), out_unit(x)), "") << c.describe() << " [" << r.kernel << "]";
+      }
+}
+
+// The slot sum folded into the down GEMM's direct kernel (MoeDirectEpi::SlotSum) against the
+// plain kernel's f32 rows then moe_ffn's combine kernel: the same bits, with biases,
+// out-of-range ids and a NaN routing weight.
+TEST(MoeFfnGpu, FusedSlotSumIsTheCombineBitForBit) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  const std::int64_t m = 3, top_k = 6, hidden = 200, inter = 96, experts = 8;
+  for (DType t : {DType::BF16, DType::F32})
+    for (bool bias : {false, true}) {
+      HostTensor w = host_tensor(t, {experts, hidden, inter}), a = host_tensor(t, {m * top_k, inter});
+      HostTensor ids = host_tensor(DType::I32, {m, top_k}), tw = host_tensor(DType::BF16, {m, top_k});
+      HostTensor b = host_tensor(DType::F16, {experts, hidden});
+      fill_random(w.view, 1, 0.1), fill_random(a.view, 2), fill_random(tw.view, 3), fill_random(b.view, 4);
+      for (std::int64_t r = 0; r < m * top_k; ++r)
+        store_from_double(ids.view.data, DType::I32, r, r % 5 == 4 ? -1 : static_cast<double>((r * 3) % experts));
+      store_from_double(tw.view.data, DType::BF16, 7, NAN);  // token 1: NaN
+      DeviceTensor dw = to_device(w), da = to_device(a), dids = to_device(ids), dtw = to_device(tw), db = to_device(b);
+      DeviceBuffer y(static_cast<std::size_t>(m * top_k * hidden) * 4);
+      HostTensor out1 = host_tensor(t, {m, hidden}), out2 = host_tensor(t, {m, hidden});
+      poison(out1.view), poison(out2.view);
+      DeviceTensor d1 = to_device(out1), d2 = to_device(out2);
+      cuda_moe::MoeArgs g;
+      g.m = m, g.n = hidden, g.k = inter, g.top_k = top_k, g.n_experts = experts;
+      g.w_dtype = t, g.w = dw.view.data, g.expert_stride = hidden * inter;
+      g.in_dtype = t, g.in = da.view.data, g.in_token_stride = top_k * inter, g.in_slot_stride = inter;
+      g.ids = dids.view.data, g.ids64 = false, g.out_dtype = DType::F32, g.out = y.data();
+      ASSERT_TRUE(cuda_moe::moe_direct_vec16(g));
+      cuda_moe::launch_moe_direct(g, ctx.stream());
+      cuda_moe::MoeCombineArgs c;
+      c.w_dtype = DType::BF16, c.out_dtype = t, c.y = static_cast<const float*>(y.data()), c.w = dtw.view.data;
+      c.out = d1.view.data, c.m = m, c.top_k = top_k, c.hidden = hidden;
+      c.ids = dids.view.data, c.ids_dtype = DType::I32, c.experts = experts;
+      if (bias) c.bias = db.view.data, c.bias_dtype = DType::F16;
+      cuda_moe::launch_moe_ffn_combine(c, ctx.stream());
+      g.fusion.epi = cuda_moe::MoeDirectEpi::SlotSum, g.fusion.tw = dtw.view.data, g.fusion.tw_dtype = DType::BF16;
+      if (bias) g.fusion.bias = db.view.data, g.fusion.bias_dtype = DType::F16;
+      g.out_dtype = t, g.out = d2.view.data;
+      cuda_moe::launch_moe_direct(g, ctx.stream());
+      ctx.synchronize();
+      to_host(d1, out1), to_host(d2, out2);
+      EXPECT_EQ(out1.bytes, out2.bytes) << dtype_name(t) << " bias " << bias;
+      int nans = 0;
+      for (std::int64_t i = 0; i < m * hidden; ++i) nans += std::isnan(out2.get(i));
+      EXPECT_EQ(nans, hidden) << "the NaN routing weight reaches its token's row, and only it";
+    }
+}
+
+// moe_ffn at decode m (the direct route): the fused epilogues (two kernels) against the
+// composition (four) and the float64 reference, every activation form and bias; the fused call is
+// bitwise repeatable.
+TEST(MoeFfnGpu, FusedDecodeMatchesTheCompositionAndTheReference) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  std::uint64_t seed = 900;
+  struct V { MoeActivation act; bool gated; MoeGateLayout layout; };
+  for (const V& v : {V{MoeActivation::Silu, true, MoeGateLayout::Halves}, V{MoeActivation::GeluTanh, true, MoeGateLayout::Halves},
+                     V{MoeActivation::SwigluOai, true, MoeGateLayout::Interleaved}, V{MoeActivation::Relu2, false, MoeGateLayout::Halves}})
+    for (std::int64_t m : {1, 2})
+      for (DType x : {DType::BF16, DType::F16, DType::F32}) {
+        MoeFfnCase c;
+        c.m = m, c.hidden = 256, c.inter = 96, c.top_k = 8, c.experts = 32, c.x_dtype = x, c.w_dtype = x;
+        c.activation = v.act, c.gated = v.gated, c.layout = v.layout, c.limit = 0.4f, c.seed = ++seed;
+        c.bias_gate_up = seed % 2 == 0, c.bias_down = seed % 3 == 0, c.out_of_range_every = 5;
+        MoeFfnBuffers b = make_moe_ffn(c);
+        OnDevice d(b);
+        std::optional<DeviceTensor> bgu, bd;
+        MoeFfnOptions o = moe_ffn_options(c);
+        o.route = MatmulIdRoute::Direct;
+        if (c.bias_gate_up) bgu.emplace(to_device(b.bias_gate_up)), o.bias_gate_up = bgu->view;
+        if (c.bias_down) bd.emplace(to_device(b.bias_down)), o.bias_down = bd->view;
+        std::vector<unsigned char> fused[2];
+        Receipt r;
+        for (int rep = 0; rep < 2; ++rep) {
+          r = d.run(ctx, o);
+          ctx.synchronize();
+          to_host(d.out, b.out);
+          fused[rep] = b.out.bytes;
+        }
+        EXPECT_EQ(fused[0], fused[1]) << c.describe();
+        EXPECT_EQ(r.kernels_launched, 2) << r.kernel;
+        EXPECT_NE(r.kernel.find("_act_"), std::string::npos) << r.kernel;
+        EXPECT_NE(r.kernel.find("_slotsum"), std::string::npos) << r.kernel;
+        EXPECT_EQ(compare_moe_ffn(b, b.out, 2 * rel_bound(x), out_unit(x)), "") << c.describe() << " [" << r.kernel << "]";
+        o.fuse_decode = false;
+        const Receipt u = d.run(ctx, o);
+        ctx.synchronize();
+        to_host(d.out, b.out);
+        EXPECT_EQ(u.kernels_launched, 4) << u.kernel;
+        EXPECT_EQ(compare_moe_ffn(b, b.out, 2 * rel_bound(x), out_unit(x)), "") << c.describe() << " [" << u.kernel << "]";
       }
 }
 

@@ -381,6 +381,18 @@ Receipt matmul_id(Context& ctx, const View& weights, const View& input, const Vi
              opts);
 }
 
+bool detail::matmul_id_direct_args(const Context& ctx, const View& weights, const View& input, const View& ids,
+                                   const View& out, MatmulIdInputLayout layout, const MatmulIdOptions& opts,
+                                   const Fp8Experts* fp8, cuda_moe::MoeArgs& args) {
+  check_views(ctx, weights, input, ids, out);
+  const MatmulIdParams p = matmul_id_params(weights, input, ids, out, layout, MatmulIdMultiplicity::MayRepeat,
+                                            MatmulIdRoute::Direct);
+  const Prepared pr = prepare(ctx, weights, input, ids, out, nullptr, p, opts, fp8);
+  if (pr.empty) return false;
+  args = pr.g;
+  return true;
+}
+
 Receipt matmul_id(Context& ctx, const Fp8Experts& w, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity, MatmulIdRoute route,
                   const MatmulIdOptions& opts) {

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "llmm/dtype.hpp"
+#include "llmm/context.hpp"
+#include "llmm/fp8.hpp"
 #include "llmm/moe.hpp"
 #include "llmm/view.hpp"
 
@@ -25,5 +27,21 @@ MatmulIdInputStrides matmul_id_input_strides(const MatmulIdParams& p);
 // same rules, its weights' shape given as a [n_experts, n, k] view).
 MatmulIdParams matmul_id_params_named(const char* op, const View& w, const View& in, const View& ids, const View& out,
                                       MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity, MatmulIdRoute route);
+
+}  // namespace llmm::detail
+
+namespace llmm::cuda_moe {
+struct MoeArgs;
+}
+
+namespace llmm::detail {
+
+// The direct route's kernel arguments of a matmul_id call (route Direct, MayRepeat), after every
+// check matmul_id makes on these views; nothing is launched. moe_ffn's fused decode epilogues
+// start from them (and point the output elsewhere). fp8: the scales of f8e4m3 weights, or null.
+// False when the call has no output element (nothing would run).
+bool matmul_id_direct_args(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                           MatmulIdInputLayout layout, const MatmulIdOptions& opts, const Fp8Experts* fp8,
+                           cuda_moe::MoeArgs& args);
 
 }  // namespace llmm::detail

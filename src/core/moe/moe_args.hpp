@@ -20,8 +20,29 @@
 
 #include "llmm/context.hpp"
 #include "llmm/dtype.hpp"
+#include "llmm/moe_ffn.hpp"
 
 namespace llmm::cuda_moe {
+
+// The direct kernel's epilogues: matmul_id's plain rows, or moe_ffn's decode fusions (the same
+// per-(row, column) dot products, f32 FMAs in the same order, then):
+//   Activate  out [m * top_k, inter] of out_dtype, inter = n / 2 gated (else n):
+//             out[r, f] = act(acc(r, gate row of f) + bias[e, row], acc(r, up row of f) + bias[e, row])
+//             (without a gate act(acc(r, f) + bias[e, f])): the gated kernel folded into gate_up;
+//   SlotSum   out [m, n] of out_dtype: out[t, j] = sum_{s < top_k} tw[t, s] * (acc(t * top_k + s, j)
+//             + bias[e, j]), in slot order (an out-of-range id adds tw * 0): bit for bit the f32
+//             rows of the plain kernel then moe_ffn's combine, folded into down.
+enum class MoeDirectEpi : std::uint8_t { Plain, Activate, SlotSum };
+struct MoeDirectFusion {
+  MoeDirectEpi epi = MoeDirectEpi::Plain;
+  MoeActivation activation = MoeActivation::Silu;  // Activate
+  bool gated = true, interleaved = false;          // Activate: gate / up rows (MoeGateLayout)
+  float alpha = 1.702f, limit = 7.0f;              // Activate, SwigluOai
+  const void* bias = nullptr;                      // [n_experts, n] of bias_dtype, or null
+  DType bias_dtype = DType::F32;
+  const void* tw = nullptr;  // SlotSum: routing weights [m, top_k] of tw_dtype (f32, f16, bf16)
+  DType tw_dtype = DType::F32;
+};
 
 struct MoeArgs {
   std::int64_t m = 0, n = 0, k = 0, top_k = 0, n_experts = 0;
@@ -53,6 +74,8 @@ struct MoeArgs {
   // input row of rows[i], k elements of in_dtype each), or null. The Hopper engine stages there.
   void* staged = nullptr;
   std::int64_t staged_bytes = 0;
+  // Direct route: the epilogue (Plain for matmul_id).
+  MoeDirectFusion fusion;
 };
 
 inline constexpr std::uint32_t kNoExpert = 0xffffffffu;

@@ -8,4 +8,9 @@
 namespace llmm::detail {
 Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::MoeArgs& args,
                            MatmulIdGroupedKernel grouped_kernel);
+
+// The direct kernel with a fused epilogue (args.fusion, moe_ffn's decode): enqueues it and notes
+// the launch. Its name (moe_direct_kernel_name) was offered to check_launchable by the caller,
+// with every other kernel of the call, before the first launch.
+void launch_moe_direct_fused(Context& ctx, const cuda_moe::MoeArgs& args);
 }  // namespace llmm::detail

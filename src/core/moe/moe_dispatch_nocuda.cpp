@@ -6,4 +6,7 @@ namespace llmm::detail {
 Receipt run_matmul_id_cuda(Context&, MatmulIdRoute, const cuda_moe::MoeArgs&, MatmulIdGroupedKernel) {
   fail(ErrorCode::Unsupported, "matmul_id: llmm was built without CUDA (LLMM_CUDA=OFF)");
 }
+void launch_moe_direct_fused(Context&, const cuda_moe::MoeArgs&) {
+  fail(ErrorCode::Unsupported, "moe_ffn: llmm was built without CUDA (LLMM_CUDA=OFF)");
+}
 }  // namespace llmm::detail

@@ -12,6 +12,9 @@
 
 #include "core/log.hpp"
 #include "core/moe/matmul_id_checks.hpp"
+#include "core/moe/moe_args.hpp"
+#include "core/moe/moe_dispatch.hpp"
+#include "core/moe/moe_kernels.hpp"
 #include "core/moe/matmul_id_pool.hpp"
 #include "core/moe/moe_ffn_launch.hpp"
 #include "core/ranges.hpp"
@@ -153,7 +156,9 @@ Dims check_call_tq2(const Context& ctx, const View& x, const WeightHandle& gu, c
       fail(ErrorCode::InvalidArgument, kOp, ": ternary ", name, " lives on another device than the context");
   }
   auto shape = [](const WeightHandle& h) {
-    return "[" + std::to_string(h->experts()) + ", " + std::to_string(h->n()) + ", " + std::to_string(h->k()) + "]";
+    std::string s = "[";
+    s.append(std::to_string(h->experts())).append(", ").append(std::to_string(h->n())).append(", ");
+    return s.append(std::to_string(h->k())).append("]");
   };
   Dims d;
   d.hidden = gu->k(), d.experts = gu->experts();
@@ -326,14 +331,23 @@ const char* moe_gate_layout_name(MoeGateLayout l) noexcept {
 
 namespace {
 
+// Which routes a pass's two GEMMs take (validate's answer).
+struct Routes {
+  bool grouped = false;                          // either GEMM: the grouped route (needs the scratch)
+  bool up_direct = false, down_direct = false;   // the direct kernel (dense and FP8 experts only)
+};
+
 // Both forms of the op after their checks: the CPU reference, or on CUDA passes of at most
 // kMoeFfnPassTokens tokens over one workspace (stream order). `validate(x, ids, h, a, y)` checks
-// the two GEMMs on a pass's views (nothing launched) and says whether either takes a grouped
-// route; `gemm(pass, scratch, first)` runs gate_up (first) or down and returns its receipt.
-template <class CpuRun, class Validate, class Gemm>
+// the two GEMMs on a pass's views (nothing launched) and says which routes they take;
+// `gemm(pass, scratch, first)` runs gate_up (first) or down and returns its receipt;
+// `direct(pass, first, args)` fills the direct kernel's arguments of that GEMM (false: none).
+// Where a GEMM takes the direct route, its epilogue absorbs the activation (gate_up) or the slot
+// sum (down), unless opts.fuse_decode is false.
+template <class CpuRun, class Validate, class Gemm, class Direct>
 Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, const View& out, const Dims& d,
                 const MoeFfnOptions& opts, const std::string& weights_desc, std::uint64_t scratch_row_bytes,
-                CpuRun cpu_run, Validate validate, Gemm gemm) {
+                CpuRun cpu_run, Validate validate, Gemm gemm, Direct direct) {
   auto logged = [&](Receipt r) {
     if (log_level() > 0)
       detail::log_call(kOp,
@@ -369,14 +383,15 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   const WorkspaceLayout lay = workspace_layout(d, pass_m, x.dtype);
   std::vector<std::pair<std::int64_t, std::int64_t>> passes;  // first token, tokens
   for (std::int64_t t = 0; t < d.m; t += pass_m) passes.emplace_back(t, std::min(pass_m, d.m - t));
-  // Every check and every kernel name before anything is allocated or enqueued (first pass, and
-  // the last when it is shorter).
-  bool grouped = false;
+  // Every check before anything is allocated or enqueued (first pass, and the last when it is
+  // shorter: every other pass is the first's size).
+  Routes routes[2];
   for (std::size_t i : {std::size_t{0}, passes.size() - 1}) {
     const std::int64_t mc = passes[i].second;
     const auto [h, a, y] = stand_ins(mc);
-    grouped = validate(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y) || grouped;
+    routes[i == 0 ? 0 : 1] = validate(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y);
   }
+  const bool grouped = routes[0].grouped || routes[1].grouped;
   cuda_moe::MoeGatedArgs ga;
   ga.dtype = x.dtype, ga.activation = opts.activation, ga.gated = opts.gated, ga.layout = opts.gate_layout;
   ga.alpha = opts.swiglu_alpha, ga.limit = opts.swiglu_limit;
@@ -387,8 +402,6 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   ca.ids_dtype = ids.dtype, ca.experts = d.experts;
   if (opts.bias_down) ca.bias = opts.bias_down->data, ca.bias_dtype = opts.bias_down->dtype;
   const std::string gated_name = cuda_moe::moe_ffn_gated_kernel_name(ga), combine_name = cuda_moe::moe_ffn_combine_kernel_name(ca);
-  ctx.check_launchable(gated_name);
-  ctx.check_launchable(combine_name);
 
   char* ws = detail::stream_workspace(ctx, kOp, lay.total);
   // One scratch for both GEMMs (room to stage rows of either), so neither grows it mid-call.
@@ -397,9 +410,51 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
           ? &detail::matmul_id_pool_scratch(ctx, narrow_u32(d.experts, kOp, "n_experts"), narrow_u32(pass_m, kOp, "m"),
                                             narrow_u32(d.top_k, kOp, "top_k"), scratch_row_bytes)
           : nullptr;
-  Receipt first;
+  // Every pass's kernels before the first launch: the direct GEMMs' fused epilogues where they
+  // take the call (16-byte rows; top_k <= 64 for the slot sum), else the composition's kernels;
+  // every name offered to check_launchable.
+  struct PassRun {
+    Pass p;
+    bool fuse_up = false, fuse_down = false;
+    cuda_moe::MoeArgs up, down;
+  };
+  std::vector<PassRun> runs;
+  std::vector<std::string> names;
+  auto need = [&](const std::string& n) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  };
   for (std::size_t i = 0; i < passes.size(); ++i) {
-    const Pass p = make_pass(x, ids, tw, out, d, passes[i].first, passes[i].second, ws, lay);
+    PassRun r;
+    r.p = make_pass(x, ids, tw, out, d, passes[i].first, passes[i].second, ws, lay);
+    const Routes& rt = routes[i + 1 == passes.size() ? 1 : 0];
+    if (opts.fuse_decode && d.top_k > 0 && rt.up_direct && direct(r.p, true, r.up)) {
+      cuda_moe::MoeDirectFusion& f = r.up.fusion;
+      f.epi = cuda_moe::MoeDirectEpi::Activate, f.activation = opts.activation, f.gated = opts.gated;
+      f.interleaved = opts.gated && opts.gate_layout == MoeGateLayout::Interleaved;
+      f.alpha = opts.swiglu_alpha, f.limit = opts.swiglu_limit;
+      if (opts.bias_gate_up) f.bias = opts.bias_gate_up->data, f.bias_dtype = opts.bias_gate_up->dtype;
+      r.up.out = r.p.a.data, r.up.out_dtype = x.dtype;
+      r.fuse_up = cuda_moe::moe_direct_fusion_supported(r.up);
+    }
+    if (opts.fuse_decode && d.top_k > 0 && rt.down_direct && direct(r.p, false, r.down)) {
+      cuda_moe::MoeDirectFusion& f = r.down.fusion;
+      f.epi = cuda_moe::MoeDirectEpi::SlotSum, f.tw = r.p.tw.data, f.tw_dtype = tw.dtype;
+      if (opts.bias_down) f.bias = opts.bias_down->data, f.bias_dtype = opts.bias_down->dtype;
+      r.down.out = r.p.out.data, r.down.out_dtype = out.dtype;
+      r.fuse_down = cuda_moe::moe_direct_fusion_supported(r.down);
+    }
+    if (r.fuse_up) need(cuda_moe::moe_direct_kernel_name(r.up));
+    else if (d.top_k > 0) need(gated_name);
+    if (r.fuse_down) need(cuda_moe::moe_direct_kernel_name(r.down));
+    else need(combine_name);
+    runs.push_back(r);
+  }
+  for (const std::string& n : names) ctx.check_launchable(n);
+
+  Receipt first;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const PassRun& run = runs[i];
+    const Pass& p = run.p;
     std::string kernels;
     int launched = 0;
     auto add = [&](const Receipt& r) {
@@ -407,7 +462,11 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
       launched += r.kernels_launched;
     };
     Receipt gate_up;
-    if (d.top_k > 0) {
+    if (d.top_k > 0 && run.fuse_up) {
+      detail::launch_moe_direct_fused(ctx, run.up);
+      gate_up = Receipt{matmul_id_route_name(MatmulIdRoute::Direct), cuda_moe::moe_direct_kernel_name(run.up), 1};
+      add(gate_up);
+    } else if (d.top_k > 0) {
       gate_up = gemm(p, scratch, true);
       add(gate_up);
       ga.h = p.h.data, ga.a = p.a.data, ga.rows = p.m * d.top_k, ga.inter = d.inter, ga.ids = p.ids.data;
@@ -420,8 +479,14 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
         });
         add(Receipt{"", gated_name, 1});
       }
-      add(gemm(p, scratch, false));
     }
+    if (run.fuse_down) {
+      detail::launch_moe_direct_fused(ctx, run.down);
+      add(Receipt{"", cuda_moe::moe_direct_kernel_name(run.down), 1});
+      if (i == 0) first = Receipt{gate_up.route, kernels, launched};
+      continue;
+    }
+    if (d.top_k > 0) add(gemm(p, scratch, false));
     ca.y = static_cast<const float*>(p.y.data), ca.w = p.tw.data, ca.out = p.out.data;
     ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden, ca.ids = p.ids.data;
     cuda_moe::launch_moe_ffn_combine(ca, ctx.stream());
@@ -450,8 +515,9 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
                                                              MatmulIdMultiplicity::MayRepeat, opts.route);
     if (p1.m && p1.n && p1.k && p1.top_k && p1.n_experts) (void)matmul_id_capability(w_gate_up.dtype, p1);
     if (p2.m && p2.n && p2.k && p2.top_k && p2.n_experts) (void)matmul_id_capability(w_down.dtype, p2);
-    return resolved(opts.route, p1, ctx.arch()) == MatmulIdRoute::GroupedPrefill ||
-           resolved(opts.route, p2, ctx.arch()) == MatmulIdRoute::GroupedPrefill;
+    const MatmulIdRoute r1 = resolved(opts.route, p1, ctx.arch()), r2 = resolved(opts.route, p2, ctx.arch());
+    return Routes{r1 == MatmulIdRoute::GroupedPrefill || r2 == MatmulIdRoute::GroupedPrefill, r1 == MatmulIdRoute::Direct,
+                  r2 == MatmulIdRoute::Direct};
   };
   auto cpu_run = [&] {
     auto weight = [](const View& w) {
@@ -467,8 +533,14 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
                  : matmul_id(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted,
                              MatmulIdMultiplicity::MayRepeat, opts.route, mo);
   };
+  auto direct = [&](const Pass& p, bool first, cuda_moe::MoeArgs& g) {
+    return first ? detail::matmul_id_direct_args(ctx, w_gate_up, p.x, p.ids, p.h, MatmulIdInputLayout::SharedPerToken, mo,
+                                                 nullptr, g)
+                 : detail::matmul_id_direct_args(ctx, w_down, p.a, p.ids, p.y, MatmulIdInputLayout::Slotted, mo, nullptr, g);
+  };
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string(dtype_name(w_gate_up.dtype)),
-                 static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype), cpu_run, validate, gemm);
+                 static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype), cpu_run, validate, gemm,
+                 direct);
 }
 
 Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, const WeightHandle& w_down, const View& ids,
@@ -486,7 +558,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, cons
                                          MatmulIdMultiplicity::MayRepeat, MatmulIdRoute::GroupedPrefill);
     (void)detail::matmul_id_params_named(kOp, dn, a, is, y, MatmulIdInputLayout::Slotted, MatmulIdMultiplicity::MayRepeat,
                                          MatmulIdRoute::GroupedPrefill);
-    return xs.dim(0) > cuda_ternary::kTq2MoeStreamAutoMaxTokens;  // above it the ternary engine wants staged rows
+    return Routes{xs.dim(0) > cuda_ternary::kTq2MoeStreamAutoMaxTokens};  // above it the ternary engine wants staged rows
   };
   auto cpu_run = [&] {
     run_cpu(x, ids, topk_weights, out, d, opts, ctx.arch().cpu_threads, Tq2HostWeight{w_gate_up.get()},
@@ -496,8 +568,9 @@ Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, cons
     return first ? matmul_id_tq2(ctx, w_gate_up, p.x, p.ids, p.h, scratch, MatmulIdInputLayout::SharedPerToken)
                  : matmul_id_tq2(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted);
   };
+  auto no_direct = [](const Pass&, bool, cuda_moe::MoeArgs&) { return false; };  // matmul_id_tq2's own kernels
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, "tq2", static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * 2,
-                 cpu_run, validate, gemm);
+                 cpu_run, validate, gemm, no_direct);
 }
 
 Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const Fp8Experts& w_down, const View& ids,
@@ -529,7 +602,8 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
                                                              MatmulIdMultiplicity::MayRepeat, opts.route);
     if (p1.m && p1.n && p1.k && p1.top_k && p1.n_experts) (void)matmul_id_capability(DType::F8E4M3, p1);
     if (p2.m && p2.n && p2.k && p2.top_k && p2.n_experts) (void)matmul_id_capability(DType::F8E4M3, p2);
-    return fp8_grouped(p1) || fp8_grouped(p2);
+    const bool g1 = fp8_grouped(p1), g2 = fp8_grouped(p2);
+    return Routes{g1 || g2, !g1, !g2};
   };
   auto cpu_run = [&] {
     for (const auto& [w, n, k] : {std::tuple{&w_gate_up, d.gu_rows, d.hidden}, std::tuple{&w_down, d.hidden, d.inter}}) {
@@ -560,8 +634,14 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
                  : matmul_id(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted,
                              MatmulIdMultiplicity::MayRepeat, opts.route, mo);
   };
+  auto direct = [&](const Pass& p, bool first, cuda_moe::MoeArgs& g) {
+    return first ? detail::matmul_id_direct_args(ctx, w_gate_up.codes, p.x, p.ids, p.h, MatmulIdInputLayout::SharedPerToken, mo,
+                                                 &w_gate_up, g)
+                 : detail::matmul_id_direct_args(ctx, w_down.codes, p.a, p.ids, p.y, MatmulIdInputLayout::Slotted, mo,
+                                                 &w_down, g);
+  };
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string("f8e4m3 ") + fp8_scale_kind_name(w_gate_up.kind), 0,
-                 cpu_run, validate, gemm);
+                 cpu_run, validate, gemm, direct);
 }
 
 }  // namespace llmm

@@ -50,11 +50,31 @@ bool moe_direct_vec16(const MoeArgs& a) noexcept {
 
 std::int64_t moe_direct_tiles(const MoeArgs& a) noexcept {
   if (a.m <= 0 || a.top_k <= 0 || a.n <= 0) return 0;
+  switch (a.fusion.epi) {
+    case MoeDirectEpi::Activate:
+      if (a.fusion.gated) return a.m * a.top_k * ceil_div(a.n / 2, kMoeDirectThreads / 32);
+      break;
+    case MoeDirectEpi::SlotSum: return a.m * ceil_div(a.n, kMoeDirectRowsPerWarp);
+    case MoeDirectEpi::Plain: break;
+  }
   return a.m * a.top_k * ceil_div(a.n, kMoeDirectColsPerBlock);
 }
 
+bool moe_direct_fusion_supported(const MoeArgs& a) noexcept {
+  if (!moe_direct_vec16(a)) return false;
+  if (a.fusion.epi == MoeDirectEpi::SlotSum) return a.top_k <= kMoeDirectSlotSumMaxTopK && a.fusion.tw != nullptr;
+  if (a.fusion.epi == MoeDirectEpi::Activate)
+    return !a.fusion.gated || a.n % 2 == 0;
+  return true;
+}
+
 std::string moe_direct_kernel_name(const MoeArgs& a) {
-  return "moe_direct_" + dtypes_tag(a) + (moe_direct_vec16(a) ? "_v16" : "_scalar");
+  std::string s = "moe_direct_" + dtypes_tag(a) + (moe_direct_vec16(a) ? "_v16" : "_scalar");
+  if (a.fusion.epi == MoeDirectEpi::Activate)
+    s += std::string("_act_") + moe_activation_name(a.fusion.activation) + (a.fusion.gated ? "" : "_no_mul");
+  else if (a.fusion.epi == MoeDirectEpi::SlotSum)
+    s += "_slotsum";
+  return s;
 }
 
 int moe_map_max_experts() noexcept { return kMoeMapMaxExperts; }

@@ -37,10 +37,18 @@ inline constexpr int kMoeDirectColsPerBlock = (kMoeDirectThreads / 32) * kMoeDir
 // Else the kernel reads element by element.
 bool moe_direct_vec16(const MoeArgs& args) noexcept;
 
-// Blocks of the direct kernel's work: routed rows x ceil(n / kMoeDirectColsPerBlock).
+// Blocks of the direct kernel's work: routed rows x ceil(n / kMoeDirectColsPerBlock) (Plain;
+// Activate gated: a warp per output feature, its gate and up rows: routed rows x ceil(inter / 4));
+// SlotSum: tokens x ceil(n / 2), a block per output column pair of a token, its warps over the
+// slots.
 std::int64_t moe_direct_tiles(const MoeArgs& args) noexcept;
 
-// moe_direct_<w>_<in>_<out>_<v16|scalar>, e.g. moe_direct_bf16_f32_f32_v16
+// The fused epilogues take 16-byte rows (moe_direct_vec16) and, SlotSum, top_k <= this.
+inline constexpr std::int64_t kMoeDirectSlotSumMaxTopK = 64;
+bool moe_direct_fusion_supported(const MoeArgs& args) noexcept;
+
+// moe_direct_<w>_<in>_<out>_<v16|scalar>, e.g. moe_direct_bf16_f32_f32_v16; fused epilogues add
+// _act_<activation>[_no_mul] or _slotsum.
 std::string moe_direct_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------

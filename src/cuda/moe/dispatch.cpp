@@ -82,4 +82,21 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   return Receipt{matmul_id_route_name(route), names, static_cast<int>(plan.kernels.size())};
 }
 
+void launch_moe_direct_fused(Context& ctx, const cuda_moe::MoeArgs& g) {
+  using cuda_moe::MoeDirectEpi;
+  if (g.fusion.epi == MoeDirectEpi::Plain || !cuda_moe::moe_direct_fusion_supported(g))
+    fail(ErrorCode::Internal, "launch_moe_direct_fused: no fused epilogue the kernel takes");
+  cuda_moe::launch_moe_direct(g, ctx.stream());
+  ctx.note_launch(cuda_moe::moe_direct_kernel_name(g), [&] {
+    const MoeRanges r(g);
+    const std::int64_t routed = g.m * g.top_k;
+    const bool act = g.fusion.epi == MoeDirectEpi::Activate;
+    const std::int64_t out_elems = act ? routed * (g.fusion.gated ? g.n / 2 : g.n) : g.m * g.n;
+    LaunchRanges lr{{r.w, r.in, r.ids}, {elems_range(g.out, g.out_dtype, out_elems)}};
+    if (g.fusion.bias) lr.reads.push_back(elems_range(g.fusion.bias, g.fusion.bias_dtype, g.n_experts * g.n));
+    if (!act) lr.reads.push_back(elems_range(g.fusion.tw, g.fusion.tw_dtype, routed));
+    return lr;
+  });
+}
+
 }  // namespace llmm::detail

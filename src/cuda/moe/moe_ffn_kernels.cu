@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/moe/moe_ffn_launch.hpp"
+#include "cuda/moe/moe_activation.cuh"
 #include "cuda/moe/moe_common.cuh"
 #include "llmm/error.hpp"
 
@@ -13,34 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 4096;
-
-// f(g) of the activation; NaN stays NaN (relu: a NaN is not < 0).
-template <MoeActivation A>
-__device__ __forceinline__ float act_f(float g) {
-  if constexpr (A == MoeActivation::Silu) {
-    return g / (1.0f + expf(-g));
-  } else if constexpr (A == MoeActivation::GeluTanh) {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
-  } else if constexpr (A == MoeActivation::GeluErf) {
-    return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f));
-  } else {  // Relu2 (SwigluOai goes through act_gated only)
-    const float r = g < 0.0f ? 0.0f : g;
-    return r * r;
-  }
-}
-
-// act(g, u) with a gate; the clamps of gpt-oss's SwiGLU keep a NaN.
-template <MoeActivation A>
-__device__ __forceinline__ float act_gated(float g, float u, float alpha, float limit) {
-  if constexpr (A == MoeActivation::SwigluOai) {
-    const float gc = g > limit ? limit : g;
-    const float uc = u > limit ? limit : u < -limit ? -limit : u;
-    return (uc + 1.0f) * gc / (1.0f + expf(-alpha * gc));
-  } else {
-    return act_f<A>(g) * u;
-  }
-}
 
 struct ActParams {
   const void* h;
