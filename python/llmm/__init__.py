@@ -775,7 +775,7 @@ def plan_matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: 
 
 def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "silu", out=None, route: str = "auto",
             precision: str = "exact", w_gate_up_scale=None, w_down_scale=None, alpha: float = 1.702,
-            limit: float = 7.0, bias_gate_up=None, bias_down=None, fuse_decode: bool = True):
+            limit: float = 7.0, bias_gate_up=None, bias_down=None, fuse_decode: bool = False):
     """The expert FFN of a MoE block in one call: out[t] = sum_s topk_weights[t, s] *
     w_down[e] @ act(gate, up), (gate, up) = w_gate_up[e] @ x[t] split in halves, e = topk_ids[t, s].
 
@@ -790,9 +790,9 @@ def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "
     interleaved as gpt-oss stores them) and "swigluoai_uninterleave" (the same on halves).
     bias_gate_up [E, rows of w_gate_up] and bias_down [E, hidden] (float32 / float16 / bfloat16,
     contiguous): optional expert biases, added before the activation and before the routing
-    weight. Returns out [m, hidden] in x's dtype (or writes out=). fuse_decode (default True): where
-    a GEMM takes the direct route (decode), the activation and the slot sum run in its epilogue
-    (two kernels); False keeps the four-kernel composition (for A/B measurements). The slot sum runs in slot order: the same bits on every run. route
+    weight. Returns out [m, hidden] in x's dtype (or writes out=). fuse_decode: where a GEMM takes
+    the direct route (decode), the activation and the slot sum run in its epilogue (two kernels);
+    False (for now the default: not yet measured on a GPU) keeps the four-kernel composition. The slot sum runs in slot order: the same bits on every run. route
     ("auto", "direct", "grouped") and precision as for matmul_id, for both GEMMs. No scratch: the
     intermediates live in llmm's workspace per device and stream (the first call of a size
     allocates it: warm up before CUDA-graph capture). On the CPU: the float64 reference.

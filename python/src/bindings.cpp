@@ -1204,7 +1204,7 @@ NB_MODULE(_llmm, m) {
       nb::arg("w_gate_up_scale").none() = nb::none(), nb::arg("w_down_scale").none() = nb::none(),
       nb::arg("gate_up_scale_kind").none() = "block", nb::arg("down_scale_kind").none() = "block",
       nb::arg("alpha").none() = 1.702, nb::arg("limit").none() = 7.0, nb::arg("bias_gate_up").none() = nb::none(),
-      nb::arg("bias_down").none() = nb::none(), nb::arg("fuse_decode").none() = true,
+      nb::arg("bias_down").none() = nb::none(), nb::arg("fuse_decode").none() = false,
       "The MoE expert FFN into out [m, hidden] on out's device and the given stream; returns the receipt. With "
       "w_gate_up_scale and w_down_scale, the weights are FP8 e4m3 codes (uint8 bits or float8_e4m3fn) with those "
       "contiguous f32 [E, sr, sc] scales of gate_up_scale_kind / down_scale_kind ('tensor', 'channel', 'block'). "
