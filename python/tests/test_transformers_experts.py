@@ -53,7 +53,7 @@ def test_refuses_what_llmm_does_not_do():
     model.set_experts_implementation("llmm")
     experts = model.model.layers[0].mlp.experts
     ids = torch.zeros((1, 4), dtype=torch.long)
-    for attr, value, match in (("has_bias", True, "expert biases"), ("has_gate", False, "ungated experts"),
+    for attr, value, match in (("is_concatenated", False, "interleaved gate/up rows"),
                                ("is_transposed", True, "transposed expert weights"),
                                ("_is_expert_parallel", True, "expert parallelism")):
         had, old = hasattr(experts, attr), getattr(experts, attr, None)  # (older transformers 5 lack some)
@@ -69,6 +69,40 @@ def test_refuses_what_llmm_does_not_do():
     experts.act_fn = torch.nn.ReLU()
     with pytest.raises(llmm.Error, match="activation ReLU is not supported"), torch.inference_mode():
         model(ids)
+
+
+def nemotron_experts(has_bias):
+    from transformers.models.nemotron_h import modeling_nemotron_h as nh
+    cfg = transformers.NemotronHConfig(hidden_size=64, moe_intermediate_size=32, n_routed_experts=6,
+                                       num_experts_per_tok=2, mlp_hidden_act="relu2")
+    experts = nh.NemotronHExperts(cfg)
+    torch.manual_seed(3)
+    for p in experts.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    if has_bias:  # NemotronH has none: the biases transformers' own implementation adds, given here
+        experts.has_bias = True
+        experts.up_proj_bias = torch.nn.Parameter(torch.randn(6, 32) * 0.1)
+        experts.down_proj_bias = torch.nn.Parameter(torch.randn(6, 64) * 0.1)
+    return experts.eval()
+
+
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_ungated_relu2_experts_with_and_without_biases(has_bias):
+    """NemotronH's experts (no gate: up_proj [E, I, H], squared ReLU) through llmm's relu2_no_mul,
+    against transformers' generic batched experts (which honours has_bias; the module's own loop
+    knows no biases) on the same module."""
+    experts = nemotron_experts(has_bias)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(9, 64, generator=g)
+    ids = torch.randint(0, 6, (9, 2), generator=g)
+    w = torch.rand(9, 2, generator=g)
+    with torch.inference_mode():
+        experts.config._experts_implementation = "batched_mm"
+        want = experts(x, ids, w).double()
+        experts.config._experts_implementation = "llmm"
+        got = experts(x, ids, w).double()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert want.abs().max() > 0
 
 
 @pytest.mark.cuda
