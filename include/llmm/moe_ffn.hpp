@@ -8,10 +8,11 @@
 // (MoeFfnOptions::gated false, vLLM's "_no_mul" activations) w_gate_up holds `inter` rows and
 // act(h) replaces act(g, u).
 // On CUDA: the gate_up matmul_id (its output rounded to x's dtype), the activation with the
-// gate_up bias (one rounding to x's dtype), the down matmul_id (f32 out), then the weighted sum
-// over the slots with the down bias in f32 and one rounding to x's dtype; where a GEMM takes the
-// direct route (decode), the activation and the slot sum run in its epilogue instead
-// (MoeFfnOptions::fuse_decode: two kernels in all, gate and up unrounded before the activation). Intermediates and the grouped route's scratch come from the
+// gate_up bias (one rounding to x's dtype), the down matmul_id (its rows rounded to x's dtype,
+// f32 for an f32 x), then the weighted sum over the slots with the down bias in f32 and one
+// rounding to x's dtype; where a GEMM takes the direct route (decode), the activation and the slot
+// sum run in its epilogue instead (MoeFfnOptions::fuse_decode: two kernels in all, gate, up and
+// the down rows unrounded). Intermediates and the grouped route's scratch come from the
 // context's grow-only workspace (per stream): no scratch to size. The receipt's kernel string
 // joins every kernel of the first pass in launch order. On CPU contexts: the float64
 // reference, with no intermediate rounding.
@@ -59,15 +60,15 @@ struct MoeFfnOptions {
   Precision precision = Precision::Exact;    // f32 x on tensor cores: Exact keeps f32 accuracy
   MatmulIdRoute route = MatmulIdRoute::Auto;  // both GEMMs (Auto: suggest_matmul_id_route's)
   // Where a GEMM takes the direct route (decode), the activation runs in gate_up's epilogue and
-  // the slot sum in down's (the same result, bit for bit for the slot sum; the activation then
-  // reads gate and up in f32, not rounded to x's dtype first). false: the four-kernel
-  // composition. Off by default until its GPU tests and A/B rows have run (docs/STATUS.md).
+  // the slot sum in down's (gate, up and the down rows then stay f32, not rounded to x's dtype
+  // between kernels). false: the four-kernel composition. Off by default until its GPU tests and
+  // A/B rows have run (docs/STATUS.md).
   bool fuse_decode = false;
 };
 
 // Tokens per pass: a larger call runs in passes of this many tokens (in order, on one stream), so
-// the workspace stays bounded: kMoeFfnPassTokens x top_k x (3 inter x the size of x's dtype +
-// 4 hidden) bytes, plus the grouped route's scratch.
+// the workspace stays bounded: kMoeFfnPassTokens x top_k x (3 inter + hidden) x the size of x's
+// dtype bytes, plus the grouped route's scratch.
 inline constexpr std::uint32_t kMoeFfnPassTokens = 4096;
 
 // x [m, hidden] (f32, f16 or bf16, innermost stride 1, any row stride); w_gate_up [n_experts,

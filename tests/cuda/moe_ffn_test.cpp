@@ -39,7 +39,7 @@ struct OnDevice {
 };
 
 // Error bound over the magnitude (sum |w| |W_down| |a|): the intermediates rounded to x's dtype
-// (gate and up, then the activation: ~3 units), f32 sums; plus the output's rounding.
+// (gate and up, the activation, the down rows: ~3.5 units), f32 sums; plus the output's rounding.
 double rel_bound(DType x) {
   return x == DType::BF16 ? 4 * std::ldexp(1.0, -8) : x == DType::F16 ? 4 * std::ldexp(1.0, -11) : std::ldexp(1.0, -13);
 }

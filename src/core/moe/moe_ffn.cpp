@@ -280,6 +280,10 @@ std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; 
 struct WorkspaceLayout {
   std::size_t h = 0, a = 0, y = 0, total = 0;
 };
+
+// The down GEMM's rows before the slot sum: in x's dtype for 16-bit x (as torch's and vLLM's
+// compositions keep them: half the bytes of f32 at prefill), f32 for an f32 x.
+DType down_rows_dtype(DType xd) { return xd == DType::F32 ? DType::F32 : xd; }
 WorkspaceLayout workspace_layout(const Dims& d, std::int64_t pass_m, DType xd) {
   const auto rows = static_cast<std::uint64_t>(pass_m) * static_cast<std::uint64_t>(d.top_k);
   WorkspaceLayout w;
@@ -287,7 +291,8 @@ WorkspaceLayout workspace_layout(const Dims& d, std::int64_t pass_m, DType xd) {
                          "moe_ffn workspace"));
   w.a = aligned(to_usize(checked_mul(checked_mul(rows, d.inter, "moe_ffn workspace"), dtype_size(xd), "moe_ffn workspace"),
                          "moe_ffn workspace"));
-  w.y = aligned(to_usize(checked_mul(checked_mul(rows, d.hidden, "moe_ffn workspace"), 4, "moe_ffn workspace"),
+  w.y = aligned(to_usize(checked_mul(checked_mul(rows, d.hidden, "moe_ffn workspace"), dtype_size(down_rows_dtype(xd)),
+                                     "moe_ffn workspace"),
                          "moe_ffn workspace"));
   w.total = w.h + w.a + w.y;
   return w;
@@ -303,7 +308,7 @@ Pass make_pass(const View& x, const View& ids, const View& tw, const View& out, 
   const int idx = x.device_index;
   p.h = View::contiguous(ws, x.dtype, {count, d.top_k, d.gu_rows}, dev, idx);
   p.a = View::contiguous(ws + lay.h, x.dtype, {count * d.top_k, d.inter}, dev, idx);
-  p.y = View::contiguous(ws + lay.h + lay.a, DType::F32, {count, d.top_k, d.hidden}, dev, idx);
+  p.y = View::contiguous(ws + lay.h + lay.a, down_rows_dtype(x.dtype), {count, d.top_k, d.hidden}, dev, idx);
   return p;
 }
 
@@ -366,7 +371,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   auto stand_ins = [&](std::int64_t mc) {  // the workspace views' shapes, for the checks
     return std::tuple{View::contiguous(nullptr, x.dtype, {mc, d.top_k, d.gu_rows}, dev, idx),
                       View::contiguous(nullptr, x.dtype, {mc * d.top_k, d.inter}, dev, idx),
-                      View::contiguous(nullptr, DType::F32, {mc, d.top_k, d.hidden}, dev, idx)};
+                      View::contiguous(nullptr, down_rows_dtype(x.dtype), {mc, d.top_k, d.hidden}, dev, idx)};
   };
   if (!ctx.is_cuda()) {
     const auto [h, a, y] = stand_ins(d.m);
@@ -398,7 +403,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   ga.ids_dtype = ids.dtype, ga.experts = d.experts;
   if (opts.bias_gate_up) ga.bias = opts.bias_gate_up->data, ga.bias_dtype = opts.bias_gate_up->dtype;
   cuda_moe::MoeCombineArgs ca;
-  ca.w_dtype = tw.dtype, ca.out_dtype = out.dtype;
+  ca.w_dtype = tw.dtype, ca.out_dtype = out.dtype, ca.y_dtype = down_rows_dtype(x.dtype);
   ca.ids_dtype = ids.dtype, ca.experts = d.experts;
   if (opts.bias_down) ca.bias = opts.bias_down->data, ca.bias_dtype = opts.bias_down->dtype;
   const std::string gated_name = cuda_moe::moe_ffn_gated_kernel_name(ga), combine_name = cuda_moe::moe_ffn_combine_kernel_name(ca);
@@ -487,7 +492,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
       continue;
     }
     if (d.top_k > 0) add(gemm(p, scratch, false));
-    ca.y = static_cast<const float*>(p.y.data), ca.w = p.tw.data, ca.out = p.out.data;
+    ca.y = p.y.data, ca.w = p.tw.data, ca.out = p.out.data;
     ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden, ca.ids = p.ids.data;
     cuda_moe::launch_moe_ffn_combine(ca, ctx.stream());
     ctx.note_launch(combine_name, [&] {

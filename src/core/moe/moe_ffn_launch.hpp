@@ -35,12 +35,13 @@ std::string moe_ffn_gated_kernel_name(const MoeGatedArgs& g);
 void launch_moe_ffn_gated(const MoeGatedArgs& g, StreamHandle stream);
 
 // out[t, j] = sum_{s < top_k} w[t, s] * (y[t, s, j] + bias[e, j]), in slot order, f32: y
-// [m, top_k, hidden] f32, w [m, top_k] (f32, f16, bf16) and out [m, hidden] (f32, f16, bf16)
+// [m, top_k, hidden] of y_dtype (f32, or out's dtype), w [m, top_k] (f32, f16, bf16) and out
+// [m, hidden] (f32, f16, bf16)
 // contiguous; bias [experts, hidden] of bias_dtype or null, e = ids[t, s] (an id outside
 // [0, experts) takes no bias). top_k 0: zeros.
 struct MoeCombineArgs {
-  DType w_dtype = DType::F32, out_dtype = DType::F32;
-  const float* y = nullptr;
+  DType w_dtype = DType::F32, out_dtype = DType::F32, y_dtype = DType::F32;
+  const void* y = nullptr;
   const void* w = nullptr;
   void* out = nullptr;
   std::int64_t m = 0, top_k = 0, hidden = 0;

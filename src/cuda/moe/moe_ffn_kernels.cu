@@ -120,8 +120,8 @@ __device__ __forceinline__ float down_bias(const void* bias, DType dtype, const 
   return static_cast<const float*>(bias)[i];
 }
 
-template <class TW, class TO, bool BIAS>
-__global__ void __launch_bounds__(kThreads) moe_ffn_combine_kernel(const float* y, const TW* w, TO* out, std::int64_t m,
+template <class TY, class TW, class TO, bool BIAS>
+__global__ void __launch_bounds__(kThreads) moe_ffn_combine_kernel(const TY* y, const TW* w, TO* out, std::int64_t m,
                                                                    std::int64_t top_k, std::int64_t hidden,
                                                                    const void* bias, DType bias_dtype, const void* ids,
                                                                    bool ids64, std::int64_t n_experts) {
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) moe_ffn_combine_kernel(const float* 
     float s = 0.0f;
     for (std::int64_t k = 0; k < top_k; ++k) {
       const std::int64_t r = t * top_k + k;
-      float v = __ldg(y + r * hidden + j);
+      float v = dev::to_f32(__ldg(y + r * hidden + j));
       if constexpr (BIAS) v += down_bias(bias, bias_dtype, ids, ids64, n_experts, r, hidden, j);
       s = fmaf(dev::to_f32(w[r]), v, s);
     }
@@ -182,7 +182,8 @@ void launch_moe_ffn_gated(const MoeGatedArgs& g, StreamHandle stream) {
 }
 
 std::string moe_ffn_combine_kernel_name(const MoeCombineArgs& c) {
-  return "moe_ffn_combine_" + std::string(dtype_name(c.w_dtype)) + "_" + std::string(dtype_name(c.out_dtype));
+  return "moe_ffn_combine_" + std::string(dtype_name(c.y_dtype)) + "_" + std::string(dtype_name(c.w_dtype)) + "_" +
+         std::string(dtype_name(c.out_dtype));
 }
 
 void launch_moe_ffn_combine(const MoeCombineArgs& c, StreamHandle stream) {
@@ -190,20 +191,29 @@ void launch_moe_ffn_combine(const MoeCombineArgs& c, StreamHandle stream) {
   if (!c.out || (c.top_k > 0 && (!c.y || !c.w))) fail(ErrorCode::Internal, "launch_moe_ffn_combine: null operand");
   if (c.bias && !c.ids) fail(ErrorCode::Internal, "launch_moe_ffn_combine: a bias without the ids");
   const bool ids64 = c.ids_dtype == DType::I64;
+  if (c.y_dtype != DType::F32 && c.y_dtype != c.out_dtype)
+    fail(ErrorCode::Internal, "launch_moe_ffn_combine: rows of ", dtype_name(c.y_dtype), " for a ", dtype_name(c.out_dtype),
+         " output");
   bool ok = false;
   cuda_dense::host::with_float_type(c.w_dtype, [&](auto tw) {
     using TW = decltype(tw);
     ok = cuda_dense::host::with_float_type(c.out_dtype, [&](auto to) {
       using TO = decltype(to);
       const int blocks = blocks_for(c.m * c.hidden);
-      if (c.bias)
-        moe_ffn_combine_kernel<TW, TO, true><<<blocks, kThreads, 0, stream>>>(
-            c.y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden, c.bias, c.bias_dtype, c.ids,
-            ids64, c.experts);
-      else
-        moe_ffn_combine_kernel<TW, TO, false><<<blocks, kThreads, 0, stream>>>(
-            c.y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden, nullptr, c.bias_dtype,
-            nullptr, false, 0);
+      auto launch = [&](auto ty) {  // rows in f32, or in the output's dtype
+        using TY = decltype(ty);
+        const TY* y = static_cast<const TY*>(c.y);
+        if (c.bias)
+          moe_ffn_combine_kernel<TY, TW, TO, true><<<blocks, kThreads, 0, stream>>>(
+              y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden, c.bias, c.bias_dtype, c.ids,
+              ids64, c.experts);
+        else
+          moe_ffn_combine_kernel<TY, TW, TO, false><<<blocks, kThreads, 0, stream>>>(
+              y, static_cast<const TW*>(c.w), static_cast<TO*>(c.out), c.m, c.top_k, c.hidden, nullptr, c.bias_dtype,
+              nullptr, false, 0);
+      };
+      if (c.y_dtype == DType::F32) launch(float{});
+      else launch(TO{});
     });
   });
   if (!ok) fail(ErrorCode::Internal, "launch_moe_ffn_combine: dtypes ", dtype_name(c.w_dtype), ", ", dtype_name(c.out_dtype));
