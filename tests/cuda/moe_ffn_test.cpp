@@ -135,7 +135,8 @@ TEST(MoeFfnGpu, ActivationsLayoutsAndBiases) {
 TEST(MoeFfnGpu, FusedSlotSumIsTheCombineBitForBit) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  const std::int64_t m = 3, top_k = 6, hidden = 200, inter = 96, experts = 8;
+  const std::int64_t m = 3, hidden = 200, inter = 96, experts = 8;
+  for (std::int64_t top_k : {6, 2, 3, 1})  // one column pair a block, or a warp a (pair, slot)
   for (DType t : {DType::BF16, DType::F32})
     for (bool bias : {false, true}) {
       HostTensor w = host_tensor(t, {experts, hidden, inter}), a = host_tensor(t, {m * top_k, inter});
@@ -144,7 +145,7 @@ TEST(MoeFfnGpu, FusedSlotSumIsTheCombineBitForBit) {
       fill_random(w.view, 1, 0.1), fill_random(a.view, 2), fill_random(tw.view, 3), fill_random(b.view, 4);
       for (std::int64_t r = 0; r < m * top_k; ++r)
         store_from_double(ids.view.data, DType::I32, r, r % 5 == 4 ? -1 : static_cast<double>((r * 3) % experts));
-      store_from_double(tw.view.data, DType::BF16, 7, NAN);  // token 1: NaN
+      store_from_double(tw.view.data, DType::BF16, top_k + top_k / 2, NAN);  // token 1: NaN
       DeviceTensor dw = to_device(w), da = to_device(a), dids = to_device(ids), dtw = to_device(tw), db = to_device(b);
       DeviceBuffer y(static_cast<std::size_t>(m * top_k * hidden) * 4);
       HostTensor out1 = host_tensor(t, {m, hidden}), out2 = host_tensor(t, {m, hidden});
@@ -169,7 +170,7 @@ TEST(MoeFfnGpu, FusedSlotSumIsTheCombineBitForBit) {
       cuda_moe::launch_moe_direct(g, ctx.stream());
       ctx.synchronize();
       to_host(d1, out1), to_host(d2, out2);
-      EXPECT_EQ(out1.bytes, out2.bytes) << dtype_name(t) << " bias " << bias;
+      EXPECT_EQ(out1.bytes, out2.bytes) << dtype_name(t) << " bias " << bias << " top_k " << top_k;
       int nans = 0;
       for (std::int64_t i = 0; i < m * hidden; ++i) nans += std::isnan(out2.get(i));
       EXPECT_EQ(nans, hidden) << "the NaN routing weight reaches its token's row, and only it";

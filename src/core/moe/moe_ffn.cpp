@@ -390,11 +390,13 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   for (std::int64_t t = 0; t < d.m; t += pass_m) passes.emplace_back(t, std::min(pass_m, d.m - t));
   // Every check before anything is allocated or enqueued (first pass, and the last when it is
   // shorter: every other pass is the first's size).
-  Routes routes[2];
+  Routes routes[2];  // the first pass's, the last pass's (one pass: both)
   for (std::size_t i : {std::size_t{0}, passes.size() - 1}) {
     const std::int64_t mc = passes[i].second;
     const auto [h, a, y] = stand_ins(mc);
-    routes[i == 0 ? 0 : 1] = validate(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y);
+    const Routes r = validate(rows_of(x, passes[i].first, mc), rows_of(ids, passes[i].first, mc), h, a, y);
+    if (i == 0) routes[0] = r;
+    if (i + 1 == passes.size()) routes[1] = r;
   }
   const bool grouped = routes[0].grouped || routes[1].grouped;
   cuda_moe::MoeGatedArgs ga;
