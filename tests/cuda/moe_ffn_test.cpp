@@ -222,6 +222,48 @@ TEST(MoeFfnGpu, FusedDecodeMatchesTheCompositionAndTheReference) {
       }
 }
 
+// Batch invariance within a route (issue 48): one fixed token (its x row, ids and routing
+// weights) among random others gives bitwise the same output row at every m, on the direct route
+// and on the grouped one (its fused engine at small m, map + staged engine above), the two
+// GEMMs' own invariance (BatchInvarianceGpu.MatmulId) carried through the per-row activation and
+// the per-token slot sum.
+TEST(MoeFfnGpu, BatchInvariantWithinARoute) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  MoeFfnCase c0;
+  c0.m = 1, c0.hidden = 128, c0.inter = 64, c0.top_k = 4, c0.experts = 16, c0.x_dtype = DType::BF16;
+  c0.w_dtype = DType::BF16, c0.seed = 77;
+  const MoeFfnBuffers fixed = make_moe_ffn(c0);
+  for (MatmulIdRoute route : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill}) {
+    std::vector<unsigned char> first;
+    for (std::int64_t m : {1, 3, 40, 300}) {
+      MoeFfnCase c = c0;
+      c.m = m, c.seed = 1000 + static_cast<std::uint64_t>(m);
+      MoeFfnBuffers b = make_moe_ffn(c);
+      b.w_gate_up = fixed.w_gate_up, b.w_down = fixed.w_down;  // the same experts at every m
+      const std::int64_t p = m / 2;                            // where the fixed token sits
+      auto put_row = [](HostTensor& dst, const HostTensor& src, std::int64_t row, std::int64_t cols) {
+        const std::size_t es = dtype_size(dst.view.dtype);
+        std::copy_n(src.bytes.begin(), cols * es, dst.bytes.begin() + static_cast<std::ptrdiff_t>(row * cols * es));
+      };
+      put_row(b.x, fixed.x, p, c.hidden);
+      put_row(b.ids, fixed.ids, p, c.top_k);
+      put_row(b.topk_weights, fixed.topk_weights, p, c.top_k);
+      OnDevice d(b);
+      MoeFfnOptions o;
+      o.route = route;
+      const Receipt r = d.run(ctx, o);
+      ctx.synchronize();
+      to_host(d.out, b.out);
+      const std::size_t row_bytes = static_cast<std::size_t>(c.hidden) * dtype_size(c.x_dtype);
+      std::vector<unsigned char> row(b.out.bytes.begin() + static_cast<std::ptrdiff_t>(p * row_bytes),
+                                     b.out.bytes.begin() + static_cast<std::ptrdiff_t>((p + 1) * row_bytes));
+      if (first.empty()) first = row;
+      EXPECT_EQ(row, first) << matmul_id_route_name(route) << " m " << m << " [" << r.kernel << "]";
+    }
+  }
+}
+
 TEST(MoeFfnGpu, NanStaysInItsTokenAndRunsAreBitwiseEqual) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
