@@ -101,14 +101,15 @@ void check_options(const Context& ctx, const MoeFfnOptions& o, const Dims& d, co
       (!std::isfinite(o.swiglu_alpha) || !std::isfinite(o.swiglu_limit) || !(o.swiglu_limit > 0.0f)))
     fail(ErrorCode::InvalidArgument, kOp, ": swigluoai needs a finite alpha and a finite limit > 0, got alpha ",
          o.swiglu_alpha, ", limit ", o.swiglu_limit);
-  for (const auto& [b, name, cols] : {std::tuple{&o.bias_gate_up, "bias_gate_up", d.gu_rows},
-                                      std::tuple{&o.bias_down, "bias_down", d.hidden}}) {
+  for (const auto& [b, name, cols, what] :
+       {std::tuple{&o.bias_gate_up, "bias_gate_up", d.gu_rows, "rows of w_gate_up"},
+        std::tuple{&o.bias_down, "bias_down", d.hidden, "hidden"}}) {
     if (!b->has_value()) continue;
     const View& v = **b;
     check_device(ctx, v, name);
     if (v.rank != 2 || v.dim(0) != d.experts || v.dim(1) != cols || !is_float(v.dtype) || !v.is_contiguous())
       fail(ErrorCode::InvalidArgument, kOp, ": ", name, " must be a contiguous f32 / f16 / bf16 [", d.experts, ", ", cols,
-           "] (n_experts, ", std::string(name) == "bias_down" ? "hidden" : "rows of w_gate_up", "), got ", v.describe());
+           "] (n_experts, ", what, "), got ", v.describe());
     if (overlaps(out, v))
       fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, " (out ", out.describe(), ", ", name, " ",
            v.describe(), ")");
@@ -197,8 +198,7 @@ double activate(const MoeFfnOptions& o, double g, double u) {
 }
 
 // Row of w_gate_up[e] holding feature i's gate (or its only row without a gate) and its up row.
-std::int64_t gate_row(const MoeFfnOptions& o, std::int64_t inter, std::int64_t i) {
-  (void)inter;
+std::int64_t gate_row(const MoeFfnOptions& o, std::int64_t i) {
   return o.gated && o.gate_layout == MoeGateLayout::Interleaved ? 2 * i : i;
 }
 std::int64_t up_row(const MoeFfnOptions& o, std::int64_t inter, std::int64_t i) {
@@ -232,7 +232,7 @@ void run_cpu(const View& x, const View& ids, const View& tw, const View& out, co
       }
       const auto e = static_cast<std::int64_t>(id);
       for (std::int64_t i = 0; i < d.inter; ++i) {
-        const std::int64_t gr = gate_row(o, d.inter, i), ur = o.gated ? up_row(o, d.inter, i) : gr;
+        const std::int64_t gr = gate_row(o, i), ur = o.gated ? up_row(o, d.inter, i) : gr;
         double g = bias_at(o.bias_gate_up, e, gr), u = o.gated ? bias_at(o.bias_gate_up, e, ur) : 0.0;
         for (std::int64_t l = 0; l < d.hidden; ++l) {
           g += gate_up(e, gr, l) * xr[l];
@@ -514,7 +514,7 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
                 const View& topk_weights, const View& out, const MoeFfnOptions& opts) {
   const Dims d = check_call(ctx, x, w_gate_up, w_down, ids, topk_weights, out, opts);
   // The two GEMMs by matmul_id's own rules (weight strides, alignment, extents), with its messages
-  // under this op's name; true when either resolves to the grouped route.
+  // under this op's name; the routes they resolve to.
   auto validate = [&](const View& xs, const View& is, const View& h, const View& a, const View& y) {
     const MatmulIdParams p1 = detail::matmul_id_params_named(kOp, w_gate_up, xs, is, h, MatmulIdInputLayout::SharedPerToken,
                                                              MatmulIdMultiplicity::MayRepeat, opts.route);
