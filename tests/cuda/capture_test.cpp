@@ -197,7 +197,7 @@ TEST(CaptureGpu, TernaryEveryRoute) {
   TernaryWeightCache cache(ctx);
   const std::int64_t n = 200;
   struct R { Tq2Route route; std::int64_t m; std::int64_t k = 384; };
-  for (R rt : {R{Tq2Route::Naive, 5}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
+  for (R rt : {R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
                R{Tq2Route::StreamV4, 2}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
                R{Tq2Route::TiledSm90, 40}, R{Tq2Route::TiledSm90SplitK, 40, 3200}}) {  // 3200: 3 K parts
     const std::int64_t k = rt.k;
