@@ -23,7 +23,7 @@ using fuzz::u128;
 
 namespace {
 
-constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,    DenseRoute::Gemv,
+constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::ZeroFill, DenseRoute::Gemv,
                                        DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::StreamV2,
                                    Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,

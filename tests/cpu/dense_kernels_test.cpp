@@ -244,11 +244,9 @@ TEST(DenseKernelNames, SayWhatDtypeLayoutVariant) {
   EXPECT_EQ(gemv_wide_kernel_name(w, GemvWideConfig{2, 1, 32, 1, 16}), "gemv_wide_f32_v2_kl32");
 
   DenseArgs g = skinny(DType::F32, 4096, 14336, 4096);
-  EXPECT_EQ(gemm_naive_kernel_name(g), "gemm_naive_f32_nt");
+  EXPECT_EQ(zero_fill_name(g), "zero_fill_f32");
   g.dtype = DType::BF16;
-  g.a_trans = true;
-  g.b_trans = false;
-  EXPECT_EQ(gemm_naive_kernel_name(g), "gemm_naive_bf16_tn");
+  EXPECT_EQ(zero_fill_name(g), "zero_fill_bf16");
 }
 
 TEST(DenseKernels, Vec16Elems) {

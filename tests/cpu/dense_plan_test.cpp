@@ -94,7 +94,7 @@ TEST(DensePlan, RoutesByShape) {
     odd_k.a_vec16 = odd_k.b_vec16 = false;
     EXPECT_EQ(plan_matmul(odd_k, a).route, DenseRoute::CublasLt);
   }
-  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a).route, DenseRoute::Naive);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a).route, DenseRoute::ZeroFill);
   EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096), a).route, DenseRoute::CublasLt);
   // f32 Exact x . w^T: the Hopper engine's 3xTF32 where its tiles fill at least half the SMs
   // (17 x 14336: 112 tiles of 64; 256 x 3072: 4 x 24 = 96), else SGEMM (128 x 3072: 48 tiles).
@@ -122,7 +122,11 @@ TEST(DensePlan, RoutesByShape) {
   EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096, DType::F32), h100a).route, DenseRoute::CublasLt);
   ArchInfo old = a;
   old.cc_major = 7;
-  EXPECT_EQ(plan_matmul(desc(512, 512, 512), old).route, DenseRoute::Naive);
+  // Before sm_80 no llmm kernel is built: cuBLASLt takes every shape, gemv and gemv_wide's too.
+  EXPECT_EQ(plan_matmul(desc(512, 512, 512), old).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(1, 131072, 4096), old).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(2, 3072, 3072, DType::F32), old).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), old).route, DenseRoute::ZeroFill);
 }
 
 TEST(DensePlan, GemvWideConfigTravelsInThePlan) {
@@ -185,7 +189,8 @@ TEST(DensePlan, TiledSm90TileTravelsInThePlan) {
 TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   ArchInfo a = h200();
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::TiledSm90).route, DenseRoute::TiledSm90);
-  EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Naive).route, DenseRoute::Naive);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a, DenseRoute::ZeroFill).route, DenseRoute::ZeroFill);
+  EXPECT_THROW(plan_matmul(desc(64, 64, 64), a, DenseRoute::ZeroFill), Error);  // k > 0 is no zero fill
   EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::CublasLt).route, DenseRoute::CublasLt);
   try {
     plan_matmul(desc(4, 4, 4), a, DenseRoute::Gemv);

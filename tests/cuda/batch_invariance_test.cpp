@@ -112,7 +112,7 @@ TEST(BatchInvarianceGpu, Dense) {
   const std::int64_t n = 264, k = 520;
   struct R { DenseRoute route; std::vector<std::int64_t> ms; bool claimed; };
   for (DType t : {DType::F32, DType::BF16})
-    for (const R& r : {R{DenseRoute::Naive, {1, 5, 70, 300}, true}, R{DenseRoute::GemvWide, {1, 2, 5, 8}, true},
+    for (const R& r : {R{DenseRoute::GemvWide, {1, 2, 5, 8}, true},
                        R{DenseRoute::GemvWide, {2, 5, 9, 16}, false},
                        R{DenseRoute::CublasLt, {1, 5, 70, 300}, false}, R{DenseRoute::TiledSm90, {1, 5, 70, 300, 2100}, true}}) {
       if (r.route == DenseRoute::TiledSm90 && !(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) continue;

@@ -18,12 +18,6 @@ using detail::aligned16;
 // A stride of `elems` elements keeps 16-byte alignment (or is never used: `used` false).
 bool stride_ok(std::int64_t elems, DType t, bool used) { return !used || detail::bytes16(elems, t); }
 
-char trans_letter(bool t) { return t ? 't' : 'n'; }
-
-std::string layout(const DenseArgs& a) {
-  return std::string{trans_letter(a.a_trans), trans_letter(a.b_trans)};
-}
-
 }  // namespace
 
 int vec16_elems(DType t) noexcept {
@@ -156,9 +150,7 @@ GemvProblem gemv_problem(const DenseArgs& a, int sm_count) {
 // ---------------------------------------------------------------------------------------------
 // Names.
 
-std::string gemm_naive_kernel_name(const DenseArgs& a) {
-  return "gemm_naive_" + std::string(dtype_name(a.dtype)) + "_" + layout(a);
-}
+std::string zero_fill_name(const DenseArgs& a) { return "zero_fill_" + std::string(dtype_name(a.dtype)); }
 
 std::string gemv_kernel_name(const DenseArgs& a) {
   const GemvProblem p = gemv_problem(a);

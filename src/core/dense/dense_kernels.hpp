@@ -79,11 +79,11 @@ GemvProblem gemv_problem(const DenseArgs& args, int sm_count = 0);
 
 // ---------------------------------------------------------------------------------------------
 // Kernel names, as the launchers report them (Context::check_launchable / note_launch).
-//   gemm_naive_<dt>_<ab>                        e.g. gemm_naive_f32_nt
+//   zero_fill_<dt> (k == 0, a memset)           e.g. zero_fill_bf16
 //   gemv_<rows|cols>_<dt>_<v16|scalar>[_xstrided] e.g. gemv_rows_bf16_v16
 //   gemv_wide_<dt>_v<vecs>_kl<k_lanes>           e.g. gemv_wide_bf16_v8_kl128
 // <ab> is n/t for a then b (t: transposed, as in DenseArgs).
-std::string gemm_naive_kernel_name(const DenseArgs& args);
+std::string zero_fill_name(const DenseArgs& args);
 std::string gemv_kernel_name(const DenseArgs& args);
 std::string gemv_wide_kernel_name(const DenseArgs& args, const GemvWideConfig& config);
 

@@ -10,7 +10,7 @@ const char* route_name(DenseRoute r) noexcept {
   switch (r) {
     case DenseRoute::Auto: return "auto";
     case DenseRoute::Cpu: return "cpu";
-    case DenseRoute::Naive: return "naive";
+    case DenseRoute::ZeroFill: return "zero_fill";
     case DenseRoute::Gemv: return "gemv";
     case DenseRoute::GemvWide: return "gemv_wide";
     case DenseRoute::TiledSm90: return "tiled_sm90";
@@ -27,7 +27,9 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
   switch (r) {
     case DenseRoute::Auto: return "";
     case DenseRoute::Cpu: return cuda ? "the cpu route runs on CPU contexts only" : "";
-    case DenseRoute::Naive: return cuda ? "" : "needs a CUDA context";
+    case DenseRoute::ZeroFill:
+      if (!cuda) return "needs a CUDA context";
+      return d.k == 0 ? "" : "needs k == 0 (it writes zeros)";
     case DenseRoute::Gemv:
       if (!cuda) return "needs a CUDA context";
       return d.m == 1 || d.n == 1 ? "" : "needs m == 1 or n == 1";
@@ -82,7 +84,9 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
     return with_route(force, "forced", d, arch);
   }
   if (arch.kind != DeviceKind::CUDA) return with_route(DenseRoute::Cpu, "CPU context: float64 reference backend", d, arch);
-  if (d.k == 0) return with_route(DenseRoute::Naive, "k == 0: the output is zeros", d, arch);
+  if (d.k == 0) return with_route(DenseRoute::ZeroFill, "k == 0: the output is zeros", d, arch);
+  // Before sm_80 none of llmm's kernels is built (LLMM_CUDA_ARCHS): cuBLASLt serves every shape.
+  if (arch.cc_major < 8) return with_route(DenseRoute::CublasLt, "pre-sm_80 device: cuBLASLt", d, arch);
   // Gates below are calibrated on one H200 against cuBLASLt in the same run (docs/performance.md,
   // dense suite, 2026-11-30); each sends a shape to whichever measured faster.
   const bool half = d.dtype == DType::F16 || d.dtype == DType::BF16;
@@ -114,7 +118,6 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
     if (outputs >= 65536) return with_route(DenseRoute::Gemv, "matrix-vector with >= 65536 outputs: gemv measured faster", d, arch);
     return with_route(DenseRoute::CublasLt, "matrix-vector with < 65536 outputs: cuBLASLt measured faster", d, arch);
   }
-  if (arch.cc_major < 8) return with_route(DenseRoute::Naive, "pre-sm_80 device: portable kernel", d, arch);
   // f32 Exact x . w^T on the Hopper engine's 3xTF32 where its tiles fill half the SMs: 1.3-2.1x
   // cuBLASLt's SGEMM there (engine/tiled_sm90_plan.hpp).
   if (engine::tiled_sm90_dense_f32_preferred(d, arch))
