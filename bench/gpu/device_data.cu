@@ -124,4 +124,11 @@ void null_kernels_device(float* sink, int kernels, StreamHandle s) {
   if (cudaGetLastError() != cudaSuccess) fail(ErrorCode::Cuda, "null_kernels_device: launch failed");
 }
 
+void set_smem_attributes_device(int smem_bytes) {
+  if (cudaFuncSetAttribute(null_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) != cudaSuccess ||
+      cudaFuncSetAttribute(null_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) !=
+          cudaSuccess)
+    fail(ErrorCode::Cuda, "set_smem_attributes_device: cudaFuncSetAttribute failed");
+}
+
 }  // namespace llmm::bench
