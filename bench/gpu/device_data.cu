@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda/common/launch_pdl.cuh"
 #include "gpu/device_data.hpp"
 #include "llmm/error.hpp"
 
@@ -125,10 +126,8 @@ void null_kernels_device(float* sink, int kernels, StreamHandle s) {
 }
 
 void set_smem_attributes_device(int smem_bytes) {
-  if (cudaFuncSetAttribute(null_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) != cudaSuccess ||
-      cudaFuncSetAttribute(null_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) !=
-          cudaSuccess)
-    fail(ErrorCode::Cuda, "set_smem_attributes_device: cudaFuncSetAttribute failed");
+  cuda_common::set_smem_bytes(null_kernel, smem_bytes);  // the launchers' own call, not a copy of it
+  if (cudaGetLastError() != cudaSuccess) fail(ErrorCode::Cuda, "set_smem_attributes_device: cudaFuncSetAttribute failed");
 }
 
 }  // namespace llmm::bench
