@@ -23,9 +23,9 @@ using fuzz::u128;
 
 namespace {
 
-constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::Naive,    DenseRoute::Gemv,
+constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::ZeroFill,
                                        DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
-constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::Naive,    Tq2Route::StreamV2,
+constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::StreamV2,
                                    Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
                                    Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK};
 
@@ -87,7 +87,7 @@ void check_dense(FuzzedDataProvider& in) {
   if (force != DenseRoute::Auto) FUZZ_CHECK(r == force && p->reason == "forced", "forced ", route_name(force), " gave ", route_name(r));
   // The kernels' documented gates (matmul.hpp enum comments; gemv_wide_config).
   const bool skinny_layout = !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16;
-  if (r == DenseRoute::Gemv) FUZZ_CHECK(d.m == 1 || d.n == 1, desc());
+  if (r == DenseRoute::ZeroFill) FUZZ_CHECK(d.k == 0, desc());
   if (r == DenseRoute::GemvWide)
     FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {
@@ -232,6 +232,10 @@ void check_tq2_plan(FuzzedDataProvider& in) {
   FUZZ_CHECK(detailed.has_value() == r.has_value() && (!r || (detailed->route == *r && !detailed->reason.empty())) &&
                  (r || why_plan.message == why.message),
              "plan_gemm_tq2 differs from plan_tq2", ctx());
+  if (force == Tq2Route::Auto && cuda && !sm80) {  // no kernel is built for it: refused
+    FUZZ_CHECK(!r && why.code == ErrorCode::Unsupported, "plan_tq2 Auto before sm_80 did not refuse", ctx());
+    return;
+  }
   if (force == Tq2Route::Auto) {
     FUZZ_CHECK(r.has_value(), "plan_tq2 Auto refused: ", why.message);
     u128 macs = 1;  // saturating at 2^27: each factor < 2^63
@@ -266,7 +270,6 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     }();
     engine = engine && engine_fills;
     const Tq2Route want = !cuda ? Tq2Route::Cpu
-                          : !sm80 ? Tq2Route::Naive
                           : m <= 8 && sm90 && v5_fits && (n + 127) / 128 >= 212 ? Tq2Route::StreamV5
                           : sm90 && !v4_fits && v5_sliced && v5_parts_m <= 16 ? Tq2Route::StreamV5
                           : (m <= 4 || (m <= 8 && n <= 4096)) && sm90 && v4_fits
@@ -287,7 +290,7 @@ void check_tq2_plan(FuzzedDataProvider& in) {
     return;
   }
   bool accepts = cuda != (force == Tq2Route::Cpu);
-  if (force == Tq2Route::Tiled || force == Tq2Route::StreamV2) accepts = accepts && sm80;
+  if (force != Tq2Route::Cpu) accepts = accepts && sm80;  // every CUDA kernel is built for sm_80+
   if (force == Tq2Route::StreamV2) accepts = accepts && m <= 16;
   if (force == Tq2Route::StreamV4) accepts = accepts && sm90 && v4_fits;
   if (force == Tq2Route::StreamV5) accepts = accepts && sm90 && (v5_fits || v5_sliced || v5_wide);

@@ -150,7 +150,6 @@ class BufferPool {
 enum class Tq2Route {
   Auto,
   Cpu,     // float64 reference (CPU contexts)
-  Naive,   // CUDA reference kernel: one thread per output
   StreamV2,   // decode v2: f16 tensor cores, activation split once into shared memory (m <= 16)
   StreamV4,   // decode v4: int8 digits on the sm_90 streaming engine (copy-engine ring; m <= 8, sm_90)
   StreamV5,   // decode v5: v4's decoder with warp-owned row bands and K parts (m <= 16, sm_90)
@@ -197,7 +196,7 @@ struct Tq2Options {
 std::size_t tq2_workspace_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType in_dtype, DType out_dtype,
                                 const Tq2Options& opts = {});
 
-// Pure router: CPU -> Cpu; before sm_80 Naive; m <= 8 -> StreamV5 on sm_90 for n > 211 x 128
+// Pure router: CPU -> Cpu; before sm_80 refused (no kernel is built for it); m <= 8 -> StreamV5 on sm_90 for n > 211 x 128
 // (K whole in every item) where its activation image fits; m <= 4 (m <= 8 for n <= 4096) ->
 // StreamV4 on sm_90 where the whole K's activation fits in shared memory (k <= ~40k at m = 1,
 // ~13k at m = 4); m = 9..16 at k >= 12288 -> StreamV5 on sm_90 (its wide kernels); m <= 16 ->

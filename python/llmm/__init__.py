@@ -622,7 +622,7 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
     "tq2_tiled_sm90" (the Hopper tiled engine, sm_90; float16/bfloat16 x, or float32 with precision
     "fast"; auto takes it for 16-bit prefill where its tiles fill the GPU), "tq2_tiled_sm90_splitk" (the
     same engine with K in parts, for weights with few 128-row tiles; auto takes it at 16 < m <= 128 where
-    its parts fill the GPU), "tq2_naive" (CUDA), "cpu" (NumPy). out=None allocates like x; m = 0 gives an empty result.
+    its parts fill the GPU), "cpu" (NumPy). out=None allocates like x; m = 0 gives an empty result.
     """
     if not isinstance(weight, TernaryWeight):
         raise TypeError(f"llmm.gemm_tq2: weight must be a llmm.TernaryWeight (from llmm.upload_tq2), got "

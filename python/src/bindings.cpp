@@ -353,20 +353,20 @@ Precision precision_of(nb::handle h, const char* op) {
 
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide,
+  for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::ZeroFill, DenseRoute::GemvWide,
                        DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, naive, gemv, gemv_wide, tiled_sm90, cublaslt)");
+       "' (auto, cpu, zero_fill, gemv_wide, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV4,
+  for (Tq2Route x : {Tq2Route::Auto, Tq2Route::Cpu, Tq2Route::StreamV2, Tq2Route::StreamV4,
                      Tq2Route::StreamV5, Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::TiledSm90, Tq2Route::TiledSm90SplitK})
     if (r == tq2_route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown ternary route '", r,
-       "' (auto, cpu, tq2_naive, tq2_stream_v2, tq2_stream_v4, tq2_stream_v5, tq2_tiled, tq2_dequant_lt, "
+       "' (auto, cpu, tq2_stream_v2, tq2_stream_v4, tq2_stream_v5, tq2_tiled, tq2_dequant_lt, "
        "tq2_tiled_sm90, tq2_tiled_sm90_splitk)");
 }
 

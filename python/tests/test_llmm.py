@@ -69,9 +69,9 @@ def test_errors_are_llmm_errors_with_messages():
     with pytest.raises(llmm.Error, match="precision must be"):
         llmm.matmul(rand(4, 5), rand(5, 3), precision="quick")
     # A retired route's name (issue 47) is refused like any unknown one, naming the valid routes.
-    for retired in ("skinny_mma", "tiled"):
+    for retired in ("skinny_mma", "tiled", "naive", "gemv"):
         out = np.full((4, 3), np.nan, np.float32)
-        with pytest.raises(llmm.Error, match=rf"unknown dense route '{retired}' \(auto, cpu, naive, gemv, gemv_wide, "
+        with pytest.raises(llmm.Error, match=rf"unknown dense route '{retired}' \(auto, cpu, zero_fill, gemv_wide, "
                                              r"tiled_sm90, cublaslt\)"):
             llmm.matmul(rand(4, 5), rand(5, 3), out, route=retired)
         assert np.all(np.isnan(out))
@@ -128,7 +128,7 @@ def test_plan_tq2_and_suggest_matmul_id_route_on_cpu():
     with pytest.raises(llmm.Error, match="unknown ternary route 'tq2_fast'"):
         llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_fast")
     # v1's name, retired in issue 47, is refused like any unknown one, naming the valid routes
-    with pytest.raises(llmm.Error, match=r"unknown ternary route 'tq2_stream' \(auto, cpu, tq2_naive, tq2_stream_v2, "):
+    with pytest.raises(llmm.Error, match=r"unknown ternary route 'tq2_stream' \(auto, cpu, tq2_stream_v2, "):
         llmm.plan_tq2(3, 64, 256, "cpu", route="tq2_stream")
     # the Hopper engine's route is known by name and refused off CUDA with the reason
     with pytest.raises(llmm.Error, match="route tq2_tiled_sm90 cannot run .*needs a CUDA context"):

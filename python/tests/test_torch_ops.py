@@ -315,8 +315,7 @@ def test_gemm_tq2_op(device, dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("route", ["tq2_stream_v4", "tq2_stream_v2", "tq2_tiled", "tq2_dequant_lt",
-                                   "tq2_naive"])
+@pytest.mark.parametrize("route", ["tq2_stream_v4", "tq2_stream_v2", "tq2_tiled", "tq2_dequant_lt"])
 def test_gemm_tq2_each_cuda_route_by_name(route):
     """Every route name the docstring lists runs, reports itself, and agrees with float64."""
     dev = dev_or_skip("cuda")

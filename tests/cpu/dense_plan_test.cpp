@@ -46,18 +46,18 @@ TEST(DensePlan, RefusesNegativeSizesAndNonFloatDtypes) {
 
 TEST(DensePlan, CpuContextUsesReference) {
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), ArchInfo{}).route, DenseRoute::Cpu);
-  EXPECT_THROW(plan_matmul(desc(1, 64, 64), ArchInfo{}, DenseRoute::Gemv), Error);
+  EXPECT_THROW(plan_matmul(desc(1, 64, 64), ArchInfo{}, DenseRoute::GemvWide), Error);
 }
 
 TEST(DensePlan, RoutesByShape) {
   ArchInfo a = h200();
-  // Matrix-vector: gemv for very long 16-bit outputs (the lm head), cuBLASLt's gemv below
-  // (measured), gemv_wide on small 16-bit weights and on f32 with n >= 3072, k <= 4096.
-  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096), a).route, DenseRoute::Gemv);
+  // Matrix-vector: gemv_wide for very long outputs (the lm head), on small 16-bit weights and on
+  // f32 with n >= 3072, k <= 4096; cuBLASLt's gemv for the rest (measured) and other layouts.
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096), a).route, DenseRoute::GemvWide);
   EXPECT_EQ(plan_matmul(desc(1, 128256, 4096, DType::F32), a).route, DenseRoute::GemvWide);
-  EXPECT_EQ(plan_matmul(desc(1, 128256, 8192, DType::F32), a).route, DenseRoute::Gemv);  // K > 4096
-  EXPECT_EQ(plan_matmul(desc(128256, 1, 4096), a).route, DenseRoute::Gemv);
-  EXPECT_EQ(plan_matmul(desc(1, 65536, 64, DType::F32, false), a).route, DenseRoute::Gemv);  // vector x matrix
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 8192, DType::F32), a).route, DenseRoute::GemvWide);  // K > 4096
+  EXPECT_EQ(plan_matmul(desc(128256, 1, 4096), a).route, DenseRoute::CublasLt);  // matrix x vector
+  EXPECT_EQ(plan_matmul(desc(1, 65536, 64, DType::F32, false), a).route, DenseRoute::CublasLt);  // w [K, N]
   EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::CublasLt);  // 2^25.8 weights
   EXPECT_EQ(plan_matmul(desc(1, 14336, 4096, DType::F32), a).route, DenseRoute::GemvWide);
   EXPECT_EQ(plan_matmul(desc(1, 2560, 2560, DType::F32), a).route, DenseRoute::CublasLt);   // n < 3072
@@ -94,7 +94,7 @@ TEST(DensePlan, RoutesByShape) {
     odd_k.a_vec16 = odd_k.b_vec16 = false;
     EXPECT_EQ(plan_matmul(odd_k, a).route, DenseRoute::CublasLt);
   }
-  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a).route, DenseRoute::Naive);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a).route, DenseRoute::ZeroFill);
   EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096), a).route, DenseRoute::CublasLt);
   // f32 Exact x . w^T: the Hopper engine's 3xTF32 where its tiles fill at least half the SMs
   // (17 x 14336: 112 tiles of 64; 256 x 3072: 4 x 24 = 96), else SGEMM (128 x 3072: 48 tiles).
@@ -122,7 +122,11 @@ TEST(DensePlan, RoutesByShape) {
   EXPECT_EQ(plan_matmul(desc(4096, 14336, 4096, DType::F32), h100a).route, DenseRoute::CublasLt);
   ArchInfo old = a;
   old.cc_major = 7;
-  EXPECT_EQ(plan_matmul(desc(512, 512, 512), old).route, DenseRoute::Naive);
+  // Before sm_80 no llmm kernel is built: cuBLASLt takes every shape, gemv and gemv_wide's too.
+  EXPECT_EQ(plan_matmul(desc(512, 512, 512), old).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(1, 131072, 4096), old).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(2, 3072, 3072, DType::F32), old).route, DenseRoute::CublasLt);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), old).route, DenseRoute::ZeroFill);
 }
 
 TEST(DensePlan, GemvWideConfigTravelsInThePlan) {
@@ -185,14 +189,15 @@ TEST(DensePlan, TiledSm90TileTravelsInThePlan) {
 TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   ArchInfo a = h200();
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::TiledSm90).route, DenseRoute::TiledSm90);
-  EXPECT_EQ(plan_matmul(desc(64, 64, 64), a, DenseRoute::Naive).route, DenseRoute::Naive);
+  EXPECT_EQ(plan_matmul(desc(64, 64, 0), a, DenseRoute::ZeroFill).route, DenseRoute::ZeroFill);
+  EXPECT_THROW(plan_matmul(desc(64, 64, 64), a, DenseRoute::ZeroFill), Error);  // k > 0 is no zero fill
   EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::CublasLt).route, DenseRoute::CublasLt);
   try {
-    plan_matmul(desc(4, 4, 4), a, DenseRoute::Gemv);
-    ADD_FAILURE() << "gemv accepted m = n = 4";
+    plan_matmul(desc(4, 4, 4, DType::BF16, false), a, DenseRoute::GemvWide);
+    ADD_FAILURE() << "gemv_wide accepted w [K, N]";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("matmul: route gemv cannot run (m: 4, n: 4, k: 4, bf16): needs m == 1 or n == 1"),
+    EXPECT_NE(std::string(e.what()).find("matmul: route gemv_wide cannot run (m: 4, n: 4, k: 4, bf16): needs x[M, K] . w[N, K]^T"),
               std::string::npos) << e.what();
   }
   EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::BF16, false), a, DenseRoute::GemvWide), Error);

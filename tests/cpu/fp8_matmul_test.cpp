@@ -36,8 +36,30 @@ MatmulFp8Desc desc(std::int64_t m, std::int64_t n, std::int64_t k, Precision p =
 TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   const ArchInfo h = hopper();
   EXPECT_EQ(plan_matmul_fp8(desc(1, 4096, 4096), h).route, Fp8Route::Stream);
-  EXPECT_EQ(plan_matmul_fp8(desc(4, 4096, 4096), h).route, Fp8Route::Stream);
-  EXPECT_EQ(plan_matmul_fp8(desc(5, 4096, 4096), h).route, Fp8Route::CublasLt);
+  EXPECT_EQ(plan_matmul_fp8(desc(2, 4096, 4096), h).route, Fp8Route::Stream);
+  // 16-bit x from m 3: stream_mma on weights of <= 2^25 codes, and to m 8 on larger ones with
+  // tensor or channel scales; larger block-scaled weights on cuBLASLt's W8A8 GEMM.
+  EXPECT_EQ(plan_matmul_fp8(desc(3, 4096, 4096), h).route, Fp8Route::StreamMma);
+  EXPECT_EQ(plan_matmul_fp8(desc(16, 4096, 4096), h).route, Fp8Route::StreamMma);
+  EXPECT_EQ(plan_matmul_fp8(desc(4, 18432, 7168), h).route, Fp8Route::CublasLt);
+  MatmulFp8Desc ch = desc(8, 18432, 7168);
+  ch.kind = Fp8ScaleKind::Channel;
+  EXPECT_EQ(plan_matmul_fp8(ch, h).route, Fp8Route::StreamMma);
+  ch.m = 9;
+  EXPECT_EQ(plan_matmul_fp8(ch, h).route, Fp8Route::CublasLt);
+  ch.kind = Fp8ScaleKind::Tensor, ch.m = 5;
+  EXPECT_EQ(plan_matmul_fp8(ch, h).route, Fp8Route::StreamMma);
+  // f32 x: no mma operand; stream to m 4, then cuBLASLt.
+  MatmulFp8Desc f = desc(4, 4096, 4096);
+  f.x_dtype = DType::F32;
+  EXPECT_EQ(plan_matmul_fp8(f, h).route, Fp8Route::Stream);
+  f.m = 5;
+  EXPECT_EQ(plan_matmul_fp8(f, h).route, Fp8Route::CublasLt);
+  // Exact keeps x unquantized: stream_mma for 16-bit x at m 3..16 (its products are exact),
+  // stream for f32 x.
+  EXPECT_EQ(plan_matmul_fp8(desc(8, 18432, 7168, Precision::Exact), h).route, Fp8Route::StreamMma);
+  f.precision = Precision::Exact, f.m = 8;
+  EXPECT_EQ(plan_matmul_fp8(f, h).route, Fp8Route::Stream);
   EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(17, 4096, 4096), h, Fp8Route::CublasLt).route, Fp8Route::CublasLt);
   EXPECT_EQ(plan_matmul_fp8(desc(4096, 4096, 4096, Precision::Exact), h).route, Fp8Route::DequantLt);
@@ -49,9 +71,12 @@ TEST(Fp8Plan, RoutesByMPrecisionAndLayout) {
   mis.lt_aligned = false;
   expect_error([&] { plan_matmul_fp8(mis, h, Fp8Route::CublasLt); }, ErrorCode::Unsupported, "not 16-byte aligned");
   EXPECT_EQ(plan_matmul_fp8(mis, h).route, Fp8Route::DequantLt);
-  MatmulFp8Desc unserved = desc(8, 4096, 4096);  // above the crossover, cuBLASLt has no algorithm
+  MatmulFp8Desc unserved = desc(8, 18432, 7168);  // above the crossover, cuBLASLt has no algorithm
   unserved.lt_served = false;
+  EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::StreamMma);
+  unserved.x_dtype = DType::F32;
   EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::Stream);
+  unserved.x_dtype = DType::BF16, unserved.n = 4096, unserved.k = 4096;
   unserved.m = 17;
   EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::DequantLt);
   ArchInfo ampere = h;
@@ -71,7 +96,7 @@ TEST(Fp8Plan, StreamConfigurationAndWorkspace) {
   p = plan_matmul_fp8(f, h, Fp8Route::Stream);
   EXPECT_EQ(p.gemv_vecs, 4);
   EXPECT_EQ(p.gemv_grid_x, 2);
-  p = plan_matmul_fp8(desc(3, 64, 256), h);
+  p = plan_matmul_fp8(desc(3, 64, 256), h, Fp8Route::Stream);
   EXPECT_EQ(p.gemv_vecs, 4);
   EXPECT_EQ(p.gemv_k_lanes, 32);  // 16 chunks of 16: no room to split K further
   // W8A8 block kind, k = 300: 3 K blocks padded to a pitch of 4 for the weight scales.

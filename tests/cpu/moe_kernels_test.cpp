@@ -165,7 +165,11 @@ TEST(MoeKernels, DirectFusedEpilogues) {
   MoeArgs down = moe(DType::BF16, DType::BF16, DType::BF16, 2, 2048, 768, 8);
   down.fusion.epi = MoeDirectEpi::SlotSum;
   EXPECT_EQ(moe_direct_tiles(down), 2 * 1024);  // a block per (column pair, token)
-  down.top_k = 2;  // one column pair a block whatever top_k (warps beyond top_k idle)
+  down.top_k = 2;
+  EXPECT_EQ(moe_direct_tiles(down), 2 * 512);  // top_k 2: two column pairs a block, a warp a (pair, slot)
+  down.top_k = 1;
+  EXPECT_EQ(moe_direct_tiles(down), 2 * 256);
+  down.top_k = 3;
   EXPECT_EQ(moe_direct_tiles(down), 2 * 1024);
   down.top_k = 8;
   EXPECT_EQ(moe_direct_kernel_name(down), "moe_direct_bf16_bf16_bf16_v16_slotsum");

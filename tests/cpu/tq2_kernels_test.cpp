@@ -83,8 +83,6 @@ TEST(Tq2Kernels, Alignment) {
 }
 
 TEST(Tq2Kernels, Names) {
-  EXPECT_EQ(tq2_naive_kernel_name(args(3, 40, 256)), "tq2_naive_f32_f32");
-  EXPECT_EQ(tq2_naive_kernel_name(args(3, 40, 256, DType::BF16, DType::F32)), "tq2_naive_bf16_f32");
   EXPECT_EQ(tq2_tiled_kernel_name(args(1536, 27648, 3072)), "tq2_tiled_f32_f32_bf16x2");
   EXPECT_EQ(tq2_tiled_kernel_name(args(1536, 27648, 3072, DType::F32, DType::F32, false)),
             "tq2_tiled_f32_f32_bf16x1");

@@ -112,7 +112,7 @@ TEST(BatchInvarianceGpu, Dense) {
   const std::int64_t n = 264, k = 520;
   struct R { DenseRoute route; std::vector<std::int64_t> ms; bool claimed; };
   for (DType t : {DType::F32, DType::BF16})
-    for (const R& r : {R{DenseRoute::Naive, {1, 5, 70, 300}, true}, R{DenseRoute::GemvWide, {1, 2, 5, 8}, true},
+    for (const R& r : {R{DenseRoute::GemvWide, {1, 2, 5, 8}, true},
                        R{DenseRoute::GemvWide, {2, 5, 9, 16}, false},
                        R{DenseRoute::CublasLt, {1, 5, 70, 300}, false}, R{DenseRoute::TiledSm90, {1, 5, 70, 300, 2100}, true}}) {
       if (r.route == DenseRoute::TiledSm90 && !(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) continue;
@@ -256,7 +256,7 @@ TEST(BatchInvarianceGpu, Ternary) {
   WeightHandle wh = cache.get_or_upload(1, blocks.data(), blocks.size() * sizeof(BlockTQ2_128), n, k);
   struct R { Tq2Route route; std::vector<std::int64_t> ms; bool claimed; };
   for (DType t : {DType::F32, DType::BF16})
-    for (const R& r : {R{Tq2Route::Naive, {1, 5, 40}, true}, R{Tq2Route::Tiled, {1, 17, 100}, true},
+    for (const R& r : {R{Tq2Route::Tiled, {1, 17, 100}, true},
                        R{Tq2Route::StreamV4, {1, 2, 5, 8}, true}, R{Tq2Route::StreamV5, {1, 2, 5, 8}, true},
                        R{Tq2Route::StreamV2, {1, 2, 3, 9, 16}, false}, R{Tq2Route::DequantLt, {1, 17, 100}, false},
                        R{Tq2Route::TiledSm90, {1, 17, 100, 300}, true},

@@ -124,13 +124,13 @@ ByteRange hull(const Guarded& g) { return byte_range(g.view); }
 TEST(CaptureGpu, DenseEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DenseRoute route : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt,
+  for (DenseRoute route : {DenseRoute::ZeroFill, DenseRoute::GemvWide, DenseRoute::CublasLt,
                            DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::BF16}) {
       if (route == DenseRoute::TiledSm90 && t == DType::F32) continue;
       if (route == DenseRoute::TiledSm90 && !(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) continue;
-      const std::int64_t m = route == DenseRoute::Gemv ? 1 : route == DenseRoute::GemvWide ? 5 : 67;
-      const std::int64_t n = 131, k = 200, batch = 2;
+      const std::int64_t m = route == DenseRoute::GemvWide ? 5 : 67;
+      const std::int64_t n = 131, k = route == DenseRoute::ZeroFill ? 0 : 200, batch = 2;
       HostTensor a = host_tensor_3d(t, batch, m, k, 8, 24), b = host_tensor_3d(t, batch, n, k, 8, 24),
                  c = host_tensor_3d(t, batch, m, n, 8, 24);
       fill_random(a.view, 1), fill_random(b.view, 2);
@@ -197,7 +197,7 @@ TEST(CaptureGpu, TernaryEveryRoute) {
   TernaryWeightCache cache(ctx);
   const std::int64_t n = 200;
   struct R { Tq2Route route; std::int64_t m; std::int64_t k = 384; };
-  for (R rt : {R{Tq2Route::Naive, 5}, R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
+  for (R rt : {R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
                R{Tq2Route::StreamV4, 2}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7}, R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
                R{Tq2Route::TiledSm90, 40}, R{Tq2Route::TiledSm90SplitK, 40, 3200}}) {  // 3200: 3 K parts
     const std::int64_t k = rt.k;

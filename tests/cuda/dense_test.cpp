@@ -58,7 +58,7 @@ TEST(DenseGpu, SeedOnesAndRamp) {
   for (int i = 0; i < 12; ++i) static_cast<float*>(ra.view.data)[i] = static_cast<float>(i);
   for (int i = 0; i < 24; ++i) static_cast<float*>(rb.view.data)[i] = static_cast<float>(i);
   poison(rc.view);
-  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::Naive, DenseRoute::CublasLt}) {
+  for (DenseRoute r : {DenseRoute::Auto, DenseRoute::CublasLt}) {
     DeviceTensor dra = to_device(ra), drb = to_device(rb), drc = to_device(rc);
     MatmulOptions o;
     o.force_route = r;
@@ -119,7 +119,9 @@ TEST(DenseGpu, SeedGemvWideCases) {
     expect_good(ctx, DenseCase{DType::F16, 1, m, 128, 256, false, true}, m == 2 ? "gemv_wide" : "cublaslt");
 }
 
-TEST(DenseGpu, GemvSweep) {
+// Matrix-vector products in every layout (the retired gemv kernel's sweep): Auto takes them to
+// cuBLASLt, or gemv_wide where x . w^T with aligned rows.
+TEST(DenseGpu, MatrixVectorSweep) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 10;
@@ -130,16 +132,14 @@ TEST(DenseGpu, GemvSweep) {
           for (int tb = 0; tb < 2; ++tb)
             for (int mv = 0; mv < 2; ++mv) {  // m == 1 (vector x matrix) or n == 1 (matrix x vector)
               DenseCase c{t, 1, mv ? 1 : len, mv ? len : 1, k, ta == 1, tb == 1, (len + k) % 3};
-              c.route = DenseRoute::Gemv;
               c.seed = ++seed;
-              expect_good(ctx, c, "gemv");
+              expect_good(ctx, c);
             }
   for (DType t : kDtypes)  // batches, broadcast operands
     for (int bc = 0; bc < 3; ++bc) {
       DenseCase c{t, 3, 1, 300, 77, false, bc == 1, 2, bc == 2, bc == 1};
-      c.route = DenseRoute::Gemv;
       c.seed = ++seed;
-      expect_good(ctx, c, "gemv");
+      expect_good(ctx, c);
     }
 }
 
@@ -236,7 +236,7 @@ TEST(DenseGpu, BatchesBroadcastAndPaddingOnEveryGeneralRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 5000;
-  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::CublasLt, DenseRoute::Auto})
+  for (DenseRoute r : {DenseRoute::CublasLt, DenseRoute::Auto})
     for (DType t : kDtypes)
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb)
@@ -270,17 +270,23 @@ TEST(DenseGpu, BroadcastWeightFoldsIntoSkinnyRoute) {
 TEST(DenseGpu, KZeroWritesZeros) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DType t : kDtypes) expect_good(ctx, DenseCase{t, 2, 5, 9, 0}, "naive");
+  // Over a poisoned output: contiguous batches (one memset), padded rows and matrices (one a
+  // batch, the padding kept), single rows, a transposed and a broadcast operand.
+  for (DType t : kDtypes) {
+    expect_good(ctx, DenseCase{t, 2, 5, 9, 0}, "zero_fill");
+    expect_good(ctx, DenseCase{t, 3, 5, 9, 0, true, false, 3}, "zero_fill");
+    expect_good(ctx, DenseCase{t, 4, 1, 33, 0, false, true, 2, false, true}, "zero_fill");
+    expect_good(ctx, DenseCase{t, 1, 70, 1, 0, false, false, 1}, "zero_fill");
+  }
 }
 
 TEST(DenseGpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Naive,
-                       DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::TiledSm90}) {
     if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
-    DenseCase c{DType::BF16, 1, r == DenseRoute::Gemv ? 1 : 8, 1000, 4096, false, true};
-    if (r == DenseRoute::Naive || r == DenseRoute::TiledSm90) c.m = 200;
+    DenseCase c{DType::BF16, 1, 8, 1000, 4096, false, true};
+    if (r == DenseRoute::TiledSm90) c.m = 200;
     c.route = r;
     DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
     EXPECT_TRUE(x.cmp.ok()) << c.describe() << ": " << x.cmp.summary();
@@ -324,7 +330,7 @@ TEST(DenseGpu, RefusalsLaunchNothingAndWriteNothing) {
   o.force_route = DenseRoute::GemvWide;  // m = 64 is outside its gate
   EXPECT_THROW(matmul(ctx, da.view, db.view, dc.view, o), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (DenseRoute r : {DenseRoute::CublasLt, DenseRoute::Naive, DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::CublasLt, DenseRoute::TiledSm90}) {
     MatmulOptions f;
     f.force_route = r;
     f.transpose_b = r == DenseRoute::TiledSm90;  // x . w^T: the engine's layout
@@ -360,15 +366,15 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 40;
-  for (DenseRoute r : {DenseRoute::Naive, DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Auto,
+  for (DenseRoute r : {DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Auto,
                        DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
         if (r == DenseRoute::TiledSm90 && t == DType::F32 && p == Precision::Fast) continue;  // refused: cuBLASLt's
         if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
-        DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide ? 6 : 70),
+        DenseCase c{t, 1, r == DenseRoute::GemvWide ? 6 : 70,
                     130, 264, false, true};
-        if (r == DenseRoute::Naive || r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
+        if (r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
         c.precision = p, c.route = r, c.nonfinite_every = 5, c.seed = ++seed;
         DenseOutcome o = run_dense_case(ctx, c);
         EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();

@@ -40,7 +40,7 @@ TEST(Tq2Gpu, SeedParitySweepEveryKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   TernaryWeightCache cache(ctx);
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5,
+  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5,
                      Tq2Route::Tiled, Tq2Route::DequantLt, Tq2Route::Auto})
     for (std::int64_t n : {8, 40, 3072})
       for (std::int64_t k : {128, 256, 3072})
@@ -67,7 +67,7 @@ TEST(Tq2Gpu, RandomSweepDtypesPrecisionsStrides) {
   TernaryWeightCache cache(ctx);
   std::uint64_t seed = 1;
   for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
-                     Tq2Route::Naive, Tq2Route::DequantLt})
+                     Tq2Route::DequantLt})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (DType out : {DType::F32, in})
         for (Precision p : {Precision::Exact, Precision::Fast}) {
@@ -156,7 +156,7 @@ TEST(Tq2Gpu, RefusalsLaunchNothing) {
   wrong_k.strides = {512, 1};
   EXPECT_THROW(gemm_tq2(ctx, w, wrong_k, dout.view), Error);
   rec.before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
-  for (Tq2Route r : {Tq2Route::Naive, Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5,
+  for (Tq2Route r : {Tq2Route::StreamV2, Tq2Route::StreamV4, Tq2Route::StreamV5,
                      Tq2Route::Tiled, Tq2Route::DequantLt}) {
     if (!runs_here(ctx, r)) continue;
     Tq2Options o;
@@ -350,7 +350,7 @@ TEST(Tq2Gpu, NonFiniteInputsPropagateOnEveryRoute) {
   for (R r : {R{Tq2Route::StreamV4, 1}, R{Tq2Route::StreamV4, 2},
               R{Tq2Route::StreamV4, 7}, R{Tq2Route::StreamV5, 1}, R{Tq2Route::StreamV5, 2}, R{Tq2Route::StreamV5, 7},
               R{Tq2Route::StreamV2, 1}, R{Tq2Route::StreamV2, 9},
-              R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40}, R{Tq2Route::Naive, 7},
+              R{Tq2Route::Tiled, 40}, R{Tq2Route::DequantLt, 40},
               R{Tq2Route::Auto, 16}})
     for (DType in : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {

@@ -20,9 +20,17 @@ constexpr std::int64_t kStreamMaxM = 16;       // the streaming gemv's most vect
 constexpr std::int64_t kStreamMaxVecs = 8;     // vectors one block holds (its largest instantiation)
 constexpr int kStreamRowsPerWarp = 4;          // fixed by the kernel
 constexpr std::int64_t kStreamTargetWarpsPerSm = 32;
-// Auto's crossover: the stream route (x unquantized, FP32 FMAs) up to this m, cuBLASLt's W8A8
-// GEMM above where it serves the shape (H100 bench/fp8_matmul.py rows; docs/design/fp8.md).
+// Auto's crossovers (bench/fp8_matmul.py rows; docs/design/fp8.md, docs/performance.md "FP8"):
+// - stream (x unquantized, f32 FMAs) to m 2 for 16-bit x, to m 4 for f32 x (H100 rows);
+// - for 16-bit x from m 3, stream_mma (tensor cores, x unquantized) on weights of at most
+//   kStreamMmaAllMaxWeights (at m 4-16 on 4096 x 4096: 1.08-1.52x the better of stream and
+//   cublaslt, H200) and, at m <= 8, on larger ones with tensor or channel scales (1.10-1.74x at
+//   m 8); cuBLASLt's W8A8 GEMM elsewhere, where it serves the shape (larger block-scaled weights:
+//   stream_mma 0.84-0.92x of it at m 4-8, 0.50-0.56x at m 16).
 constexpr std::int64_t kStreamOverLtMaxM = 4;
+constexpr std::int64_t kStreamOverMmaMaxM = 2;
+constexpr std::int64_t kStreamMmaLargeMaxM = 8;
+constexpr double kStreamMmaAllMaxWeights = 0x1p25;  // n x k codes (32 MiB)
 
 // a >= 0, b > 0; no overflow near INT64_MAX.
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
@@ -137,11 +145,20 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
         fail(ErrorCode::Unsupported, kOp, ": route stream_mma does not take m ", d.m, " n ", d.n, " k ", d.k, ": ", why);
       p.route = Fp8Route::StreamMma, p.reason = "forced";
       break;
-    case Fp8Route::Auto:
-      if (!s_why && (d.m <= kStreamOverLtMaxM || l_why)) {
+    case Fp8Route::Auto: {
+      const char* m_why = stream_mma_refusal(d, arch);
+      const bool small_w = static_cast<double>(d.n) * static_cast<double>(d.k) <= kStreamMmaAllMaxWeights;
+      const bool mma = !m_why && d.m > kStreamOverMmaMaxM &&
+                       (small_w || (d.m <= kStreamMmaLargeMaxM && d.kind != Fp8ScaleKind::Block128) || l_why);
+      if (!s_why && (d.m <= (m_why ? kStreamOverLtMaxM : kStreamOverMmaMaxM) || (l_why && m_why))) {
         p.route = Fp8Route::Stream;
-        p.reason = d.m <= kStreamOverLtMaxM ? "small m: the weights streamed once, x unquantized"
-                                            : std::string("cublaslt: ") + l_why + "; the weights streamed, x unquantized";
+        p.reason = !l_why || d.m <= kStreamOverMmaMaxM ? "small m: the weights streamed once, x unquantized"
+                                                        : std::string("cublaslt: ") + l_why + "; the weights streamed, x unquantized";
+      } else if (mma) {
+        p.route = Fp8Route::StreamMma;
+        p.reason = l_why ? std::string("cublaslt: ") + l_why + "; the weights streamed once into tensor cores, x unquantized"
+                         : small_w ? "m 3..16 on weights of at most 2^25 codes: the weights streamed once into tensor cores"
+                                   : "m 3..8, tensor or channel scales: the weights streamed once into tensor cores";
       } else if (!l_why) {
         p.route = Fp8Route::CublasLt;
         p.reason = "x quantized per token (W8A8), cuBLASLt's FP8 GEMM with the weight's scales";
@@ -150,6 +167,7 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
         p.reason = std::string("stream: ") + (s_why ? s_why : "m above its crossover") + "; cublaslt: " + l_why;
       }
       break;
+    }
   }
   if (p.route == Fp8Route::StreamMma) {
     // 16-row tiles, K split over 1..8 warps of a 256-thread block until the device has ~16

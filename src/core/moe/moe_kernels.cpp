@@ -54,7 +54,8 @@ std::int64_t moe_direct_tiles(const MoeArgs& a) noexcept {
     case MoeDirectEpi::Activate:
       if (a.fusion.gated) return a.m * a.top_k * ceil_div(a.n / 2, kMoeDirectThreads / 32);
       break;
-    case MoeDirectEpi::SlotSum: return a.m * ceil_div(a.n, kMoeDirectRowsPerWarp);
+    case MoeDirectEpi::SlotSum:
+      return a.m * ceil_div(ceil_div(a.n, kMoeDirectRowsPerWarp), moe_direct_slotsum_pairs(a.top_k));
     case MoeDirectEpi::Plain: break;
   }
   return a.m * a.top_k * ceil_div(a.n, kMoeDirectColsPerBlock);

@@ -45,6 +45,11 @@ std::int64_t moe_direct_tiles(const MoeArgs& args) noexcept;
 
 // The fused epilogues take 16-byte rows (moe_direct_vec16) and, SlotSum, top_k <= this.
 inline constexpr std::int64_t kMoeDirectSlotSumMaxTopK = 64;
+// SlotSum's column pairs a block: a warp a (pair, slot) where top_k < 4 (no warp idle at top_k 1,
+// 2, 4), else one pair whose slots the 4 warps share.
+constexpr std::int64_t moe_direct_slotsum_pairs(std::int64_t top_k) noexcept {
+  return top_k >= 4 || top_k <= 0 ? 1 : 4 / top_k;
+}
 bool moe_direct_fusion_supported(const MoeArgs& args) noexcept;
 
 // moe_direct_<w>_<in>_<out>_<v16|scalar>, e.g. moe_direct_bf16_f32_f32_v16; fused epilogues add

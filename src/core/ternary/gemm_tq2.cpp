@@ -146,7 +146,6 @@ const char* tq2_route_name(Tq2Route r) noexcept {
   switch (r) {
     case Tq2Route::Auto: return "auto";
     case Tq2Route::Cpu: return "cpu";
-    case Tq2Route::Naive: return "tq2_naive";
     case Tq2Route::StreamV2: return "tq2_stream_v2";
     case Tq2Route::StreamV4: return "tq2_stream_v4";
     case Tq2Route::StreamV5: return "tq2_stream_v5";
@@ -170,9 +169,7 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
     const char* why = nullptr;
     if (force == Tq2Route::Cpu && cuda) why = "the cpu route runs on CPU contexts only";
     if (force != Tq2Route::Cpu && !cuda) why = "needs a CUDA context";
-    if ((force == Tq2Route::Tiled || force == Tq2Route::StreamV2) && cuda &&
-        arch.cc_major < 8)
-      why = "needs sm_80 or newer";
+    if (force != Tq2Route::Cpu && cuda && arch.cc_major < 8) why = "needs sm_80 or newer (llmm's CUDA kernels are built for it)";
     if (force == Tq2Route::StreamV2 && cuda && m > 16) why = "the streaming kernels take m <= 16";
     if (force == Tq2Route::StreamV4 && cuda) {
       if (arch.cc_major != 9 || arch.cc_minor != 0) why = "the sm_90 streaming engine is built for sm_90a only";
@@ -202,7 +199,9 @@ Tq2Plan plan_gemm_tq2(std::int64_t m, std::int64_t n, std::int64_t k, DType in_d
     return plan(force, "forced");
   }
   if (!cuda) return plan(Tq2Route::Cpu, "CPU context: float64 reference backend");
-  if (arch.cc_major < 8) return plan(Tq2Route::Naive, "before sm_80: the reference kernel (every tensor-core kernel needs sm_80)");
+  if (arch.cc_major < 8)
+    fail(ErrorCode::Unsupported, "gemm_tq2: needs an sm_80 or newer GPU (llmm's CUDA kernels are built for sm_80 and sm_90), got sm_",
+         arch.cc());
   // Decode (measured, docs/performance.md "Decode v4"): the sm_90 streaming engine to m = 4 where
   // its activation fits (1.1-3.5x the retired int8 kernel v3 at m <= 2, 1.1-1.8x v2 at m = 4; at
   // m = 8 it lost to v2 on the large-N shapes), else v2 (staged from m = 3) to 16. v3 was retired

@@ -41,7 +41,6 @@ bool tq2_codes_vec16(const Tq2Args& a) noexcept {
   return detail::aligned16(a.codes) && (a.k / 4) % 16 == 0;
 }
 
-std::string tq2_naive_kernel_name(const Tq2Args& a) { return prefix("tq2_naive", a); }
 
 // Codes must allow 16-byte loads (the cache's buffers always do).
 bool tq2_stream_v2_supports(const Tq2Args& a) noexcept {

@@ -40,11 +40,6 @@ bool tq2_input_vec16(const Tq2Args& args) noexcept;
 bool tq2_codes_vec16(const Tq2Args& args) noexcept;
 
 // ---------------------------------------------------------------------------------------------
-// tq2_naive
-
-std::string tq2_naive_kernel_name(const Tq2Args& args);  // tq2_naive_<in>_<out>
-
-// ---------------------------------------------------------------------------------------------
 // tq2_stream_v2: decode (m <= 16), the weight as the A operand of f16 mma tiles and the
 // activation columns as B, with the activation work taken out of the loop (v1, tq2_stream,
 // converted it for every weight word; retired in issue 47).

@@ -48,8 +48,8 @@ const cuda_dense::CublasLtGemm& lt_plan(Context& ctx, const DenseArgs& g) {
 // What a launch over g reads (a, b) and writes (c); cuBLASLt also uses its workspace.
 LaunchRanges dense_ranges(const DenseArgs& g, const void* workspace) {
   LaunchRanges r;
-  r.reads.push_back(matrix_range(g.a, g.dtype, g.batch, g.a_batch, g.a_trans ? g.k : g.m, g.a_trans ? g.m : g.k, g.a_ld));
-  r.reads.push_back(matrix_range(g.b, g.dtype, g.batch, g.b_batch, g.b_trans ? g.n : g.k, g.b_trans ? g.k : g.n, g.b_ld));
+  if (g.k > 0) r.reads.push_back(matrix_range(g.a, g.dtype, g.batch, g.a_batch, g.a_trans ? g.k : g.m, g.a_trans ? g.m : g.k, g.a_ld));
+  if (g.k > 0) r.reads.push_back(matrix_range(g.b, g.dtype, g.batch, g.b_batch, g.b_trans ? g.n : g.k, g.b_trans ? g.k : g.n, g.b_ld));
   r.writes.push_back(matrix_range(g.c, g.dtype, g.batch, g.c_batch, g.m, g.n, g.c_ld));
   if (workspace) {
     r.reads.push_back({workspace, Context::kCublasLtWorkspaceBytes});
@@ -68,8 +68,7 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   const cuda_dense::CublasLtGemm* lt = nullptr;
   void* workspace = nullptr;
   switch (plan.route) {  // resolve: may throw, nothing enqueued yet
-    case DenseRoute::Naive: name = cuda_dense::gemm_naive_kernel_name(g); break;
-    case DenseRoute::Gemv: name = cuda_dense::gemv_kernel_name(g); break;
+    case DenseRoute::ZeroFill: name = cuda_dense::zero_fill_name(g); break;
     case DenseRoute::GemvWide:  // the plan's configuration, launched as planned (the launcher checks it)
       wide = cuda_dense::gemv_wide_config_of(plan.gemv_wide_vecs, plan.gemv_wide_k_lanes, plan.gemv_wide_grid_x);
       if (wide.passes < 1 || !cuda_dense::gemv_wide_supports(g))
@@ -90,8 +89,7 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   }
   ctx.check_launchable(name);
   switch (plan.route) {
-    case DenseRoute::Naive: cuda_dense::launch_gemm_naive(g, s); break;
-    case DenseRoute::Gemv: cuda_dense::launch_gemv(g, s); break;
+    case DenseRoute::ZeroFill: cuda_dense::launch_zero_fill(g, s); break;
     case DenseRoute::GemvWide: cuda_dense::launch_gemv_wide(g, wide, s); break;
     case DenseRoute::TiledSm90: engine::launch_tiled_sm90_dense(g, sm90, s); break;
     case DenseRoute::CublasLt: lt->run(g, workspace, s); break;

@@ -131,30 +131,37 @@ __global__ void __launch_bounds__(kMoeDirectThreads) moe_direct_kernel(MoeArgs a
   };
 
   if constexpr (EPI == MoeDirectEpi::SlotSum) {
-    // A block per (column pair, token): warp w takes slots w, w + 4, ...; the totals are summed
-    // in slot order by one thread per column.
-    __shared__ float part[kMoeDirectSlotSumMaxTopK][kMoeDirectRowsPerWarp];
+    // A block per (group of column pairs, token): with top_k >= 4 one pair, warp w taking slots
+    // w, w + 4, ...; below, `pairs` pairs, warp w the pair w / top_k and the slot w % top_k. The
+    // totals are summed in slot order by one thread per column.
+    __shared__ float part[kMoeDirectSlotSumMaxTopK][kMoeDirectRowsPerWarp];  // [pair * top_k + slot][column]
+    const std::int64_t pairs = moe_direct_slotsum_pairs(a.top_k);
+    const std::int64_t slot_step = pairs > 1 ? a.top_k : kMoeDirectThreads / 32;
+    const std::int64_t wp = pairs > 1 ? warp / a.top_k : 0, w_slot = pairs > 1 ? warp % a.top_k : warp;
     for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const std::int64_t cp = t / a.m, tok = t - cp * a.m;
-      const std::int64_t j0 = cp * kMoeDirectRowsPerWarp;
-      const bool has1 = j0 + 1 < a.n;
-      for (std::int64_t s = warp; s < a.top_k; s += kMoeDirectThreads / 32) {
-        const std::int64_t r = tok * a.top_k + s;
-        const std::uint32_t e = dev::expert_of(a, r);
-        float acc0 = 0.0f, acc1 = 0.0f;
-        if (e != kNoExpert) {
-          const TW* w0 = wbase + static_cast<std::int64_t>(e) * a.expert_stride + j0 * a.k;
-          dot2<TW, TI, VEC, true>(a, input_row(r), w0, has1 ? w0 + a.k : w0, e, j0, has1 ? j0 + 1 : j0, acc0, acc1);
+      const std::int64_t cb = t / a.m, tok = t - cb * a.m;
+      const std::int64_t j0 = (cb * pairs + wp) * kMoeDirectRowsPerWarp;  // this warp's pair
+      if (wp < pairs && j0 < a.n) {  // warp-uniform
+        const bool has1 = j0 + 1 < a.n;
+        for (std::int64_t s = w_slot; s < (pairs > 1 ? w_slot + 1 : a.top_k); s += slot_step) {
+          const std::int64_t r = tok * a.top_k + s;
+          const std::uint32_t e = dev::expert_of(a, r);
+          float acc0 = 0.0f, acc1 = 0.0f;
+          if (e != kNoExpert) {
+            const TW* w0 = wbase + static_cast<std::int64_t>(e) * a.expert_stride + j0 * a.k;
+            dot2<TW, TI, VEC, true>(a, input_row(r), w0, has1 ? w0 + a.k : w0, e, j0, has1 ? j0 + 1 : j0, acc0, acc1);
+          }
+          if (lane == 0) part[wp * a.top_k + s][0] = acc0, part[wp * a.top_k + s][1] = acc1;
         }
-        if (lane == 0) part[s][0] = acc0, part[s][1] = acc1;
       }
       __syncthreads();
-      if (threadIdx.x < kMoeDirectRowsPerWarp && (threadIdx.x == 0 || has1)) {
-        const std::int64_t j = j0 + threadIdx.x;
+      const std::int64_t tp = threadIdx.x / kMoeDirectRowsPerWarp, tc = threadIdx.x % kMoeDirectRowsPerWarp;
+      const std::int64_t j = (cb * pairs + tp) * kMoeDirectRowsPerWarp + tc;
+      if (tp < pairs && j < a.n) {
         float total = 0.0f;
         for (std::int64_t s = 0; s < a.top_k; ++s) {
           const std::int64_t r = tok * a.top_k + s;
-          float v = part[s][threadIdx.x];
+          float v = part[tp * a.top_k + s][tc];
           if (fu.bias) {
             const std::uint32_t e = dev::expert_of(a, r);
             if (e != kNoExpert) v += load_any(fu.bias, fu.bias_dtype, static_cast<std::int64_t>(e) * a.n + j);

@@ -21,7 +21,6 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   if (route == Tq2Route::TiledSm90 || route == Tq2Route::TiledSm90SplitK)
     return run_tq2_tiled_sm90(ctx, g, before, route == Tq2Route::TiledSm90SplitK);
   switch (route) {
-    case Tq2Route::Naive: name = cuda_ternary::tq2_naive_kernel_name(g); break;
     case Tq2Route::StreamV2:
       if (!cuda_ternary::tq2_stream_v2_supports(g)) fail(ErrorCode::Internal, "gemm_tq2: tq2_stream_v2 planned for m ", g.m);
       name = cuda_ternary::tq2_stream_v2_kernel_name(g);
@@ -63,7 +62,6 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   if (before) before();
   StreamHandle s = ctx.stream();
   switch (route) {
-    case Tq2Route::Naive: cuda_ternary::launch_tq2_naive(g, s); break;
     case Tq2Route::StreamV2: cuda_ternary::launch_tq2_stream_v2(gs, s); break;
     case Tq2Route::StreamV4: cuda_ternary::launch_tq2_stream_v4(gs, s); break;
     case Tq2Route::StreamV5: cuda_ternary::launch_tq2_stream_v5(gs, s); break;

@@ -11,10 +11,6 @@
 
 namespace llmm::cuda_ternary {
 
-// Reference kernel: one thread per output element, W decoded as code x scale in f32, f32 FMA of
-// the f32-converted input in l order. Requires tq2_args_ok.
-void launch_tq2_naive(const Tq2Args& args, StreamHandle stream);
-
 // Decode kernel v2 for m = 1..16 (tq2_stream_v2_supports): streams every code byte once,
 // tensor cores (mma.sync m16n8k16) with the weight rows as the A operand and the activation
 // columns as B, f32 accumulation; the activation converted once per block into shared memory in
