@@ -12,6 +12,7 @@
 #include "suites.hpp"
 
 #ifdef LLMM_HAS_CUDA
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/cublaslt/cublaslt_gemm.hpp"
 #include "gpu/device_data.hpp"
 #include "llmm/buffer.hpp"
@@ -105,6 +106,26 @@ void run_host(BenchEnv& env) {
     const double base = host_us(ctx, [&] { lt.run(g, ws, s); });
     add_row(env, "gemm_tq2_bf16_m1", r.route, r.kernel + " x" + std::to_string(r.kernels_launched), DType::BF16, 1, n, k,
             us, "cublaslt_run", base);
+  }
+  // What a call is made of, each against one plain launch of a one-warp kernel: the two
+  // shared-memory attribute calls a launcher makes before each launch, and the encoding of the
+  // two weight tensor maps a TMA decode launch makes (both redone every call today).
+  {
+    DeviceBuffer sink(64);
+    auto* f = static_cast<float*>(sink.data());
+    const double launch = host_us(ctx, [&] { null_kernels_device(f, 1, s); });
+    add_row(env, "null_kernel_launch", "probe", "null_kernel", DType::F32, 0, 0, 0, launch, "null_kernel_launch", launch);
+    const double attr = host_us(ctx, [&] { set_smem_attributes_device(64 * 1024); });
+    add_row(env, "func_set_attribute_x2", "probe", "cudaFuncSetAttribute x2", DType::F32, 0, 0, 0, attr, "null_kernel_launch",
+            launch);
+    const std::uint64_t dims[2] = {static_cast<std::uint64_t>(k / 4), static_cast<std::uint64_t>(n)};
+    const std::uint32_t box[2] = {64, 128};
+    const double maps = host_us(ctx, [&] {
+      (void)cuda_common::make_tensor_map_u8_2d(w.data(), dims, dims[0], box, true, "probe");
+      (void)cuda_common::make_tensor_map_u8_2d(w.data(), dims, dims[0], box, false, "probe");
+    });
+    add_row(env, "tensor_map_encode_x2", "probe", "cuTensorMapEncodeTiled x2", DType::U8, 0, 0, 0, maps, "null_kernel_launch",
+            launch);
   }
 }
 #else

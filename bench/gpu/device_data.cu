@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda/common/launch_pdl.cuh"
 #include "gpu/device_data.hpp"
 #include "llmm/error.hpp"
 
@@ -122,6 +123,11 @@ void null_kernels_device(float* sink, int kernels, StreamHandle s) {
       fail(ErrorCode::Cuda, "null_kernels_device: the dependent launch failed");
   }
   if (cudaGetLastError() != cudaSuccess) fail(ErrorCode::Cuda, "null_kernels_device: launch failed");
+}
+
+void set_smem_attributes_device(int smem_bytes) {
+  cuda_common::set_smem_bytes(null_kernel, smem_bytes);  // the launchers' own call, not a copy of it
+  if (cudaGetLastError() != cudaSuccess) fail(ErrorCode::Cuda, "set_smem_attributes_device: cudaFuncSetAttribute failed");
 }
 
 }  // namespace llmm::bench

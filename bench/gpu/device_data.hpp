@@ -19,6 +19,10 @@ void copy_kernel_device(void* dst, const void* src, std::size_t bytes, int sm_co
 // main pair). What a call of llmm's smallest kernels cannot go below in a CUDA graph.
 void null_kernels_device(float* sink, int kernels, StreamHandle s);
 
+// The two cudaFuncSetAttribute calls llmm's launchers make before each launch of a kernel with
+// dynamic shared memory (cuda_common::set_smem_bytes), on the null kernel: their host cost.
+void set_smem_attributes_device(int smem_bytes);
+
 struct SampledError {
   double max_abs = 0, max_rel = 0;  // rel: |err| / sum_k |a||b| (error relative to its scale)
   int samples = 0;
