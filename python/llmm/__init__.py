@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _llmm
 from ._llmm import Error, MatmulIdScratch, TernaryWeight
+from .hadamard import HadamardRotation
 
 __version__: str = _llmm.__version__  # from project(llmm VERSION ...) in CMakeLists.txt, like the wheel's
 
@@ -31,7 +32,7 @@ __all__ = [
     "Error", "TernaryWeight", "MatmulIdScratch", "built_with_cuda", "cuda_available", "matmul", "plan_matmul",
     "quantize_tq2", "dequantize_tq2", "upload_tq2", "release_tq2", "gemm_tq2", "plan_tq2", "matmul_id", "plan_matmul_id",
     "upload_tq2_experts", "matmul_id_tq2", "moe_ffn",
-    "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors",
+    "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors", "HadamardRotation",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
     "to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "load_fp8_safetensors", "matmul_fp8",
     "plan_matmul_fp8",
@@ -483,7 +484,7 @@ def _gguf_ternary_layout(t, n: int, k: int) -> Tuple[str, int]:
     raise Error(f"{op}: tensor {t.name!r} ([{n}, {k}], GGML type 42) fits neither {layouts}: it has {room}")
 
 
-def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = None) -> TernaryWeight:
+def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = None, hadamard: str = "refuse"):
     """A ternary tensor of a GGUF file as a TernaryWeight on `device` ([n, k] with k = the tensor's
     first GGUF dimension): GGML types 35 TQ2_0, 34 TQ1_0, PrismML's 142 PQ2_0 and 143 PTQ1_0, and
     42, which is upstream ggml's Q2_0 (group 64) or the Q2_0 with groups of 128 of PrismML's first
@@ -492,34 +493,38 @@ def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = 
     alignment of 32). Converted as
     tq2_from_gguf does. The file is read by llmm's own minimal GGUF reader (llmm._gguf: header,
     metadata, tensor-info table), not gguf-py's GGUFReader, which cannot open a file holding a
-    tensor of a type it does not know (gguf 0.17.1: 42, 142 and 143). A tensor that the file's
-    prism.hadamard.* metadata marks as Hadamard-folded (Ternary-Bonsai-2) is refused: its
-    activation rotation is not applied by llmm yet."""
-    from . import _gguf
+    tensor of a type it does not know (gguf 0.17.1: 42, 142 and 143).
 
-    infos, hadamard = _gguf.read_header(path)
+    Ternary-Bonsai-2 folds a blockwise signed Walsh-Hadamard rotation into the weights its
+    prism.hadamard.* metadata lists (llmm.hadamard): their activations must be rotated before the
+    matmul. hadamard="refuse" (default) refuses such a weight, since the bare weight gives wrong
+    results without an error; hadamard="return" returns (weight, rotation), the rotation a
+    llmm.hadamard.HadamardRotation or None for a weight the file does not list.
+    llmm.torch_ops.TernaryLinear.from_gguf does that and applies the rotation."""
+    from . import _gguf
+    from .hadamard import folded, rotation_for
+
+    if hadamard not in ("refuse", "return"):
+        raise Error(f"llmm.load_tq2_gguf: hadamard must be 'refuse' or 'return', got {hadamard!r}")
+    infos, meta = _gguf.read_header(path)
     t = next((t for t in infos if t.name == tensor_name), None)
     if t is None:
         raise Error(f"llmm.load_tq2_gguf: no tensor {tensor_name!r} in {path}")
-    # Ternary-Bonsai-2 folds a blockwise signed Walsh-Hadamard rotation into some weights: their
-    # activations must be rotated before the matmul. llmm does not apply it yet, and without it
-    # the result is wrong with no error: refuse those weights (all of them when the file does not
-    # say which).
-    if hadamard:
-        names = hadamard.get("prism.hadamard.weight_names")
-        if not isinstance(names, list) or tensor_name in names:
-            block = hadamard.get("prism.hadamard.block_size", "?")
-            why = "is listed in prism.hadamard.weight_names" if isinstance(names, list) else \
-                "may be (the file has prism.hadamard.* keys but no prism.hadamard.weight_names list)"
-            raise Error(f"llmm.load_tq2_gguf: tensor {tensor_name!r} {why}: a Hadamard-folded weight (block size "
-                        f"{block}) whose activations must be rotated before the matmul, which llmm does not do "
-                        f"yet; loaded as is it would give wrong results without an error")
     k = int(t.shape[0]) if t.shape else 0
     n = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
+    op = "llmm.load_tq2_gguf"
+    if hadamard == "refuse" and folded(meta, tensor_name, op):
+        block = meta.get("prism.hadamard.block_size", "?")
+        raise Error(f"{op}: tensor {tensor_name!r} is listed in prism.hadamard.weight_names: a Hadamard-folded weight "
+                    f"(block size {block}) whose activations must be rotated before the matmul; loaded bare it gives "
+                    f"wrong results without an error. Pass hadamard='return' for (weight, rotation), or use "
+                    f"llmm.torch_ops.TernaryLinear.from_gguf, which applies it")
+    rotation = rotation_for(meta, tensor_name, k, op) if hadamard == "return" else None
     kind, nbytes = _gguf_ternary_layout(t, n, k)
     # Past its room the data is not there: the converter then names the byte count it wanted.
     aos = tq2_from_gguf(_gguf.read_bytes(path, t.offset, min(nbytes, t.span)), kind, n, k)
-    return upload_tq2(aos, n, k, device=device, key=key)
+    weight = upload_tq2(aos, n, k, device=device, key=key)
+    return (weight, rotation) if hadamard == "return" else weight
 
 
 def _safetensors_scalar(path, name: str) -> float:

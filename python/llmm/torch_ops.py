@@ -46,6 +46,7 @@ import torch
 
 import llmm
 from llmm import _llmm  # noqa: F401  (the extension must load before any op is registered)
+from llmm.hadamard import rotate_torch
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
@@ -446,15 +447,37 @@ class TernaryLinear(torch.nn.Module):
     x is [..., k] (f32, f16 or bf16, innermost stride 1; rows are flattened without a copy when
     x is contiguous); y is [..., n] in out_dtype (default: x's dtype; float32 is the other choice).
     Uses torch.ops.llmm.gemm_tq2, so torch.compile(fullgraph=True) traces it.
+    rotation: a llmm.HadamardRotation of the weight's input width for a Hadamard-folded weight
+    (Ternary-Bonsai-2; from_gguf finds it): x is rotated before the matmul (unfused: see
+    llmm.hadamard).
     """
 
     def __init__(self, weight, bias: Optional[Tensor] = None, *, precision: str = "exact", route: str = "auto",
-                 out_dtype: Optional[torch.dtype] = None):
+                 out_dtype: Optional[torch.dtype] = None, rotation: Optional[llmm.HadamardRotation] = None):
         super().__init__()
         self.weight_handle = weight  # keeps the device memory alive
         self.weight_key, self.in_features, self.out_features = int(weight.key), int(weight.k), int(weight.n)
+        if rotation is not None and (not isinstance(rotation, llmm.HadamardRotation) or rotation.k != self.in_features):
+            what = f"k {rotation.k}" if isinstance(rotation, llmm.HadamardRotation) else type(rotation).__name__
+            raise llmm.Error(f"llmm.torch_ops.TernaryLinear: rotation must be a llmm.HadamardRotation of the weight's "
+                             f"{self.in_features} input features, got {what}")
+        self.rotation = rotation
+        if rotation is not None:  # buffers: torch.compile traces them and Module.to moves them
+            signs, h = rotation.tensors(weight.device)
+            self.register_buffer("rotation_signs", signs, persistent=False)
+            self.register_buffer("rotation_matrix", h, persistent=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), requires_grad=False)
         self.precision, self.route, self.out_dtype = precision, route, out_dtype
+
+    @classmethod
+    def from_gguf(cls, path, tensor_name: str, bias: Optional[Tensor] = None, *, device="cpu",
+                  key: Optional[int] = None, **kw) -> "TernaryLinear":
+        """A ternary tensor of a GGUF file (llmm.load_tq2_gguf's types) on `device`, with the
+        Hadamard rotation its prism.hadamard.* metadata declares for it, if any, applied to x."""
+        weight, rotation = llmm.load_tq2_gguf(path, tensor_name, device=device, key=key, hadamard="return")
+        if bias is not None:
+            bias = bias.to(weight.device)
+        return cls(weight, bias, rotation=rotation, **kw)
 
     @classmethod
     def from_float(cls, w: Tensor, bias: Optional[Tensor] = None, *, device=None, rule: str = "absmean",
@@ -468,6 +491,8 @@ class TernaryLinear(torch.nn.Module):
         return cls(weight, bias, **kw)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.rotation is not None:
+            x = rotate_torch(x, self.rotation_signs, self.rotation_matrix)
         lead = x.shape[:-1]
         out_dtype = x.dtype if self.out_dtype is None else self.out_dtype
         x2 = x.reshape(-1, self.in_features)
@@ -481,4 +506,5 @@ class TernaryLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, key={self.weight_key}, "
-                f"device={self.weight_handle.device}, precision={self.precision!r}")
+                f"device={self.weight_handle.device}, precision={self.precision!r}"
+                + (f", rotation={self.rotation!r}" if self.rotation is not None else ""))

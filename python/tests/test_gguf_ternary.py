@@ -279,8 +279,9 @@ def test_reader_refusals(tmp_path):
 
 
 def test_hadamard_folded_weights_are_refused(tmp_path):
-    """Ternary-Bonsai-2's prism.hadamard.* metadata: the weights it lists are refused (their
-    activation rotation is not applied), the others load; without a list every weight is refused."""
+    """Ternary-Bonsai-2's prism.hadamard.* metadata: by default the weights it lists are refused
+    (loaded bare they give wrong results; test_hadamard.py loads them with their rotation), the
+    others load; without a list every weight is refused."""
     n, k = 8, 256
     codes, d = random_ternary(n, k, 128)
     raw = encode_q2(codes, d, 128)
@@ -295,5 +296,5 @@ def test_hadamard_folded_weights_are_refused(tmp_path):
                                          r"Hadamard-folded weight \(block size 1024\)"):
         llmm.load_tq2_gguf(path, "blk.0.ffn_down.weight")
     write_gguf(path, tensors, extra_kv=[block])
-    with pytest.raises(llmm.Error, match="may be \\(the file has prism.hadamard.\\* keys but no"):
+    with pytest.raises(llmm.Error, match="may be Hadamard-folded \\(the file has prism.hadamard.\\* keys but no"):
         llmm.load_tq2_gguf(path, "blk.0.ffn_up.weight")

@@ -1,0 +1,177 @@
+"""The blockwise signed Walsh-Hadamard rotation that Ternary-Bonsai-2 (PrismML) folds into its
+ternary weights, and its reading from a GGUF file's ``prism.hadamard.*`` metadata.
+
+A folded weight is stored as W' = W diag(s) H along its input axis, H the normalized Sylvester
+Walsh-Hadamard matrix of ``block`` x ``block`` repeated down the diagonal and s a +-1 vector of
+the input width. Since H H = I and s s = 1, W x = W' (H (s * x)): the activation is multiplied by
+the signs, then rotated block by block, then goes through the folded weight. A loader that
+ignores the fold computes W' x, which is uncorrelated with W x and raises no error; llmm refuses
+such weights unless the rotation comes with them.
+
+This is the unfused first step: the rotation runs as its own torch (or NumPy) operations before
+the ternary matmul (three kernels on a GPU: sign multiply with the cast to f32, one batched
+matmul by H, the cast back), not inside the ternary kernels' activation staging.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ._llmm import Error
+
+_TRANSFORM = "normalized-sylvester-walsh-hadamard"
+_AXIS = "input-last-dimension"
+_KEY = "prism.hadamard."
+
+
+def _sylvester(block: int) -> np.ndarray:
+    """H[i, j] = (-1)^popcount(i & j) / sqrt(block), float64."""
+    i = np.arange(block, dtype=np.int64)
+    bits = i[:, None] & i[None, :]
+    parity = np.zeros_like(bits)
+    while bits.any():
+        parity ^= bits & 1
+        bits >>= 1
+    return np.where(parity == 1, -1.0, 1.0) / np.sqrt(block)
+
+
+class HadamardRotation:
+    """x -> H (s * x) over the last axis of x, in blocks of ``block`` (a power of two) along it.
+
+    ``signs``: the +-1 vector s of the input width k (k a multiple of ``block``). Called on a
+    torch tensor (f32, f16 or bf16, any leading shape, any device) it returns a tensor of x's
+    dtype, the rotation computed in f32 and rounded once; on a NumPy array, float64 math and x's
+    dtype back."""
+
+    def __init__(self, signs, block: int):
+        block = int(block)
+        if block < 2 or block & (block - 1):
+            raise Error(f"llmm.HadamardRotation: block {block} is not a power of two >= 2")
+        s = np.asarray(signs, dtype=np.float64).reshape(-1)
+        if s.size == 0 or s.size % block:
+            raise Error(f"llmm.HadamardRotation: {s.size} signs is not a positive multiple of the block {block}")
+        bad = np.flatnonzero(np.abs(s) != 1.0)
+        if bad.size:
+            raise Error(f"llmm.HadamardRotation: sign {int(bad[0])} is {float(s[bad[0]])!r}, not +1 or -1")
+        self.block, self.k = block, int(s.size)
+        self._signs = s
+        self._torch = {}  # device -> (signs, H) f32 tensors
+
+    @property
+    def signs(self) -> np.ndarray:
+        return self._signs.copy()
+
+    def matrix(self) -> np.ndarray:
+        """The normalized block x block Sylvester-Hadamard matrix (float64, symmetric, H H = I)."""
+        return _sylvester(self.block)
+
+    def _check_width(self, width: int, what: str):
+        if width != self.k:
+            raise Error(f"llmm.HadamardRotation: {what} has {width} features on its last axis, the rotation {self.k}")
+
+    def __call__(self, x):
+        if isinstance(x, np.ndarray):
+            self._check_width(x.shape[-1] if x.ndim else 0, "x")
+            blocks = (x.astype(np.float64) * self._signs).reshape(*x.shape[:-1], self.k // self.block, self.block)
+            with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf propagate, as in the kernels
+                return (blocks @ _sylvester(self.block)).reshape(x.shape).astype(x.dtype)
+        import torch
+
+        if not isinstance(x, torch.Tensor):
+            raise Error(f"llmm.HadamardRotation: x must be a NumPy array or a torch tensor, got {type(x).__name__}")
+        dev = x.device
+        if dev not in self._torch:
+            self._torch[dev] = self.tensors(dev)
+        return rotate_torch(x, *self._torch[dev])
+
+    def tensors(self, device=None):
+        """(signs, H) as f32 torch tensors on `device`: rotate_torch's operands (TernaryLinear keeps
+        them as buffers, which torch.compile traces and Module.to moves)."""
+        import torch
+
+        s = torch.from_numpy(self._signs.astype(np.float32)).to(device)
+        return s, torch.from_numpy(_sylvester(self.block).astype(np.float32)).to(device)
+
+    def __repr__(self) -> str:
+        flips = int((self._signs < 0).sum())
+        return f"HadamardRotation(k={self.k}, block={self.block}, negative_signs={flips})"
+
+
+def _one(meta: dict, name: str, where: str):
+    if _KEY + name not in meta:
+        raise Error(f"{where}: the file has prism.hadamard.* keys but no {_KEY + name}")
+    return meta[_KEY + name]
+
+
+def folded(meta: dict, tensor_name: str, where: str) -> bool:
+    """Whether a GGUF file's prism.hadamard.* metadata (``meta``: key -> value) lists the weight
+    ``tensor_name`` as Hadamard-folded. Refuses a file with those keys but no list (any weight may
+    be folded) and a weight of prism.hadamard.inverse_weight_names (rotated on its output side)."""
+    if not meta:
+        return False
+    names = meta.get(_KEY + "weight_names")
+    if not isinstance(names, list):
+        raise Error(f"{where}: tensor {tensor_name!r} may be Hadamard-folded (the file has prism.hadamard.* keys but "
+                    f"no prism.hadamard.weight_names list); refused rather than loaded unrotated")
+    inverse = meta.get(_KEY + "inverse_weight_names")
+    if isinstance(inverse, list) and tensor_name in inverse:
+        raise Error(f"{where}: tensor {tensor_name!r} is listed in prism.hadamard.inverse_weight_names: its rows are "
+                    f"rotated on the output side (an embedding table), which a matmul's input rotation does not undo")
+    return tensor_name in names
+
+
+def rotation_for(meta: dict, tensor_name: str, k: int, where: str) -> Optional[HadamardRotation]:
+    """The rotation the metadata declares for the weight ``tensor_name`` of input width k (None
+    when it is not folded). Every key the transform depends on is checked; what llmm cannot apply
+    exactly (another version, transform, axis or sign mode, the DeltaNet head permutation before
+    ssm_out) is refused, naming the key."""
+    if not folded(meta, tensor_name, where):
+        return None
+    version = _one(meta, "version", where)
+    if version != 1:
+        raise Error(f"{where}: prism.hadamard.version {version!r}; llmm reads version 1")
+    for key, want in (("transform", _TRANSFORM), ("axis", _AXIS)):
+        got = _one(meta, key, where)
+        if got != want:
+            raise Error(f"{where}: prism.hadamard.{key} is {got!r}; llmm applies only {want!r}")
+    block = _one(meta, "block_size", where)
+    if not isinstance(block, int) or block < 2 or block & (block - 1):
+        raise Error(f"{where}: prism.hadamard.block_size {block!r} is not a power of two >= 2")
+    if k % block:
+        raise Error(f"{where}: tensor {tensor_name!r} has {k} input features, not a multiple of "
+                    f"prism.hadamard.block_size {block}")
+    if tensor_name.endswith("ssm_out.weight") and meta.get(_KEY + "gdn_v_grouped"):
+        raise Error(f"{where}: tensor {tensor_name!r} takes its activation through the DeltaNet head permutation "
+                    f"(prism.hadamard.gdn_v_grouped) before the rotation; llmm does not apply that permutation")
+    mode = _one(meta, "sign_mode", where)
+    if mode == "identity":
+        return HadamardRotation(np.ones(k), block)
+    if mode != "explicit":
+        raise Error(f"{where}: prism.hadamard.sign_mode {mode!r}; llmm reads 'explicit' and 'identity'")
+    widths, values = _one(meta, "sign_widths", where), _one(meta, "sign_values", where)
+    if not isinstance(widths, list) or not isinstance(values, list):
+        raise Error(f"{where}: prism.hadamard.sign_widths and sign_values must be arrays")
+    if sum(int(w) for w in widths) != len(values):
+        raise Error(f"{where}: prism.hadamard.sign_widths sum to {sum(int(w) for w in widths)}, sign_values holds "
+                    f"{len(values)}")
+    if widths.count(k) != 1:
+        why = "no" if k not in widths else f"{widths.count(k)}"
+        raise Error(f"{where}: tensor {tensor_name!r} has {k} input features and prism.hadamard.sign_widths {widths} "
+                    f"has {why} sign vector of that width")
+    at = sum(int(w) for w in widths[:widths.index(k)])
+    return HadamardRotation(values[at:at + k], block)
+
+
+def rotate_torch(x, signs, h):
+    """H (signs * x) blockwise over x's last axis, H [block, block] and signs [k] f32 on x's device;
+    computed in f32, returned in x's dtype (f32, f16 or bf16)."""
+    import torch
+
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise Error(f"llmm.HadamardRotation: x is {x.dtype}; float32, float16 or bfloat16 only")
+    if x.dim() == 0 or x.shape[-1] != signs.shape[0]:
+        width = x.shape[-1] if x.dim() else 0
+        raise Error(f"llmm.HadamardRotation: x has {width} features on its last axis, the rotation {signs.shape[0]}")
+    xs = x * signs  # promoted to f32: the cast and the sign flips in one kernel
+    return (xs.reshape(-1, h.shape[0]) @ h).reshape(x.shape).to(x.dtype)
