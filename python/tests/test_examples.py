@@ -45,9 +45,17 @@ def test_torch_compile_moe_example_cuda_inductor(cuda_torch, dtype, tol_compiled
     assert err_compiled < tol_compiled and err_ref < tol_ref, (err_compiled, err_ref)
 
 
+def test_bitnet_decoder_example(torch_mod):
+    """Two decoder layers, prefill then decode over the static KV cache: llmm's ternary linears
+    against the float64 stack (f32 activations on the CPU backend)."""
+    assert load("bitnet_decoder").run("cpu", prefill=16, decode=4, quiet=True) < 1e-5
+
+
 @pytest.mark.cuda
 def test_examples_on_cuda(cuda_torch):
     assert load("ternary_linear").run("cuda", m=9, n=256, k=512, quiet=True) < 1e-3
+    # bf16 activations through two layers (the CUDA timings are printed by the script itself)
+    assert load("bitnet_decoder").run("cuda", prefill=16, decode=4, quiet=True) < 5e-2
     for tokens in (2, 64):
         err = load("qwen3_moe_ffn").run("cuda", tokens=tokens, hidden=256, inter=96, experts=16, top_k=4, quiet=True)
         assert err < 1e-4
