@@ -484,7 +484,8 @@ def _gguf_ternary_layout(t, n: int, k: int) -> Tuple[str, int]:
     raise Error(f"{op}: tensor {t.name!r} ([{n}, {k}], GGML type 42) fits neither {layouts}: it has {room}")
 
 
-def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = None, hadamard: str = "refuse"):
+def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = None, hadamard: str = "refuse",
+                  v_head_order: Optional[str] = None):
     """A ternary tensor of a GGUF file as a TernaryWeight on `device` ([n, k] with k = the tensor's
     first GGUF dimension): GGML types 35 TQ2_0, 34 TQ1_0, PrismML's 142 PQ2_0 and 143 PTQ1_0, and
     42, which is upstream ggml's Q2_0 (group 64) or the Q2_0 with groups of 128 of PrismML's first
@@ -499,7 +500,9 @@ def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = 
     prism.hadamard.* metadata lists (llmm.hadamard): their activations must be rotated before the
     matmul. hadamard="refuse" (default) refuses such a weight, since the bare weight gives wrong
     results without an error; hadamard="return" returns (weight, rotation), the rotation a
-    llmm.hadamard.HadamardRotation or None for a weight the file does not list.
+    llmm.hadamard.HadamardRotation or None for a weight the file does not list. v_head_order
+    ("grouped" or "tiled") says in which order a gated-DeltaNet ssm_out weight's input comes
+    (llmm.hadamard.rotation_for); such a weight is refused without it.
     llmm.torch_ops.TernaryLinear.from_gguf does that and applies the rotation."""
     from . import _gguf
     from .hadamard import folded, rotation_for
@@ -519,7 +522,7 @@ def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = 
                     f"(block size {block}) whose activations must be rotated before the matmul; loaded bare it gives "
                     f"wrong results without an error. Pass hadamard='return' for (weight, rotation), or use "
                     f"llmm.torch_ops.TernaryLinear.from_gguf, which applies it")
-    rotation = rotation_for(meta, tensor_name, k, op) if hadamard == "return" else None
+    rotation = rotation_for(meta, tensor_name, k, op, v_head_order) if hadamard == "return" else None
     kind, nbytes = _gguf_ternary_layout(t, n, k)
     # Past its room the data is not there: the converter then names the byte count it wanted.
     aos = tq2_from_gguf(_gguf.read_bytes(path, t.offset, min(nbytes, t.span)), kind, n, k)

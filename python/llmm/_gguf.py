@@ -1,5 +1,5 @@
-"""A minimal GGUF reader: the header, the metadata (skipped, but for general.alignment and PrismML's
-prism.hadamard.* keys) and the
+"""A minimal GGUF reader: the header, the metadata (skipped, but for general.alignment, PrismML's
+prism.hadamard.* keys and the few model keys their rotation depends on) and the
 tensor-info table of a little-endian GGUF file (versions 2 and 3, as ggml's docs/gguf.md describes
 them), giving a tensor's GGML type id, shape and raw bytes for any type id.
 
@@ -80,8 +80,14 @@ class _Cursor:
 
 
 # Metadata kept for the callers (the rest is skipped): PrismML's Hadamard fold, whose rotation a
-# loader must not silently ignore.
+# loader must not silently ignore, and the architecture and gated-DeltaNet head counts that its
+# ssm_out permutation (prism.hadamard.gdn_v_grouped) is made of.
 _KEPT_PREFIX = "prism.hadamard."
+_KEPT_SUFFIXES = (".ssm.time_step_rank", ".ssm.group_count")
+
+
+def _kept(key: str) -> bool:
+    return key.startswith(_KEPT_PREFIX) or key == "general.architecture" or key.endswith(_KEPT_SUFFIXES)
 
 
 def read_tensor_infos(path) -> list:
@@ -90,7 +96,7 @@ def read_tensor_infos(path) -> list:
 
 
 def read_header(path):
-    """(every tensor's TensorInfo, {key: value} of the prism.hadamard.* metadata)."""
+    """(every tensor's TensorInfo, {key: value} of the metadata kept: see _kept)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         c = _Cursor(mm, path)
         if bytes(mm[:4]) != _MAGIC:
@@ -106,8 +112,9 @@ def read_header(path):
         kept = {}
         for _ in range(n_kv):
             key, vtype = c.string(), c.scalar("<I")
-            value = c.value(vtype, keep=key.startswith(_KEPT_PREFIX))
-            if key.startswith(_KEPT_PREFIX):
+            keep = _kept(key)
+            value = c.value(vtype, keep=keep)
+            if keep:
                 kept[key] = value
             if key == "general.alignment":
                 if not isinstance(value, int) or value < 1 or value & (value - 1):

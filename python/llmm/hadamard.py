@@ -37,14 +37,15 @@ def _sylvester(block: int) -> np.ndarray:
 
 
 class HadamardRotation:
-    """x -> H (s * x) over the last axis of x, in blocks of ``block`` (a power of two) along it.
+    """x -> H (s * P x) over the last axis of x, in blocks of ``block`` (a power of two) along it.
 
     ``signs``: the +-1 vector s of the input width k (k a multiple of ``block``). Called on a
     torch tensor (f32, f16 or bf16, any leading shape, any device) it returns a tensor of x's
     dtype, the rotation computed in f32 and rounded once; on a NumPy array, float64 math and x's
-    dtype back."""
+    dtype back. ``permutation`` (optional, an index array p of length k): x's features are taken
+    in the order x[..., p] first (P x; the gated-DeltaNet head order of ssm_out, see rotation_for)."""
 
-    def __init__(self, signs, block: int):
+    def __init__(self, signs, block: int, permutation=None):
         block = int(block)
         if block < 2 or block & (block - 1):
             raise Error(f"llmm.HadamardRotation: block {block} is not a power of two >= 2")
@@ -56,6 +57,12 @@ class HadamardRotation:
             raise Error(f"llmm.HadamardRotation: sign {int(bad[0])} is {float(s[bad[0]])!r}, not +1 or -1")
         self.block, self.k = block, int(s.size)
         self._signs = s
+        self._perm = None
+        if permutation is not None:
+            p = np.asarray(permutation)
+            if p.shape != (self.k,) or p.dtype.kind not in "iu" or not np.array_equal(np.sort(p), np.arange(self.k)):
+                raise Error(f"llmm.HadamardRotation: permutation must be a permutation of range({self.k})")
+            self._perm = p.astype(np.int64)
         self._torch = {}  # device -> (signs, H) f32 tensors
 
     @property
@@ -73,7 +80,8 @@ class HadamardRotation:
     def __call__(self, x):
         if isinstance(x, np.ndarray):
             self._check_width(x.shape[-1] if x.ndim else 0, "x")
-            blocks = (x.astype(np.float64) * self._signs).reshape(*x.shape[:-1], self.k // self.block, self.block)
+            xp = x if self._perm is None else x[..., self._perm]
+            blocks = (xp.astype(np.float64) * self._signs).reshape(*x.shape[:-1], self.k // self.block, self.block)
             with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf propagate, as in the kernels
                 return (blocks @ _sylvester(self.block)).reshape(x.shape).astype(x.dtype)
         import torch
@@ -86,12 +94,18 @@ class HadamardRotation:
         return rotate_torch(x, *self._torch[dev])
 
     def tensors(self, device=None):
-        """(signs, H) as f32 torch tensors on `device`: rotate_torch's operands (TernaryLinear keeps
-        them as buffers, which torch.compile traces and Module.to moves)."""
+        """(signs, H, permutation or None) as torch tensors on `device` (f32, f32, int64):
+        rotate_torch's operands (TernaryLinear keeps them as buffers, which torch.compile traces and
+        Module.to moves)."""
         import torch
 
         s = torch.from_numpy(self._signs.astype(np.float32)).to(device)
-        return s, torch.from_numpy(_sylvester(self.block).astype(np.float32)).to(device)
+        h = torch.from_numpy(_sylvester(self.block).astype(np.float32)).to(device)
+        return s, h, (None if self._perm is None else torch.from_numpy(self._perm).to(device))
+
+    @property
+    def permutation(self) -> Optional[np.ndarray]:
+        return None if self._perm is None else self._perm.copy()
 
     def __repr__(self) -> str:
         flips = int((self._signs < 0).sum())
@@ -108,7 +122,7 @@ def folded(meta: dict, tensor_name: str, where: str) -> bool:
     """Whether a GGUF file's prism.hadamard.* metadata (``meta``: key -> value) lists the weight
     ``tensor_name`` as Hadamard-folded. Refuses a file with those keys but no list (any weight may
     be folded) and a weight of prism.hadamard.inverse_weight_names (rotated on its output side)."""
-    if not meta:
+    if not any(key.startswith(_KEY) for key in meta):
         return False
     names = meta.get(_KEY + "weight_names")
     if not isinstance(names, list):
@@ -121,11 +135,19 @@ def folded(meta: dict, tensor_name: str, where: str) -> bool:
     return tensor_name in names
 
 
-def rotation_for(meta: dict, tensor_name: str, k: int, where: str) -> Optional[HadamardRotation]:
+def rotation_for(meta: dict, tensor_name: str, k: int, where: str,
+                 v_head_order: Optional[str] = None) -> Optional[HadamardRotation]:
     """The rotation the metadata declares for the weight ``tensor_name`` of input width k (None
     when it is not folded). Every key the transform depends on is checked; what llmm cannot apply
-    exactly (another version, transform, axis or sign mode, the DeltaNet head permutation before
-    ssm_out) is refused, naming the key."""
+    exactly (another version, transform, axis or sign mode) is refused, naming the key.
+
+    ``v_head_order`` matters for a gated-DeltaNet ``ssm_out`` weight only: with
+    prism.hadamard.gdn_v_grouped the fold was computed with its input's value heads in grouped
+    order, [hd, rep, nk] innermost first (Hugging Face's order); llama.cpp's graph produces them
+    tiled, [hd, nk, rep], and permutes them first. "grouped": the caller's activations are in the
+    fold's order already; "tiled": llmm permutes them (rep and nk from the file's
+    {arch}.ssm.time_step_rank and .ssm.group_count); None: refused, since the wrong one gives
+    wrong results without an error."""
     if not folded(meta, tensor_name, where):
         return None
     version = _one(meta, "version", where)
@@ -141,12 +163,14 @@ def rotation_for(meta: dict, tensor_name: str, k: int, where: str) -> Optional[H
     if k % block:
         raise Error(f"{where}: tensor {tensor_name!r} has {k} input features, not a multiple of "
                     f"prism.hadamard.block_size {block}")
-    if tensor_name.endswith("ssm_out.weight") and meta.get(_KEY + "gdn_v_grouped"):
-        raise Error(f"{where}: tensor {tensor_name!r} takes its activation through the DeltaNet head permutation "
-                    f"(prism.hadamard.gdn_v_grouped) before the rotation; llmm does not apply that permutation")
+    if v_head_order not in (None, "grouped", "tiled"):
+        raise Error(f"{where}: v_head_order must be None, 'grouped' or 'tiled', got {v_head_order!r}")
+    perm = None
+    if tensor_name.endswith("ssm_out.weight"):
+        perm = _ssm_out_permutation(meta, tensor_name, k, where, v_head_order)
     mode = _one(meta, "sign_mode", where)
     if mode == "identity":
-        return HadamardRotation(np.ones(k), block)
+        return HadamardRotation(np.ones(k), block, perm)
     if mode != "explicit":
         raise Error(f"{where}: prism.hadamard.sign_mode {mode!r}; llmm reads 'explicit' and 'identity'")
     widths, values = _one(meta, "sign_widths", where), _one(meta, "sign_values", where)
@@ -160,12 +184,43 @@ def rotation_for(meta: dict, tensor_name: str, k: int, where: str) -> Optional[H
         raise Error(f"{where}: tensor {tensor_name!r} has {k} input features and prism.hadamard.sign_widths {widths} "
                     f"has {why} sign vector of that width")
     at = sum(int(w) for w in widths[:widths.index(k)])
-    return HadamardRotation(values[at:at + k], block)
+    return HadamardRotation(values[at:at + k], block, perm)
 
 
-def rotate_torch(x, signs, h):
-    """H (signs * x) blockwise over x's last axis, H [block, block] and signs [k] f32 on x's device;
-    computed in f32, returned in x's dtype (f32, f16 or bf16)."""
+def _ssm_out_permutation(meta: dict, tensor_name: str, k: int, where: str, v_head_order: Optional[str]):
+    """None (x as it comes) or the index array taking tiled value heads to grouped order."""
+    if not meta.get(_KEY + "gdn_v_grouped"):
+        if v_head_order == "grouped":
+            raise Error(f"{where}: tensor {tensor_name!r}: the file has no prism.hadamard.gdn_v_grouped, so its fold "
+                        f"takes the value heads in llama.cpp's tiled order; llmm does not permute grouped activations "
+                        f"into it (pass v_head_order='tiled' or None with tiled activations)")
+        return None
+    if v_head_order is None:
+        raise Error(f"{where}: tensor {tensor_name!r} is a gated-DeltaNet output whose fold takes the value heads in "
+                    f"grouped order [hd, rep, nk] (prism.hadamard.gdn_v_grouped; Hugging Face's order), while "
+                    f"llama.cpp's graph produces them tiled [hd, nk, rep]: pass v_head_order='grouped' or 'tiled' to "
+                    f"say which order your activations are in")
+    if v_head_order == "grouped":
+        return None
+    arch = meta.get("general.architecture")
+    n_v, n_k = meta.get(f"{arch}.ssm.time_step_rank"), meta.get(f"{arch}.ssm.group_count")
+    if not isinstance(n_v, int) or not isinstance(n_k, int) or n_v < 1 or n_k < 1:
+        raise Error(f"{where}: v_head_order='tiled' needs the file's {arch}.ssm.time_step_rank and "
+                    f"{arch}.ssm.group_count (value and key head counts), got {n_v!r} and {n_k!r}")
+    if n_v % n_k or k % n_v:
+        raise Error(f"{where}: tensor {tensor_name!r}: {n_v} value heads are not a multiple of {n_k} key heads, or "
+                    f"its {k} input features not a multiple of {n_v} heads")
+    hd, rep = k // n_v, n_v // n_k
+    # grouped feature d + hd (r + rep a) is tiled feature d + hd (a + n_k r)
+    d, r, a = np.meshgrid(np.arange(hd), np.arange(rep), np.arange(n_k), indexing="ij")
+    perm = np.empty(k, dtype=np.int64)
+    perm[(d + hd * (r + rep * a)).ravel()] = (d + hd * (a + n_k * r)).ravel()
+    return perm
+
+
+def rotate_torch(x, signs, h, perm=None):
+    """H (signs * x[..., perm]) blockwise over x's last axis, H [block, block] and signs [k] f32 on
+    x's device, perm None or [k] int64; computed in f32, returned in x's dtype (f32, f16, bf16)."""
     import torch
 
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
@@ -173,5 +228,7 @@ def rotate_torch(x, signs, h):
     if x.dim() == 0 or x.shape[-1] != signs.shape[0]:
         width = x.shape[-1] if x.dim() else 0
         raise Error(f"llmm.HadamardRotation: x has {width} features on its last axis, the rotation {signs.shape[0]}")
+    if perm is not None:
+        x = x.index_select(-1, perm)
     xs = x * signs  # promoted to f32: the cast and the sign flips in one kernel
     return (xs.reshape(-1, h.shape[0]) @ h).reshape(x.shape).to(x.dtype)

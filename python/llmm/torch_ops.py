@@ -463,18 +463,21 @@ class TernaryLinear(torch.nn.Module):
                              f"{self.in_features} input features, got {what}")
         self.rotation = rotation
         if rotation is not None:  # buffers: torch.compile traces them and Module.to moves them
-            signs, h = rotation.tensors(weight.device)
+            signs, h, perm = rotation.tensors(weight.device)
             self.register_buffer("rotation_signs", signs, persistent=False)
             self.register_buffer("rotation_matrix", h, persistent=False)
+            self.register_buffer("rotation_permutation", perm, persistent=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), requires_grad=False)
         self.precision, self.route, self.out_dtype = precision, route, out_dtype
 
     @classmethod
     def from_gguf(cls, path, tensor_name: str, bias: Optional[Tensor] = None, *, device="cpu",
-                  key: Optional[int] = None, **kw) -> "TernaryLinear":
+                  key: Optional[int] = None, v_head_order: Optional[str] = None, **kw) -> "TernaryLinear":
         """A ternary tensor of a GGUF file (llmm.load_tq2_gguf's types) on `device`, with the
-        Hadamard rotation its prism.hadamard.* metadata declares for it, if any, applied to x."""
-        weight, rotation = llmm.load_tq2_gguf(path, tensor_name, device=device, key=key, hadamard="return")
+        Hadamard rotation its prism.hadamard.* metadata declares for it, if any, applied to x
+        (v_head_order: for a gated-DeltaNet ssm_out weight, as load_tq2_gguf)."""
+        weight, rotation = llmm.load_tq2_gguf(path, tensor_name, device=device, key=key, hadamard="return",
+                                              v_head_order=v_head_order)
         if bias is not None:
             bias = bias.to(weight.device)
         return cls(weight, bias, rotation=rotation, **kw)
@@ -492,7 +495,7 @@ class TernaryLinear(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.rotation is not None:
-            x = rotate_torch(x, self.rotation_signs, self.rotation_matrix)
+            x = rotate_torch(x, self.rotation_signs, self.rotation_matrix, self.rotation_permutation)
         lead = x.shape[:-1]
         out_dtype = x.dtype if self.out_dtype is None else self.out_dtype
         x2 = x.reshape(-1, self.in_features)

@@ -229,17 +229,72 @@ def test_sign_table_refusals(tmp_path):
             llmm.load_tq2_gguf(path, "blk.0.ffn_up.weight", hadamard="return")
 
 
-def test_ssm_out_permutation_is_refused(tmp_path):
+def ssm_out_file(tmp_path, grouped=True, heads=True):
+    """A folded gated-DeltaNet ssm_out [N, K] (8 value heads of 64 over 2 key heads: rep 4) and the
+    head counts under the file's architecture ("llama", write_gguf's)."""
     codes, d = random_ternary(N, K, 128)
+    signs = random_signs(K)
+    kv = prism_metadata(["blk.0.ssm_out.weight"], [K], signs, grouped=grouped)
+    if heads:
+        kv += [kv_u32("llama.ssm.time_step_rank", 8), kv_u32("llama.ssm.group_count", 2)]
     path = tmp_path / "ssm.gguf"
-    write_gguf(path, [("blk.0.ssm_out.weight", 142, (K, N), encode_q2(codes, d, 128))],
-               extra_kv=prism_metadata(["blk.0.ssm_out.weight"], [K], random_signs(K)))
-    with pytest.raises(llmm.Error, match=r"DeltaNet head permutation \(prism.hadamard.gdn_v_grouped\)"):
+    write_gguf(path, [("blk.0.ssm_out.weight", 142, (K, N), encode_q2(codes, d, 128))], extra_kv=kv)
+    return path, values(codes, d, 128).astype(np.float64), signs
+
+
+def test_ssm_out_takes_grouped_or_tiled_value_heads(tmp_path):
+    """The fold is computed on grouped value heads [hd, rep, nk]; llama.cpp's tiled [hd, nk, rep]
+    activations are permuted first. The tiled input is built here by loops, independently of
+    llmm's index arithmetic, and must give the grouped input's result."""
+    torch = need_torch()
+    import llmm.torch_ops as T
+
+    path, dense, signs = ssm_out_file(tmp_path)
+    with pytest.raises(llmm.Error, match=r"gated-DeltaNet output .* pass v_head_order='grouped' or 'tiled'"):
         llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return")
-    write_gguf(path, [("blk.0.ssm_out.weight", 142, (K, N), encode_q2(codes, d, 128))],
-               extra_kv=prism_metadata(["blk.0.ssm_out.weight"], [K], random_signs(K), grouped=False))
-    _, rot = llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return")
-    assert rot.k == K
+    with pytest.raises(llmm.Error, match="v_head_order must be None, 'grouped' or 'tiled', got 'hf'"):
+        llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return", v_head_order="hf")
+    x_grouped = RNG.standard_normal((3, K))
+    hd, nk, rep = K // 8, 2, 4
+    x_tiled = np.empty_like(x_grouped)
+    for dd in range(hd):
+        for a in range(nk):
+            for r in range(rep):
+                x_tiled[:, dd + hd * (a + nk * r)] = x_grouped[:, dd + hd * (r + rep * a)]
+    want = dense @ reference(x_grouped, signs, 256).T
+    grouped = T.TernaryLinear.from_gguf(path, "blk.0.ssm_out.weight", v_head_order="grouped")
+    tiled = T.TernaryLinear.from_gguf(path, "blk.0.ssm_out.weight", v_head_order="tiled")
+    assert grouped.rotation.permutation is None and tiled.rotation.permutation is not None
+    for lin, x in ((grouped, x_grouped), (tiled, x_tiled)):
+        got = lin(torch.from_numpy(x).float()).double().numpy().T
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    # the NumPy path permutes the same way
+    assert np.allclose(tiled.rotation(x_tiled), grouped.rotation(x_grouped), atol=1e-12)
+    # and the permutation matters: the tiled input through the grouped layer is another result
+    wrong = grouped(torch.from_numpy(x_tiled).float()).double().numpy().T
+    assert np.abs(wrong - want).max() > 0.1 * np.abs(want).max()
+
+
+def test_ssm_out_refusals(tmp_path):
+    path, _, _ = ssm_out_file(tmp_path, heads=False)
+    with pytest.raises(llmm.Error, match=r"v_head_order='tiled' needs the file's llama.ssm.time_step_rank"):
+        llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return", v_head_order="tiled")
+    _, rot = llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return", v_head_order="grouped")
+    assert rot.permutation is None
+    path, _, _ = ssm_out_file(tmp_path, grouped=False)
+    with pytest.raises(llmm.Error, match="no prism.hadamard.gdn_v_grouped, so its fold takes the value heads in "
+                                         "llama.cpp's tiled order"):
+        llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return", v_head_order="grouped")
+    for order in (None, "tiled"):
+        _, rot = llmm.load_tq2_gguf(path, "blk.0.ssm_out.weight", hadamard="return", v_head_order=order)
+        assert rot.permutation is None
+
+
+def test_rotation_permutation_refusals():
+    with pytest.raises(llmm.Error, match=r"permutation must be a permutation of range\(8\)"):
+        llmm.HadamardRotation(np.ones(8), 4, permutation=np.array([0, 1, 2, 3, 4, 5, 6, 6]))
+    with pytest.raises(llmm.Error, match=r"permutation must be a permutation of range\(8\)"):
+        llmm.HadamardRotation(np.ones(8), 4, permutation=np.arange(4))
 
 
 def test_ternary_linear_refuses_a_rotation_of_another_width():
