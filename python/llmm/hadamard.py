@@ -9,8 +9,9 @@ ignores the fold computes W' x, which is uncorrelated with W x and raises no err
 such weights unless the rotation comes with them.
 
 This is the unfused first step: the rotation runs as its own torch (or NumPy) operations before
-the ternary matmul (three kernels on a GPU: sign multiply with the cast to f32, one batched
-matmul by H, the cast back), not inside the ternary kernels' activation staging.
+the ternary matmul (on a GPU, for bf16 or f16 x and a block that is a power of 4 such as Bonsai-2's
+1024: the sign flips, then one matmul by H in x's type; else in f32 with a cast each way), not
+inside the ternary kernels' activation staging.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ class HadamardRotation:
             if p.shape != (self.k,) or p.dtype.kind not in "iu" or not np.array_equal(np.sort(p), np.arange(self.k)):
                 raise Error(f"llmm.HadamardRotation: permutation must be a permutation of range({self.k})")
             self._perm = p.astype(np.int64)
-        self._torch = {}  # device -> (signs, H) f32 tensors
+        self._torch = {}  # device -> tensors(device)
 
     @property
     def signs(self) -> np.ndarray:
@@ -91,17 +92,23 @@ class HadamardRotation:
         dev = x.device
         if dev not in self._torch:
             self._torch[dev] = self.tensors(dev)
-        return rotate_torch(x, *self._torch[dev])
+        return rotate_torch(x, *pick_operands(self._torch[dev], x.dtype))
 
-    def tensors(self, device=None):
-        """(signs, H, permutation or None) as torch tensors on `device` (f32, f32, int64):
-        rotate_torch's operands (TernaryLinear keeps them as buffers, which torch.compile traces and
-        Module.to moves)."""
+    def tensors(self, device=None) -> dict:
+        """rotate_torch's operands on `device`, by name: "signs_f32" and "matrix_f32" always, and
+        "signs_bf16", "signs_f16", "matrix_bf16", "matrix_f16" where H is exact in the 16-bit
+        type (block a power of 4: entries +-2^-j), else None; "permutation" (int64) or None.
+        The matrices are shared by every rotation of one block size on one device (1024: 4 MB in
+        f32). TernaryLinear keeps them as buffers, which torch.compile traces."""
         import torch
 
-        s = torch.from_numpy(self._signs.astype(np.float32)).to(device)
-        h = torch.from_numpy(_sylvester(self.block).astype(np.float32)).to(device)
-        return s, h, (None if self._perm is None else torch.from_numpy(self._perm).to(device))
+        exact16 = (self.block.bit_length() - 1) % 2 == 0
+        out = {"permutation": None if self._perm is None else torch.from_numpy(self._perm).to(device)}
+        for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16), ("f16", torch.float16)):
+            use = name == "f32" or exact16
+            out["signs_" + name] = torch.from_numpy(self._signs).to(device=device, dtype=dt) if use else None
+            out["matrix_" + name] = _shared_matrix(self.block, dt, device) if use else None
+        return out
 
     @property
     def permutation(self) -> Optional[np.ndarray]:
@@ -218,9 +225,38 @@ def _ssm_out_permutation(meta: dict, tensor_name: str, k: int, where: str, v_hea
     return perm
 
 
+_MATRICES: dict = {}  # (block, torch dtype, device) -> H, one copy shared by every layer
+
+
+def _shared_matrix(block: int, dtype, device):
+    import torch
+
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    key = (block, dtype, dev)
+    h = _MATRICES.get(key)
+    if h is None:
+        h = _MATRICES[key] = torch.from_numpy(_sylvester(block)).to(device=dev, dtype=dtype)
+    return h
+
+
+def pick_operands(ops: dict, dtype):
+    """(signs, H, permutation) of a tensors() dict for x of `dtype`: x's own 16-bit type where H is
+    exact in it, else f32."""
+    import torch
+
+    name = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, "f32")
+    if ops["matrix_" + name] is None:
+        name = "f32"
+    return ops["signs_" + name], ops["matrix_" + name], ops["permutation"]
+
+
 def rotate_torch(x, signs, h, perm=None):
-    """H (signs * x[..., perm]) blockwise over x's last axis, H [block, block] and signs [k] f32 on
-    x's device, perm None or [k] int64; computed in f32, returned in x's dtype (f32, f16, bf16)."""
+    """H (signs * x[..., perm]) blockwise over x's last axis; H [block, block] and signs [k] on x's
+    device, perm None or [k] int64; returned in x's dtype (f32, f16, bf16). With signs and H in
+    x's 16-bit type (H exact there) the product is one 16-bit matmul accumulated in f32, else it
+    is computed in f32; either way rounded once to x's dtype."""
     import torch
 
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
@@ -230,5 +266,5 @@ def rotate_torch(x, signs, h, perm=None):
         raise Error(f"llmm.HadamardRotation: x has {width} features on its last axis, the rotation {signs.shape[0]}")
     if perm is not None:
         x = x.index_select(-1, perm)
-    xs = x * signs  # promoted to f32: the cast and the sign flips in one kernel
+    xs = x * signs  # exact in x's type; promoted to f32 (the cast in the same kernel) when signs are f32
     return (xs.reshape(-1, h.shape[0]) @ h).reshape(x.shape).to(x.dtype)

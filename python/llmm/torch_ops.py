@@ -463,10 +463,8 @@ class TernaryLinear(torch.nn.Module):
                              f"{self.in_features} input features, got {what}")
         self.rotation = rotation
         if rotation is not None:  # buffers: torch.compile traces them and Module.to moves them
-            signs, h, perm = rotation.tensors(weight.device)
-            self.register_buffer("rotation_signs", signs, persistent=False)
-            self.register_buffer("rotation_matrix", h, persistent=False)
-            self.register_buffer("rotation_permutation", perm, persistent=False)
+            for name, t in rotation.tensors(weight.device).items():
+                self.register_buffer("rotation_" + name, t, persistent=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), requires_grad=False)
         self.precision, self.route, self.out_dtype = precision, route, out_dtype
 
@@ -495,7 +493,7 @@ class TernaryLinear(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.rotation is not None:
-            x = rotate_torch(x, self.rotation_signs, self.rotation_matrix, self.rotation_permutation)
+            x = rotate_torch(x, *self._rotation_operands(x.dtype))
         lead = x.shape[:-1]
         out_dtype = x.dtype if self.out_dtype is None else self.out_dtype
         x2 = x.reshape(-1, self.in_features)
@@ -506,6 +504,14 @@ class TernaryLinear(torch.nn.Module):
             y = torch.ops.llmm.gemm_tq2(x2, self.weight_key, self.out_features, self.precision, self.route, out_dtype)
         y = y.reshape(*lead, self.out_features)
         return y if self.bias is None else y + self.bias
+
+    def _rotation_operands(self, dtype):
+        # x's own 16-bit type where the rotation has it (H exact there), else f32
+        if dtype == torch.bfloat16 and self.rotation_matrix_bf16 is not None:
+            return self.rotation_signs_bf16, self.rotation_matrix_bf16, self.rotation_permutation
+        if dtype == torch.float16 and self.rotation_matrix_f16 is not None:
+            return self.rotation_signs_f16, self.rotation_matrix_f16, self.rotation_permutation
+        return self.rotation_signs_f32, self.rotation_matrix_f32, self.rotation_permutation
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, key={self.weight_key}, "

@@ -64,6 +64,25 @@ def test_rotation_torch_matches_the_reference_in_each_dtype():
         assert np.abs(got.double().numpy() - want).max() / np.abs(want).max() < 2 * tol + 1e-6
 
 
+def test_rotation_torch_16_bit_path_where_h_is_exact():
+    """Blocks that are powers of 4 rotate bf16 / f16 x by a matmul in x's own type (H = +-2^-j is
+    exact there); other blocks go through f32. Both round once to x's type."""
+    torch = need_torch()
+    from llmm.hadamard import pick_operands
+
+    for block, exact16 in ((256, True), (128, False)):
+        rot = llmm.HadamardRotation(random_signs(512), block)
+        ops = rot.tensors("cpu")
+        for dt in (torch.bfloat16, torch.float16):
+            signs, h, perm = pick_operands(ops, dt)
+            assert (signs.dtype == dt and h.dtype == dt) == exact16 and perm is None
+            if exact16:
+                assert torch.equal(h.double(), torch.from_numpy(kronecker_hadamard(block)))
+    # one matrix per (block, dtype, device), shared by every rotation
+    a, b = llmm.HadamardRotation(np.ones(256), 256).tensors("cpu"), llmm.HadamardRotation(-np.ones(512), 256).tensors("cpu")
+    assert a["matrix_bf16"] is b["matrix_bf16"] and a["matrix_f32"] is b["matrix_f32"]
+
+
 def test_rotation_propagates_nan_and_inf_to_its_block_only():
     x = RNG.standard_normal((2, 8))
     x[0, 1], x[1, 6] = np.nan, np.inf
