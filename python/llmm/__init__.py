@@ -505,7 +505,6 @@ def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = 
     (llmm.hadamard.rotation_for); such a weight is refused without it.
     llmm.torch_ops.TernaryLinear.from_gguf does that and applies the rotation."""
     from . import _gguf
-    from .hadamard import folded, rotation_for
 
     if hadamard not in ("refuse", "return"):
         raise Error(f"llmm.load_tq2_gguf: hadamard must be 'refuse' or 'return', got {hadamard!r}")
@@ -513,9 +512,17 @@ def load_tq2_gguf(path, tensor_name: str, *, device="cpu", key: Optional[int] = 
     t = next((t for t in infos if t.name == tensor_name), None)
     if t is None:
         raise Error(f"llmm.load_tq2_gguf: no tensor {tensor_name!r} in {path}")
+    return _load_gguf_tensor(path, t, meta, device, key, hadamard, v_head_order, "llmm.load_tq2_gguf")
+
+
+def _load_gguf_tensor(path, t, meta, device, key, hadamard, v_head_order, op):
+    """load_tq2_gguf for tensor info t of a header already read (meta: its kept metadata)."""
+    from . import _gguf
+    from .hadamard import folded, rotation_for
+
+    tensor_name = t.name
     k = int(t.shape[0]) if t.shape else 0
     n = int(np.prod(t.shape[1:], dtype=np.int64)) if len(t.shape) > 1 else 1
-    op = "llmm.load_tq2_gguf"
     if hadamard == "refuse" and folded(meta, tensor_name, op):
         block = meta.get("prism.hadamard.block_size", "?")
         raise Error(f"{op}: tensor {tensor_name!r} is listed in prism.hadamard.weight_names: a Hadamard-folded weight "

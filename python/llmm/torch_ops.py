@@ -52,6 +52,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
 
 __all__ = ["matmul", "matmul_id", "gemm_tq2", "moe_ffn", "fused_experts", "matmul_fp8", "TernaryLinear", "Fp8Linear",
+           "ternary_linears_from_gguf",
            "quantize_linears_fp8"]
 
 Tensor = torch.Tensor
@@ -517,3 +518,41 @@ class TernaryLinear(torch.nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, key={self.weight_key}, "
                 f"device={self.weight_handle.device}, precision={self.precision!r}"
                 + (f", rotation={self.rotation!r}" if self.rotation is not None else ""))
+
+
+# GGML type ids load_tq2_gguf reads: TQ1_0, TQ2_0, Q2_0 (both meanings), PQ2_0, PTQ1_0.
+_GGUF_TERNARY_TYPES = (34, 35, 42, 142, 143)
+
+
+def ternary_linears_from_gguf(path, names=None, *, device="cpu", v_head_order: Optional[str] = None,
+                              **kw) -> dict:
+    """{name: TernaryLinear} for the ternary tensors of a GGUF file (`names`, or every tensor of a
+    ternary type but the embedding tables of prism.hadamard.inverse_weight_names), each with the
+    Hadamard rotation the file declares for it (TernaryLinear.from_gguf, header read once).
+    v_head_order as load_tq2_gguf (needed where the file has a gated-DeltaNet ssm_out under
+    prism.hadamard.gdn_v_grouped); other keywords go to TernaryLinear. A tensor that cannot load
+    raises llmm.Error naming it; the weights uploaded before it are released."""
+    from llmm import _gguf
+
+    infos, meta = _gguf.read_header(path)
+    by_name = {t.name: t for t in infos}
+    if names is None:
+        inverse = meta.get("prism.hadamard.inverse_weight_names")
+        skip = set(inverse) if isinstance(inverse, list) else set()
+        todo = [t for t in infos if t.type_id in _GGUF_TERNARY_TYPES and t.name not in skip]
+    else:
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise llmm.Error(f"llmm.torch_ops.ternary_linears_from_gguf: no tensor {missing[0]!r} in {path}")
+        todo = [by_name[n] for n in names]
+    out = {}
+    try:
+        for t in todo:
+            weight, rotation = llmm._load_gguf_tensor(path, t, meta, device, None, "return", v_head_order,
+                                                      "llmm.torch_ops.ternary_linears_from_gguf")
+            out[t.name] = TernaryLinear(weight, rotation=rotation, **kw)
+    except BaseException:
+        for lin in out.values():
+            llmm.release_tq2(lin.weight_handle)
+        raise
+    return out

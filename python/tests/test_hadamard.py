@@ -157,7 +157,7 @@ def prism_metadata(names, widths, signs, *, block=256, version=1, transform="nor
 N, K, K2 = 24, 512, 768  # two activation widths, as Bonsai-2's hidden and ffn widths
 
 
-def bonsai_file(tmp_path, **meta):
+def bonsai_file(tmp_path, extra=(), **meta):
     """A GGUF with folded ffn_up ([N, K]) and ffn_down ([N, K2]) and an unfolded attn_q ([N, K]),
     all PQ2_0 (type 142): returns (path, {name: float64 W'}, {width: signs})."""
     signs = {K: random_signs(K), K2: random_signs(K2)}
@@ -169,7 +169,7 @@ def bonsai_file(tmp_path, **meta):
     md = prism_metadata(["blk.0.ffn_up.weight", "blk.0.ffn_down.weight"], [K, K2],
                         np.concatenate([signs[K], signs[K2]]), **meta)
     path = tmp_path / "bonsai2.gguf"
-    write_gguf(path, tensors, extra_kv=md)
+    write_gguf(path, tensors + list(extra), extra_kv=md)
     return path, dense, signs
 
 
@@ -342,3 +342,41 @@ def test_folded_weight_on_cuda_matches_float64(tmp_path):
     for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
         got = lin(torch.from_numpy(x).to("cuda", dt)).double().cpu().numpy().T
         assert np.abs(got - want).max() <= tol * np.abs(want).max(), dt
+
+
+def test_ternary_linears_from_gguf_loads_every_ternary_tensor_with_its_rotation(tmp_path):
+    torch = need_torch()
+    import llmm.torch_ops as T
+
+    codes, d = random_ternary(N, K, 128)  # an embedding table rotated on its output side, and a float tensor
+    extra = [("token_embd.weight", 142, (K, N), encode_q2(codes, d, 128)),
+             ("blk.0.attn_norm.weight", 0, (K,), np.ones(K, np.float32).tobytes())]
+    path, dense, signs = bonsai_file(tmp_path, extra=extra)
+    lins = T.ternary_linears_from_gguf(path)
+    assert sorted(lins) == sorted(dense)  # neither the embedding nor the norm
+    with pytest.raises(llmm.Error, match="'token_embd.weight' is listed in prism.hadamard.inverse_weight_names"):
+        T.ternary_linears_from_gguf(path, ["token_embd.weight"])
+    x = RNG.standard_normal((2, K2))
+    for name, lin in lins.items():
+        k = lin.in_features
+        folded = name != "blk.0.attn_q.weight"
+        xin = reference(x[:, :k], signs[k], 256) if folded else x[:, :k]
+        want = dense[name] @ xin.T
+        got = lin(torch.from_numpy(x[:, :k]).float()).double().numpy().T
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), name
+        llmm.release_tq2(lin.weight_handle)
+    one = T.ternary_linears_from_gguf(path, ["blk.0.attn_q.weight"])
+    assert list(one) == ["blk.0.attn_q.weight"] and one["blk.0.attn_q.weight"].rotation is None
+    with pytest.raises(llmm.Error, match="no tensor 'nope'"):
+        T.ternary_linears_from_gguf(path, ["blk.0.attn_q.weight", "nope"])
+
+
+def test_ternary_linears_from_gguf_needs_the_v_head_order_of_ssm_out(tmp_path):
+    need_torch()
+    import llmm.torch_ops as T
+
+    path, _, _ = ssm_out_file(tmp_path)
+    with pytest.raises(llmm.Error, match=r"ternary_linears_from_gguf: tensor 'blk.0.ssm_out.weight' is a gated-DeltaNet"):
+        T.ternary_linears_from_gguf(path)
+    lins = T.ternary_linears_from_gguf(path, v_head_order="tiled")
+    assert lins["blk.0.ssm_out.weight"].rotation.permutation is not None
