@@ -42,8 +42,8 @@ class HadamardRotation:
 
     ``signs``: the +-1 vector s of the input width k (k a multiple of ``block``). Called on a
     torch tensor (f32, f16 or bf16, any leading shape, any device) it returns a tensor of x's
-    dtype, the rotation computed in f32 and rounded once; on a NumPy array, float64 math and x's
-    dtype back. ``permutation`` (optional, an index array p of length k): x's features are taken
+    dtype: one matmul in x's 16-bit type where H is exact there (block a power of 4), else in f32,
+    rounded once either way; on a NumPy array, float64 math and x's dtype back. ``permutation`` (optional, an index array p of length k): x's features are taken
     in the order x[..., p] first (P x; the gated-DeltaNet head order of ssm_out, see rotation_for)."""
 
     def __init__(self, signs, block: int, permutation=None):
