@@ -380,3 +380,19 @@ def test_ternary_linears_from_gguf_needs_the_v_head_order_of_ssm_out(tmp_path):
         T.ternary_linears_from_gguf(path)
     lins = T.ternary_linears_from_gguf(path, v_head_order="tiled")
     assert lins["blk.0.ssm_out.weight"].rotation.permutation is not None
+
+
+def test_rotated_ternary_linear_compiles_fullgraph():
+    """torch.compile(fullgraph=True) traces the rotation (buffers, a dtype branch) and the op."""
+    torch = need_torch()
+    import llmm.torch_ops as T
+
+    weight = llmm.upload_tq2(llmm.quantize_tq2(RNG.standard_normal((N, K)).astype(np.float32)), N, K)
+    try:
+        lin = T.TernaryLinear(weight, rotation=llmm.HadamardRotation(random_signs(K), 256))
+        for dt in (torch.float32, torch.bfloat16):
+            x = torch.from_numpy(RNG.standard_normal((3, K))).to(dt)
+            compiled = torch.compile(lin, fullgraph=True, backend="aot_eager")
+            assert torch.equal(compiled(x), lin(x)), dt
+    finally:
+        llmm.release_tq2(weight)
