@@ -589,3 +589,94 @@ TEST(Tq2Gpu, StreamV4RefusedOffHopperAndPastItsLimits) {
                  "the sm_90 streaming engine is built for sm_90a only");
   }
 }
+
+// Ternary-Bonsai-2's Hadamard fold in tq2_stage_i8x4 (v4, v5 staged; K whole, in parts, and a
+// sliced image whose parts cut a rotation block): against the float64 reference of the rotated
+// input, with poisoned padding and non-finite inputs on one shape. Auto takes v4 / v5 here.
+TEST(Tq2Gpu, HadamardRotationOnTheStreamingRoutes) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "the rotation runs on sm_90a's streaming routes only";
+  TernaryWeightCache cache(ctx);
+  struct S { std::int64_t n, k; };
+  std::uint64_t seed = 9100;
+  int checked = 0;
+  for (Tq2Route r : {Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Auto})
+    for (const S& sh : {S{40, 1024}, S{3072, 2048}, S{300, 24576}})
+      for (std::int64_t m : {1, 3, 8})
+        for (int block : {128, 1024})
+          for (DType in : {DType::F32, DType::BF16, DType::F16}) {
+            if (sh.k % block != 0) continue;
+            Tq2Plan plan;
+            try {
+              plan = plan_gemm_tq2(m, sh.n, sh.k, in, ctx.arch(), r);
+            } catch (const Error&) {
+              continue;  // the forced route does not take this shape
+            }
+            if (plan.route != Tq2Route::StreamV4 && plan.route != Tq2Route::StreamV5) continue;
+            Tq2Case c;
+            c.m = m, c.n = sh.n, c.k = sh.k, c.route = r, c.in_dtype = in, c.out_dtype = in;
+            c.seed_input = false, c.seed = ++seed, c.pad = 3, c.rot_block = block;
+            c.nonfinite_every = sh.n == 40 && m == 8 ? 2 : 0;
+            const Tq2Outcome o = run_tq2_case(ctx, cache, c);
+            EXPECT_TRUE(o.cmp.ok()) << c.describe() << " [" << o.receipt.kernel << "]: " << o.cmp.summary();
+            EXPECT_TRUE(o.padding_untouched) << c.describe();
+            EXPECT_TRUE(o.any_nonzero) << c.describe();
+            EXPECT_EQ(o.receipt.kernels_launched, 2) << c.describe();  // staged: the stage kernel rotates
+            ++checked;
+          }
+  EXPECT_GT(checked, 40);
+}
+
+// Rotated calls that cannot run are refused before anything is launched or written.
+TEST(Tq2Gpu, HadamardRotationRefusalsLaunchNothing) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!runs_here(ctx, Tq2Route::StreamV5)) GTEST_SKIP() << "the rotation runs on sm_90a's streaming routes only";
+  TernaryWeightCache cache(ctx);
+  const std::int64_t n = 64, k = 1024;
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(n, k, 5);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), n, k);
+  HostTensor in = host_tensor(DType::F32, {64, k}), out = host_tensor(DType::F32, {64, n}), signs = host_tensor(DType::F32, {k + 4});
+  for (std::int64_t i = 0; i < 64 * k; ++i) static_cast<float*>(in.view.data)[i] = 0.5f;
+  for (std::int64_t i = 0; i < k + 4; ++i) static_cast<float*>(signs.view.data)[i] = 1.0f;
+  std::vector<unsigned char> poison_bytes(out.bytes.size(), 0xFF);
+  out.bytes = poison_bytes;
+  out.view.data = out.bytes.data();
+  DeviceTensor din = to_device(in), dout = to_device(out), dsigns = to_device(signs);
+  const auto* s = static_cast<const float*>(dsigns.view.data);
+  auto rows = [&](const View& v, std::int64_t m) {
+    View r = v;
+    r.shape = {m, v.dim(1)};
+    return r;
+  };
+  LaunchRecorder rec;
+  ctx.set_launch_recorder(&rec);
+  Tq2Options o;
+  o.rotation_block = 1024, o.rotation_signs = s;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 64), rows(dout.view, 64), o); }, ErrorCode::Unsupported,
+               "rotate x first");  // m 64: the tiled routes take x as it is
+  o.rotation_block = 64;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 1), rows(dout.view, 1), o); }, ErrorCode::Unsupported,
+               "blocks of 128 to 1024");
+  o.rotation_block = 384;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 1), rows(dout.view, 1), o); }, ErrorCode::InvalidArgument,
+               "must be a power of two >= 2 dividing k = 1024");
+  o.rotation_block = 2048;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 1), rows(dout.view, 1), o); }, ErrorCode::InvalidArgument,
+               "dividing k");
+  o.rotation_block = 256, o.rotation_signs = nullptr;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 1), rows(dout.view, 1), o); }, ErrorCode::InvalidArgument,
+               "null rotation_signs");
+  o.rotation_signs = s + 1;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 1), rows(dout.view, 1), o); }, ErrorCode::InvalidArgument,
+               "16-byte aligned");
+  o.rotation_signs = s, o.stream_image = Tq2StreamImage::InBlock;
+  expect_error([&] { gemm_tq2(ctx, w, rows(din.view, 1), rows(dout.view, 1), o); }, ErrorCode::Unsupported,
+               "needs the staged image");
+  ctx.synchronize();
+  EXPECT_TRUE(rec.launched.empty());
+  std::vector<unsigned char> back(out.bytes.size());
+  copy_to_host(back.data(), dout.buffer.data(), back.size());
+  EXPECT_EQ(back, poison_bytes);
+}
