@@ -73,9 +73,7 @@ Receipt run_tq2_cuda(Context& ctx, Tq2Route route, const cuda_ternary::Tq2Args& 
   // writes partials there: the whole workspace is written by both.
   if (kernels == 2)
     ctx.note_launch(stage_name, [&] {
-      LaunchRanges r{{tq2_ranges(g).reads[0]}, {staged}};  // the activation, converted once
-      if (g.rot_block) r.reads.push_back(elems_range(g.rot_signs, DType::F32, g.k));  // and rotated
-      return r;
+      return LaunchRanges{{tq2_ranges(g).reads[0]}, {staged}};  // the activation, converted once
     });
   ctx.note_launch(name, [&] {
     LaunchRanges r = tq2_ranges(g);

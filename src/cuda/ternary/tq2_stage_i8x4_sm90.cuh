@@ -44,59 +44,6 @@ __device__ __forceinline__ void stage_row_group_i8x4(const TIn* row, int gl, boo
   E::convert(x, lane, col, base + xs_off + gl * E::kRecBytes, col_stride, reinterpret_cast<float2*>(base) + gl * tile_cols);
 }
 
-// One warp: the Hadamard-rotated block `blk` (rot_block = 128 G weights, G <= 8) of the activation
-// row at `row`, H (s * x) with H the normalized Sylvester matrix, then its G groups converted as
-// stage_row_group_i8x4 converts one. Element e = 128 g + 4 lane + j of the block holds bits 0-1 in
-// j (a lane's float4), bits 2-6 in the lane and bits 7-9 in g, and H_b = H_2 (x) ... (x) H_2 over
-// them: butterflies inside the float4, across lanes by xor shuffles, across the G registers.
-// `put(g, x)` converts group g of the block.
-template <class TIn, class Put>
-__device__ __forceinline__ void stage_rotated_block_i8x4(const TIn* row, int blk, int rot_block, const float* signs, bool in_vec,
-                                                         int lane, Put&& put) {
-  constexpr int kMaxG = 8;
-  const int G = rot_block / static_cast<int>(kTq2Group);
-  const std::int64_t base = static_cast<std::int64_t>(blk) * rot_block;
-  float4 x[kMaxG];
-#pragma unroll
-  for (int g = 0; g < kMaxG; ++g)
-    if (g < G) {
-      const std::int64_t at = base + g * kTq2Group + 4 * lane;
-      const float4 v = stream::load_x4<TIn>(row + at, in_vec);
-      const float4 sg = __ldg(reinterpret_cast<const float4*>(signs + at));
-      // bits 0-1: inside the lane's float4
-      const float a0 = v.x * sg.x + v.y * sg.y, a1 = v.x * sg.x - v.y * sg.y;
-      const float a2 = v.z * sg.z + v.w * sg.w, a3 = v.z * sg.z - v.w * sg.w;
-      x[g] = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
-    }
-  // bits 2-6: across the lanes (the lower index adds, the higher subtracts itself from its partner)
-#pragma unroll
-  for (int mask = 1; mask < 32; mask *= 2) {
-    const bool hi = (lane & mask) != 0;
-#pragma unroll
-    for (int g = 0; g < kMaxG; ++g)
-      if (g < G) {
-        float4& v = x[g];
-        const float px = __shfl_xor_sync(0xffffffffu, v.x, mask), py = __shfl_xor_sync(0xffffffffu, v.y, mask);
-        const float pz = __shfl_xor_sync(0xffffffffu, v.z, mask), pw = __shfl_xor_sync(0xffffffffu, v.w, mask);
-        v = hi ? make_float4(px - v.x, py - v.y, pz - v.z, pw - v.w) : make_float4(v.x + px, v.y + py, v.z + pz, v.w + pw);
-      }
-  }
-  // bits 7-9: across the groups, in registers
-#pragma unroll
-  for (int h = 1; h < kMaxG; h *= 2)
-#pragma unroll
-    for (int g = 0; g < kMaxG; ++g)
-      if ((g & h) == 0 && g + h < G) {
-        const float4 u = x[g], w = x[g + h];
-        x[g] = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
-        x[g + h] = make_float4(u.x - w.x, u.y - w.y, u.z - w.z, u.w - w.w);
-      }
-  const float scale = rsqrtf(static_cast<float>(rot_block));
-#pragma unroll
-  for (int g = 0; g < kMaxG; ++g)
-    if (g < G) put(g, make_float4(x[g].x * scale, x[g].y * scale, x[g].z * scale, x[g].w * scale));
-}
-
 // One warp, one image of `rows` activation rows (row j at in + j in_ld, record column j): items
 // (row j, group gl) = first, first + step, ... < rows x groups, kBatch input loads issued before
 // any of them is converted, so that a warp pays the load latency once a batch, not once an item
@@ -167,24 +114,7 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
   auto* const image = static_cast<unsigned char*>(a.workspace);
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int item = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x >> 5);
-  // Rotated (v4, v5 with a Hadamard fold): an item is a block of rot_block weights, G groups.
-  const int per_item = a.rot_block ? a.rot_block / static_cast<int>(kTq2Group) : 1;
-  const int items = rows * (groups / per_item);
-  if (a.rot_block && item < items) {
-    const int blocks = groups / per_item;
-    const int i = item / blocks, blk = item - i * blocks;
-    const TIn* const in = static_cast<const TIn*>(a.in) + (i / p.top_k) * a.in_ld + (i % p.top_k) * p.slot_ld;
-    stage_rotated_block_i8x4(in, blk, a.rot_block, a.rot_signs, p.in_vec, lane, [&](int g, const float4& x) {
-      const int gl = blk * per_item + g, part = gl / image_groups;  // 0 unless sliced
-      unsigned char* const base =
-          image + (own ? static_cast<std::int64_t>(i) * p.row_bytes : static_cast<std::int64_t>(part) * image_stride);
-      const int gi = gl - part * image_groups;
-      E::convert(x, lane, own ? 0 : i, base + p.xs_off + gi * E::kRecBytes, col_stride,
-                 reinterpret_cast<float2*>(base) + gi * tile_cols);
-    });
-    LLMM_TRACE(if (lane == 0) cuda_common::trace_stage_last(p.trace, cuda_common::kEvStageEnd);)
-    return;
-  }
+  const int items = rows * groups;
   if (item < items) {
     const int i = item / groups, gl = item - i * groups;
     const int part = gl / image_groups;  // 0 unless sliced
@@ -203,11 +133,10 @@ __global__ void __launch_bounds__(256) tq2_stage_i8x4_kernel(const Tq2Args a, co
   LLMM_TRACE(if (lane == 0) cuda_common::trace_stage_last(p.trace, cuda_common::kEvStageEnd);)
 }
 
-// Enqueues tq2_stage_i8x4 for a.m x (k / 128) items (k / rot_block when rotated) plus
-// `extra_blocks` blocks of the other work.
+// Enqueues tq2_stage_i8x4 for a.m x (k / 128) items plus `extra_blocks` blocks of the other work.
 template <class TIn>
 void launch_tq2_stage_i8x4(const Tq2Args& a, const StageImage& p, int extra_blocks, cudaStream_t stream) {
-  const std::int64_t items = a.m * (a.k / (a.rot_block ? a.rot_block : kTq2Group));
+  const std::int64_t items = a.m * (a.k / kTq2Group);
   cuda_common::launch_pdl(&tq2_stage_i8x4_kernel<TIn>, dim3(static_cast<unsigned>((items + 7) / 8 + extra_blocks)), dim3(256), 0,
                           stream, a, p);
 }
