@@ -146,7 +146,96 @@ TEST(GemvWideSupports, LayoutAndAlignment) {
   EXPECT_FALSE(gemv_wide_supports(t));
 }
 
+TEST(GemvProblem, MapsBothOrientations) {
+  // m == 1, w = b^T [n, k]: rows kernel over n outputs, x = row 0 of a.
+  DenseArgs a = skinny(DType::BF16, 1, 3072, 3072);
+  a.c_ld = 3072;
+  GemvProblem p = gemv_problem(a, 132);
+  EXPECT_TRUE(p.rows);
+  EXPECT_EQ(p.outputs, 3072);
+  EXPECT_EQ(p.len, 3072);
+  EXPECT_EQ(p.w, a.b);
+  EXPECT_EQ(p.x, a.a);
+  EXPECT_EQ(p.x_inc, 1);
+  EXPECT_EQ(p.y_inc, 1);
+  EXPECT_TRUE(p.w_vec);
+  EXPECT_TRUE(p.x_vec);
+  EXPECT_EQ(p.split, 1);  // 3072 rows are enough warps
+
+  // m == 1, b not transposed: outputs contiguous -> cols kernel, narrowed to 2 threads x 8.
+  a.b_trans = false;
+  a.b_ld = 3072;
+  p = gemv_problem(a, 132);
+  EXPECT_FALSE(p.rows);
+  EXPECT_TRUE(p.w_vec);
+  EXPECT_EQ(p.split, 2);
+  a.n = 14336;
+  a.b_ld = 14336;
+  p = gemv_problem(a, 132);
+  EXPECT_EQ(p.split, 4);  // 448 blocks of 32 outputs
+
+  // n == 1: W = a, x = column 0 of b (stride b_ld unless transposed), y stride c_ld.
+  DenseArgs v;
+  v.dtype = DType::F16;
+  v.m = 256;
+  v.n = 1;
+  v.k = 4096;
+  v.a = addr(0x1000);
+  v.a_ld = 4096;
+  v.b = addr(0x900000);
+  v.b_ld = 5;
+  v.c = maddr(0x2000000);
+  v.c_ld = 3;
+  p = gemv_problem(v, 132);
+  EXPECT_TRUE(p.rows);
+  EXPECT_EQ(p.outputs, 256);
+  EXPECT_EQ(p.w, v.a);
+  EXPECT_EQ(p.x_inc, 5);
+  EXPECT_EQ(p.y_inc, 3);
+  EXPECT_TRUE(p.w_vec);
+  EXPECT_FALSE(p.x_vec);
+  EXPECT_EQ(p.split, 4);  // 256 rows, long K: 4 warps per row
+  v.a_trans = true;
+  v.a_ld = 256;
+  p = gemv_problem(v, 132);
+  EXPECT_FALSE(p.rows);
+  EXPECT_EQ(p.w_ld, 256);
+
+  // 1x1 output with both operands transposed: W = b, contiguous along k.
+  DenseArgs d;
+  d.dtype = DType::F32;
+  d.m = d.n = 1;
+  d.k = 100;
+  d.a = addr(0x1000);
+  d.a_ld = 1;
+  d.a_trans = true;
+  d.b = addr(0x2000);
+  d.b_ld = 100;
+  d.b_trans = true;
+  d.c = maddr(0x3000);
+  d.c_ld = 1;
+  p = gemv_problem(d);
+  EXPECT_TRUE(p.rows);
+  EXPECT_EQ(p.w, d.b);
+}
+
 TEST(DenseKernelNames, SayWhatDtypeLayoutVariant) {
+  DenseArgs a = skinny(DType::BF16, 1, 4096, 4096);
+  EXPECT_EQ(gemv_kernel_name(a), "gemv_rows_bf16_v16");
+  DenseArgs t = a;
+  t.b_trans = false;
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_cols_bf16_v16");
+  t.b = addr(0x200002);
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_cols_bf16_scalar");
+  t = a;
+  t.a_trans = true;  // x = column of a^T: strided
+  t.a_ld = 7;
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_rows_bf16_v16_xstrided");
+  t = a;
+  t.dtype = DType::F16;
+  t.b_ld = 4095;
+  EXPECT_EQ(gemv_kernel_name(t), "gemv_rows_f16_scalar");
+
   DenseArgs w = skinny(DType::BF16, 8, 3072, 3072);
   const auto cfg = gemv_wide_config(w.m, w.n, w.k, w.dtype, 9, 132);
   ASSERT_TRUE(cfg.has_value());
