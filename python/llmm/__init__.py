@@ -458,6 +458,7 @@ def tq2_from_bitnet(packed, weight_scale: float) -> bytes:
 _GGUF_TERNARY = {35: ("TQ2_0", 256, 66), 34: ("TQ1_0", 256, 54), 142: ("PQ2_0", 128, 34), 143: ("PTQ1_0", 128, 28)}
 # Type 42 is upstream ggml's Q2_0 (group 64) or, in PrismML's first files, Q2_0 with groups of 128.
 _GGUF_TYPE42 = (("Q2_0", 64, 18, "upstream Q2_0 (group 64)"), ("Q2_0_g128", 128, 34, "PrismML's first Q2_0 (group 128)"))
+_GGUF_TERNARY_TYPE_IDS = frozenset(_GGUF_TERNARY) | {42}  # every type id load_tq2_gguf reads
 
 
 def _gguf_ternary_layout(t, n: int, k: int) -> Tuple[str, int]:

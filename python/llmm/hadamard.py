@@ -15,6 +15,7 @@ inside the ternary kernels' activation staging.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
@@ -26,15 +27,18 @@ _AXIS = "input-last-dimension"
 _KEY = "prism.hadamard."
 
 
+@functools.lru_cache(maxsize=None)
 def _sylvester(block: int) -> np.ndarray:
-    """H[i, j] = (-1)^popcount(i & j) / sqrt(block), float64."""
+    """H[i, j] = (-1)^popcount(i & j) / sqrt(block), float64, read-only (built once a block size)."""
     i = np.arange(block, dtype=np.int64)
     bits = i[:, None] & i[None, :]
     parity = np.zeros_like(bits)
     while bits.any():
         parity ^= bits & 1
         bits >>= 1
-    return np.where(parity == 1, -1.0, 1.0) / np.sqrt(block)
+    h = np.where(parity == 1, -1.0, 1.0) / np.sqrt(block)
+    h.flags.writeable = False
+    return h
 
 
 class HadamardRotation:
@@ -72,7 +76,7 @@ class HadamardRotation:
 
     def matrix(self) -> np.ndarray:
         """The normalized block x block Sylvester-Hadamard matrix (float64, symmetric, H H = I)."""
-        return _sylvester(self.block)
+        return _sylvester(self.block).copy()
 
     def _check_width(self, width: int, what: str):
         if width != self.k:
@@ -92,7 +96,7 @@ class HadamardRotation:
         dev = x.device
         if dev not in self._torch:
             self._torch[dev] = self.tensors(dev)
-        return rotate_torch(x, *pick_operands(self._torch[dev], x.dtype))
+        return rotate_torch(x, *pick_operands(self._torch[dev].get, x.dtype))
 
     def tensors(self, device=None) -> dict:
         """rotate_torch's operands on `device`, by name: "signs_f32" and "matrix_f32" always, and
@@ -183,9 +187,9 @@ def rotation_for(meta: dict, tensor_name: str, k: int, where: str,
     widths, values = _one(meta, "sign_widths", where), _one(meta, "sign_values", where)
     if not isinstance(widths, list) or not isinstance(values, list):
         raise Error(f"{where}: prism.hadamard.sign_widths and sign_values must be arrays")
-    if sum(int(w) for w in widths) != len(values):
-        raise Error(f"{where}: prism.hadamard.sign_widths sum to {sum(int(w) for w in widths)}, sign_values holds "
-                    f"{len(values)}")
+    total = sum(int(w) for w in widths)
+    if total != len(values):
+        raise Error(f"{where}: prism.hadamard.sign_widths sum to {total}, sign_values holds {len(values)}")
     if widths.count(k) != 1:
         why = "no" if k not in widths else f"{widths.count(k)}"
         raise Error(f"{where}: tensor {tensor_name!r} has {k} input features and prism.hadamard.sign_widths {widths} "
@@ -237,19 +241,19 @@ def _shared_matrix(block: int, dtype, device):
     key = (block, dtype, dev)
     h = _MATRICES.get(key)
     if h is None:
-        h = _MATRICES[key] = torch.from_numpy(_sylvester(block)).to(device=dev, dtype=dtype)
+        h = _MATRICES[key] = torch.from_numpy(_sylvester(block).copy()).to(device=dev, dtype=dtype)
     return h
 
 
-def pick_operands(ops: dict, dtype):
-    """(signs, H, permutation) of a tensors() dict for x of `dtype`: x's own 16-bit type where H is
-    exact in it, else f32."""
+def pick_operands(get, dtype):
+    """(signs, H, permutation) for x of `dtype`, `get(name)` giving the tensors() entries: x's own
+    16-bit type where H is exact in it, else f32."""
     import torch
 
     name = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, "f32")
-    if ops["matrix_" + name] is None:
+    if get("matrix_" + name) is None:
         name = "f32"
-    return ops["signs_" + name], ops["matrix_" + name], ops["permutation"]
+    return get("signs_" + name), get("matrix_" + name), get("permutation")
 
 
 def rotate_torch(x, signs, h, perm=None):

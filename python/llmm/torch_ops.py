@@ -46,7 +46,7 @@ import torch
 
 import llmm
 from llmm import _llmm  # noqa: F401  (the extension must load before any op is registered)
-from llmm.hadamard import rotate_torch
+from llmm.hadamard import pick_operands, rotate_torch
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"llmm.torch_ops needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}")
@@ -494,7 +494,7 @@ class TernaryLinear(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.rotation is not None:
-            x = rotate_torch(x, *self._rotation_operands(x.dtype))
+            x = rotate_torch(x, *pick_operands(lambda name: getattr(self, "rotation_" + name), x.dtype))
         lead = x.shape[:-1]
         out_dtype = x.dtype if self.out_dtype is None else self.out_dtype
         x2 = x.reshape(-1, self.in_features)
@@ -506,22 +506,10 @@ class TernaryLinear(torch.nn.Module):
         y = y.reshape(*lead, self.out_features)
         return y if self.bias is None else y + self.bias
 
-    def _rotation_operands(self, dtype):
-        # x's own 16-bit type where the rotation has it (H exact there), else f32
-        if dtype == torch.bfloat16 and self.rotation_matrix_bf16 is not None:
-            return self.rotation_signs_bf16, self.rotation_matrix_bf16, self.rotation_permutation
-        if dtype == torch.float16 and self.rotation_matrix_f16 is not None:
-            return self.rotation_signs_f16, self.rotation_matrix_f16, self.rotation_permutation
-        return self.rotation_signs_f32, self.rotation_matrix_f32, self.rotation_permutation
-
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, key={self.weight_key}, "
                 f"device={self.weight_handle.device}, precision={self.precision!r}"
                 + (f", rotation={self.rotation!r}" if self.rotation is not None else ""))
-
-
-# GGML type ids load_tq2_gguf reads: TQ1_0, TQ2_0, Q2_0 (both meanings), PQ2_0, PTQ1_0.
-_GGUF_TERNARY_TYPES = (34, 35, 42, 142, 143)
 
 
 def ternary_linears_from_gguf(path, names=None, *, device="cpu", v_head_order: Optional[str] = None,
@@ -539,7 +527,7 @@ def ternary_linears_from_gguf(path, names=None, *, device="cpu", v_head_order: O
     if names is None:
         inverse = meta.get("prism.hadamard.inverse_weight_names")
         skip = set(inverse) if isinstance(inverse, list) else set()
-        todo = [t for t in infos if t.type_id in _GGUF_TERNARY_TYPES and t.name not in skip]
+        todo = [t for t in infos if t.type_id in llmm._GGUF_TERNARY_TYPE_IDS and t.name not in skip]
     else:
         missing = [n for n in names if n not in by_name]
         if missing:

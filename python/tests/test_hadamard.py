@@ -74,7 +74,7 @@ def test_rotation_torch_16_bit_path_where_h_is_exact():
         rot = llmm.HadamardRotation(random_signs(512), block)
         ops = rot.tensors("cpu")
         for dt in (torch.bfloat16, torch.float16):
-            signs, h, perm = pick_operands(ops, dt)
+            signs, h, perm = pick_operands(ops.get, dt)
             assert (signs.dtype == dt and h.dtype == dt) == exact16 and perm is None
             if exact16:
                 assert torch.equal(h.double(), torch.from_numpy(kronecker_hadamard(block)))
