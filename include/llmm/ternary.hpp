@@ -187,6 +187,14 @@ struct Tq2Options {
   std::int64_t dequant_chunk_rows = 0;
   // StreamV4/V5's activation image (above). A forced InBlock they cannot take is refused.
   Tq2StreamImage stream_image = Tq2StreamImage::Auto;
+  // Ternary-Bonsai-2's Hadamard fold: the product takes H (s * x) for x, H the normalized
+  // Sylvester-Walsh-Hadamard matrix of rotation_block x rotation_block (a power of two dividing k)
+  // repeated along k, s = rotation_signs (k floats, +-1 for the fold, on the context's device).
+  // 0: no rotation. The CPU reference rotates in float64 and rounds to f32 once. CUDA contexts
+  // refuse a rotation for now (rotate x first: llmm.HadamardRotation); the sm_90 streaming routes'
+  // stage kernel will apply it once its GPU tests have run.
+  const float* rotation_signs = nullptr;
+  int rotation_block = 0;
 };
 
 // Device workspace bytes gemm_tq2 needs for these sizes and options: DequantLt's, StreamV2's

@@ -628,7 +628,7 @@ def _tq2_lookup(device: str, key: int) -> TernaryWeight:
 
 
 def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", route: str = "auto",
-             out_dtype=None):
+             out_dtype=None, rotation_signs=None, rotation_block: int = 0):
     """out[m, n] = x[m, k] @ W[n, k]^T with a ternary weight on x's device.
 
     x is float32, float16 or bfloat16 (innermost stride 1; rows may be padded; read-only is fine);
@@ -639,14 +639,19 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
     "fast"; auto takes it for 16-bit prefill where its tiles fill the GPU), "tq2_tiled_sm90_splitk" (the
     same engine with K in parts, for weights with few 128-row tiles; auto takes it at 16 < m <= 128 where
     its parts fill the GPU), "cpu" (NumPy). out=None allocates like x; m = 0 gives an empty result.
+    rotation_signs (float32 [k], where out lives) and rotation_block (a power of two dividing k):
+    x is taken as H (s * x) blockwise, H the normalized Sylvester-Hadamard matrix (a
+    llmm.HadamardRotation's signs and block), rotated in float64 and rounded to f32 once by the
+    CPU reference; CUDA refuses a rotation for now (rotate x first with llmm.HadamardRotation).
     """
     if not isinstance(weight, TernaryWeight):
         raise TypeError(f"llmm.gemm_tq2: weight must be a llmm.TernaryWeight (from llmm.upload_tq2), got "
                         f"{_type_name(weight)}")
     if out is None and _is_torch(x) and (out_dtype is None or isinstance(out_dtype, sys.modules["torch"].dtype)):
         f = _fast_ext or _fast()
-        if f:  # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
-            return f.gemm_tq2(x, weight, weight.n, precision, route, out_dtype)
+        if f and (rotation_signs is None or _is_torch(rotation_signs)):
+            # torch tensors in C++ (llmm._llmm_torch): the same checks and refusals, no DLPack
+            return f.gemm_tq2(x, weight, weight.n, precision, route, out_dtype, rotation_signs, rotation_block)
     x = _array("gemm_tq2", "x", x)
     shape = tuple(x.shape)
     if len(shape) != 2:
@@ -655,7 +660,9 @@ def gemm_tq2(weight: TernaryWeight, x, out=None, *, precision: str = "exact", ro
         out = _empty("gemm_tq2", x, (shape[0], weight.n), out_dtype if out_dtype is not None else "float32")
     else:
         out = _out("gemm_tq2", out)
-    _launch(_llmm.gemm_tq2, out, weight, x, out, precision=precision, route=route)
+    _launch(_llmm.gemm_tq2, out, weight, x, out, precision=precision, route=route,
+            rotation_signs=None if rotation_signs is None else _array("gemm_tq2", "rotation_signs", rotation_signs),
+            rotation_block=rotation_block)
     return out
 
 

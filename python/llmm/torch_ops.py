@@ -120,19 +120,25 @@ def _matmul_id_fake(weights, x, ids, layout="shared", route="auto", may_repeat=F
 # llmm::gemm_tq2
 
 # int, not SymInt: the key and n are constants of a graph, never symbolic sizes.
+# rotation_signs / rotation_block: a Hadamard rotation applied to x inside the call (gemm_tq2's
+# rotation_signs and rotation_block: the CPU reference; CUDA refuses it until its kernel lands).
 @_custom_op("llmm::gemm_tq2", schema="(Tensor x, int weight_key, int n, str precision=\"exact\", str route=\"auto\", "
-                                    "ScalarType? out_dtype=None) -> Tensor")
+                                    "ScalarType? out_dtype=None, Tensor? rotation_signs=None, int rotation_block=0) "
+                                    "-> Tensor")
 def _gemm_tq2(x: Tensor, weight_key: int, n: int, precision: str = "exact", route: str = "auto",
-              out_dtype: Optional[torch.dtype] = None) -> Tensor:
+              out_dtype: Optional[torch.dtype] = None, rotation_signs: Optional[Tensor] = None,
+              rotation_block: int = 0) -> Tensor:
     w = llmm._tq2_lookup(llmm._device_name(x), weight_key)
     if w.n != n:
         raise llmm.Error(f"llmm.gemm_tq2: weight key {weight_key} is [{w.n}, {w.k}], the call says n = {n}")
     return llmm.gemm_tq2(w, x, precision=precision, route=route,
-                         out_dtype=torch.float32 if out_dtype is None else out_dtype)
+                         out_dtype=torch.float32 if out_dtype is None else out_dtype,
+                         rotation_signs=rotation_signs, rotation_block=rotation_block)
 
 
 @_gemm_tq2.register_fake
-def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=None):
+def _gemm_tq2_fake(x, weight_key, n, precision="exact", route="auto", out_dtype=None, rotation_signs=None,
+                   rotation_block=0):
     if x.dim() != 2:
         raise llmm.Error(f"llmm.gemm_tq2: x must be [m, k], got shape {tuple(x.shape)}")
     return x.new_empty((x.shape[0], n), dtype=torch.float32 if out_dtype is None else out_dtype)

@@ -353,11 +353,11 @@ Precision precision_of(nb::handle h, const char* op) {
 
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::ZeroFill, DenseRoute::Gemv, DenseRoute::GemvWide,
+  for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::ZeroFill, DenseRoute::GemvWide,
                        DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, zero_fill, gemv, gemv_wide, tiled_sm90, cublaslt)");
+       "' (auto, cpu, zero_fill, gemv_wide, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {
@@ -614,13 +614,30 @@ int capi_matmul(const View& a, const View& b, const View& out, bool transpose_a,
   }
 }
 
+// A Hadamard rotation's signs for gemm_tq2 (Tq2Options::rotation_signs): float32 [k], contiguous,
+// where out lives (the core checks the block and the pointer's alignment); null without a rotation.
+const float* rotation_signs_of(const View* s, int block, const View& out, std::int64_t k, const char* op) {
+  if (!s) {
+    if (block != 0) fail(ErrorCode::InvalidArgument, op, ": rotation_block ", block, " given without rotation_signs");
+    return nullptr;
+  }
+  if (s->dtype != DType::F32 || s->rank != 1 || s->shape[0] != k || (k > 1 && s->strides[0] != 1))
+    fail(ErrorCode::InvalidArgument, op, ": rotation_signs must be a contiguous float32 [", k, "] (the weight's k), got ",
+         dtype_name(s->dtype), " of rank ", s->rank, s->rank == 1 ? " and length " + std::to_string(s->shape[0]) : "");
+  if (s->device != out.device || (s->device == DeviceKind::CUDA && s->device_index != out.device_index))
+    fail(ErrorCode::InvalidArgument, op, ": rotation_signs must live on out's device");
+  return static_cast<const float*>(s->data);
+}
+
 int capi_gemm_tq2(PyObject* weight, const View& x, const View& out, PyObject* precision, PyObject* route,
-                  std::uintptr_t stream) {
+                  const View* rotation_signs, int rotation_block, std::uintptr_t stream) {
   try {
     constexpr const char* op = "llmm.gemm_tq2";
     const PyTernaryWeight& w = weight_arg(weight, op);
     Tq2Options o;
     o.precision = precision_of(precision, op), o.force_route = tq2_route_of(route, op);
+    o.rotation_signs = rotation_signs_of(rotation_signs, rotation_block, out, w.k(), op);
+    o.rotation_block = rotation_block;
     gemm_tq2(context_for(out, stream, op, "out"), w.handle, x, out, o);
     return 0;
   } catch (...) {
@@ -997,18 +1014,25 @@ NB_MODULE(_llmm, m) {
       "evicts a later upload under the same key). True if it evicted.");
   m.def(
       "gemm_tq2",
-      [](nb::handle weight, nb::handle x, nb::handle out, nb::handle precision, nb::handle route, nb::handle stream) {
+      [](nb::handle weight, nb::handle x, nb::handle out, nb::handle precision, nb::handle route, nb::handle stream,
+         nb::handle rotation_signs, nb::handle rotation_block) {
         constexpr const char* op = "llmm.gemm_tq2";
         const PyTernaryWeight& w = weight_arg(weight, op);
         Arr vx = input_arg(x, op, "x"), vo = output_arg(out, op, "out");
         Tq2Options o;
         o.precision = precision_of(precision, op), o.force_route = tq2_route_of(route, op);
+        const int block = static_cast<int>(uint_arg(rotation_block, op, "rotation_block", 1u << 30, "int"));
+        Arr vs;
+        if (!rotation_signs.is_none()) vs = input_arg(rotation_signs, op, "rotation_signs");
+        o.rotation_signs = rotation_signs_of(rotation_signs.is_none() ? nullptr : &vs.v, block, vo.v, w.k(), op);
+        o.rotation_block = block;
         Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
         return receipt_dict(gemm_tq2(ctx, w.handle, vx.v, vo.v, o));
       },
       nb::arg("weight").none(), nb::arg("x").none(), nb::arg("out").none(), nb::arg("precision").none() = "exact", nb::arg("route").none() = "auto",
-      nb::arg("stream").none() = 0,
-      "out[m, n] = x[m, k] @ W[n, k]^T on out's device and the given stream; returns the receipt. Low level: use "
+      nb::arg("stream").none() = 0, nb::arg("rotation_signs").none() = nb::none(), nb::arg("rotation_block").none() = 0,
+      "out[m, n] = x[m, k] @ W[n, k]^T on out's device and the given stream, x rotated first where rotation_signs "
+      "(float32 [k]) and rotation_block are given (Tq2Options::rotation_*); returns the receipt. Low level: use "
       "llmm.gemm_tq2.");
 
   m.def(

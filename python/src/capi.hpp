@@ -15,7 +15,7 @@
 
 namespace llmm::capi {
 
-inline constexpr unsigned kAbi = 2;  // bump when a signature below changes
+inline constexpr unsigned kAbi = 3;  // bump when a signature below changes
 inline constexpr const char* kCapsuleName = "llmm._llmm._capi";
 
 struct Table {
@@ -23,9 +23,10 @@ struct Table {
   // out = op(a) @ op(b) on out's device and `stream` (llmm.matmul's contract).
   int (*matmul)(const View& a, const View& b, const View& out, bool transpose_a, bool transpose_b, PyObject* precision,
                 PyObject* route, std::uintptr_t stream);
-  // out[m, n] = x[m, k] @ W[n, k]^T for the llmm.TernaryWeight `weight` (llmm.gemm_tq2's contract).
+  // out[m, n] = x[m, k] @ W[n, k]^T for the llmm.TernaryWeight `weight` (llmm.gemm_tq2's contract),
+  // x Hadamard-rotated first where rotation_signs (float32 [k]) is given (null: none).
   int (*gemm_tq2)(PyObject* weight, const View& x, const View& out, PyObject* precision, PyObject* route,
-                  std::uintptr_t stream);
+                  const View* rotation_signs, int rotation_block, std::uintptr_t stream);
   // out[t, s, :] = weights[ids[t, s]] @ x(t, s) with the library's own grouped scratch for out's
   // device and `stream` (llmm.matmul_id's contract without scratch=). The flags are the Python
   // objects as given, so that their refusals are the DLPack path's.

@@ -11,7 +11,7 @@
 //
 // Functions (positional, all required; the llmm package calls them, users call llmm.matmul etc.):
 //   matmul(a, b, transpose_a, transpose_b, precision, route) -> Tensor
-//   gemm_tq2(x, weight, n, precision, route, out_dtype) -> Tensor   (out_dtype: torch.dtype)
+//   gemm_tq2(x, weight, n, precision, route, out_dtype[, rotation_signs, rotation_block]) -> Tensor
 //   matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel) -> Tensor
 #include <Python.h>
 
@@ -203,23 +203,42 @@ c10::ScalarType out_dtype_arg(PyObject* o, const char* op) {
 }
 
 // llmm.gemm_tq2's contract for a torch x [m, k]: a new [m, n] output of dtype dt like x.
+// signs: a Hadamard rotation's float32 [k] signs (null: none), rotation_block its block.
 at::Tensor run_gemm_tq2(const at::Tensor& x, PyObject* weight, int64_t n, c10::ScalarType dt, PyObject* precision,
-                        PyObject* route) {
+                        PyObject* route, const at::Tensor* signs = nullptr, int64_t rotation_block = 0) {
   constexpr const char* op = "llmm.gemm_tq2";
   if (x.dim() != 2) throw Raise{g_error, std::string(op) + ": x must be [m, k], got shape " + shape_str(x)};
+  if (rotation_block < 0 || rotation_block > (int64_t{1} << 30))
+    throw Raise{g_error, std::string(op) + ": rotation_block " + std::to_string(rotation_block) + " is out of range"};
   at::Tensor out = at::empty({x.size(0), n}, x.options().dtype(dt));
   const View vx = view_of(x, op, "x"), vo = view_of(out, op, "out");
+  View vs;
+  if (signs) vs = view_of(*signs, op, "rotation_signs");
 #ifdef LLMM_TORCH_CUDA
   const c10::cuda::OptionalCUDAGuard guard(out.is_cuda() ? std::optional<c10::Device>(out.device()) : std::nullopt);
 #endif
-  if (g_capi->gemm_tq2(weight, vx, vo, precision, route, stream_of(out)) != 0) throw PyErrorSet{};
+  if (g_capi->gemm_tq2(weight, vx, vo, precision, route, signs ? &vs : nullptr, static_cast<int>(rotation_block),
+                       stream_of(out)) != 0)
+    throw PyErrorSet{};
   return out;
 }
 
+// gemm_tq2(x, weight, n, precision, route, out_dtype[, rotation_signs, rotation_block])
 PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   constexpr const char* op = "llmm.gemm_tq2";
-  if (nargs != 6) return arity(op, nargs, 6);
+  if (nargs != 6 && nargs != 8) return arity(op, nargs, 8);
   return guarded([&]() -> PyObject* {
+    const at::Tensor* signs = nullptr;
+    long long block = 0;
+    if (nargs == 8) {
+      if (args[6] != Py_None) signs = &tensor_arg(args[6], op, "rotation_signs");
+      if (!PyLong_Check(args[7])) throw Raise{PyExc_TypeError, std::string(op) + ": rotation_block must be an int"};
+      block = PyLong_AsLongLong(args[7]);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        throw Raise{g_error, std::string(op) + ": rotation_block is out of range"};
+      }
+    }
     const at::Tensor& x = tensor_arg(args[0], op, "x");
     if (!PyLong_Check(args[2])) throw Raise{PyExc_TypeError, std::string(op) + ": n must be an int"};
     const long long n = PyLong_AsLongLong(args[2]);
@@ -228,7 +247,7 @@ PyObject* gemm_tq2(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       throw Raise{g_error, std::string(op) + ": n must be a non-negative int64"};
     }
     return THPVariable_Wrap(run_gemm_tq2(x, args[1], static_cast<int64_t>(n), out_dtype_arg(args[5], op), args[3],
-                                         args[4]));
+                                         args[4], signs, static_cast<int64_t>(block)));
   });
 }
 
@@ -330,7 +349,8 @@ PyObject* tq2_lookup(const std::string& dev, int64_t key) {
 }
 
 at::Tensor gemm_tq2_op(const at::Tensor& x, int64_t key, int64_t n, c10::string_view precision, c10::string_view route,
-                       std::optional<c10::ScalarType> out_dtype) {
+                       std::optional<c10::ScalarType> out_dtype, const std::optional<at::Tensor>& rotation_signs,
+                       int64_t rotation_block) {
   return op_guarded([&] {
     const std::string dev = x.is_cuda() ? "cuda:" + std::to_string(x.get_device()) : std::string("cpu");
     const Ref w(tq2_lookup(dev, key));
@@ -344,7 +364,8 @@ at::Tensor gemm_tq2_op(const at::Tensor& x, int64_t key, int64_t n, c10::string_
                                "], the call says n = " + std::to_string(n)};
     }
     const Ref p(py_str(precision)), r(py_str(route));
-    return run_gemm_tq2(x, w.p, n, out_dtype.value_or(c10::ScalarType::Float), p.p, r.p);
+    return run_gemm_tq2(x, w.p, n, out_dtype.value_or(c10::ScalarType::Float), p.p, r.p,
+                        rotation_signs ? &*rotation_signs : nullptr, rotation_block);
   });
 }
 
@@ -384,7 +405,8 @@ PyMethodDef kMethods[] = {
     {"matmul", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul)), METH_FASTCALL,
      "matmul(a, b, transpose_a, transpose_b, precision, route) -> Tensor. Low level: use llmm.matmul."},
     {"gemm_tq2", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&gemm_tq2)), METH_FASTCALL,
-     "gemm_tq2(x, weight, n, precision, route, out_dtype) -> Tensor. Low level: use llmm.gemm_tq2."},
+     "gemm_tq2(x, weight, n, precision, route, out_dtype[, rotation_signs, rotation_block]) -> Tensor. Low level: "
+     "use llmm.gemm_tq2."},
     {"matmul_id", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul_id)), METH_FASTCALL,
      "matmul_id(weights, x, ids, layout, route, may_repeat, precision, out_dtype, grouped_kernel) -> Tensor. Low "
      "level: use llmm.matmul_id."},

@@ -396,3 +396,54 @@ def test_rotated_ternary_linear_compiles_fullgraph():
             assert torch.equal(compiled(x), lin(x)), dt
     finally:
         llmm.release_tq2(weight)
+
+def rotated_f32(x, signs, block):
+    """What gemm_tq2's rotation takes for x: H (s * x) in float64, rounded to f32 once."""
+    return reference(x, signs, block).astype(np.float32)
+
+
+@pytest.mark.parametrize("block", [128, 512])
+def test_gemm_tq2_rotation_on_the_cpu_is_the_rotated_input_bitwise(block):
+    """The CPU reference rotates in float64 and rounds once: bitwise the call on x rotated here."""
+    n, k = 40, 1024
+    weight = llmm.upload_tq2(llmm.quantize_tq2(RNG.standard_normal((n, k)).astype(np.float32)), n, k)
+    try:
+        signs = random_signs(k)
+        x = RNG.standard_normal((3, k)).astype(np.float32)
+        got = llmm.gemm_tq2(weight, x, rotation_signs=signs.astype(np.float32), rotation_block=block)
+        want = llmm.gemm_tq2(weight, rotated_f32(x, signs, block))
+        assert np.array_equal(got, want)
+        assert not np.array_equal(got, llmm.gemm_tq2(weight, x))  # the rotation is applied
+    finally:
+        llmm.release_tq2(weight)
+
+
+def test_gemm_tq2_rotation_refusals():
+    n, k = 24, 512
+    weight = llmm.upload_tq2(llmm.quantize_tq2(RNG.standard_normal((n, k)).astype(np.float32)), n, k)
+    x, signs = RNG.standard_normal((2, k)).astype(np.float32), np.ones(k, np.float32)
+    try:
+        for kw, match in ((dict(rotation_signs=signs, rotation_block=384), "rotation_block 384 must be a power of two"),
+                          (dict(rotation_signs=signs, rotation_block=1024), "dividing k = 512"),
+                          (dict(rotation_block=128), "rotation_block 128 given without rotation_signs"),
+                          (dict(rotation_signs=signs[:256], rotation_block=128), r"float32 \[512\].*length 256"),
+                          (dict(rotation_signs=signs.astype(np.float16), rotation_block=128), "got f16"),
+                          (dict(rotation_signs=signs.astype(np.float64), rotation_block=128), "unsupported dtype float64"),
+                          (dict(rotation_signs=np.ones((2, 256), np.float32), rotation_block=128), "of rank 2")):
+            with pytest.raises(llmm.Error, match=match):
+                llmm.gemm_tq2(weight, x, **kw)
+    finally:
+        llmm.release_tq2(weight)
+
+
+
+def test_gemm_tq2_rotation_is_refused_on_cuda_for_now():
+    torch = need_cuda_torch()
+    n, k = 64, 1024
+    weight = llmm.upload_tq2(llmm.quantize_tq2(RNG.standard_normal((n, k)).astype(np.float32)), n, k, device="cuda")
+    try:
+        x, signs = torch.randn(1, k, device="cuda"), torch.ones(k, device="cuda")
+        with pytest.raises(llmm.Error, match="rotation inside the CUDA kernels is not enabled yet"):
+            llmm.gemm_tq2(weight, x, rotation_signs=signs, rotation_block=1024)
+    finally:
+        llmm.release_tq2(weight)

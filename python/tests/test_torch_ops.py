@@ -60,7 +60,7 @@ def test_ops_are_registered_with_exact_schemas():
         'bool may_repeat=False, str precision="exact", ScalarType? out_dtype=None) -> Tensor')
     assert str(torch.ops.llmm.gemm_tq2.default._schema) == (
         'llmm::gemm_tq2(Tensor x, int weight_key, int n, str precision="exact", str route="auto", '
-        'ScalarType? out_dtype=None) -> Tensor')
+        'ScalarType? out_dtype=None, Tensor? rotation_signs=None, int rotation_block=0) -> Tensor')
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -454,6 +455,47 @@ TEST(Tq2Cpu, Refusals) {
     r->before_launch = [](const std::string& k) { fail(ErrorCode::Cuda, "injected: ", k); };
     gemm_tq2(c, w, vin, vout);
   }, ErrorCode::Cuda, "injected: cpu_reference_tq2");
+}
+
+// The Hadamard rotation on the CPU reference: against the test's own float64 rotation (a
+// Kronecker-built H, the signs +-1), every dtype, padding, any power-of-two block (2 to 1024);
+// and the same input unrotated gives another result (the rotation is applied, not ignored).
+TEST(Tq2Cpu, HadamardRotationMatchesTheRotatedReference) {
+  Context ctx = Context::cpu(2);
+  TernaryWeightCache cache(ctx);
+  for (int block : {2, 128, 256, 1024})
+    for (DType in : {DType::F32, DType::BF16, DType::F16}) {
+      Tq2Case c;
+      c.m = 3, c.n = 24, c.k = 2048, c.in_dtype = in, c.out_dtype = in, c.pad = 3, c.seed_input = false, c.rot_block = block;
+      Tq2Outcome o = run_tq2_case(ctx, cache, c);
+      EXPECT_TRUE(o.cmp.ok()) << c.describe() << ": " << o.cmp.summary();
+      EXPECT_TRUE(o.padding_untouched) << c.describe();
+      c.rot_block = 0;
+      EXPECT_NE(run_tq2_case(ctx, cache, c).out_bytes, o.out_bytes) << c.describe();
+    }
+}
+
+TEST(Tq2Cpu, HadamardRotationRefusals) {
+  Context ctx = Context::cpu();
+  TernaryWeightCache cache(ctx);
+  std::vector<BlockTQ2_128> b = seed_tq2_blocks(8, 256, 3);
+  WeightHandle w = cache.get_or_upload(1, b.data(), bytes_of(b), 8, 256);
+  std::vector<float> in(2 * 256, 1.0f), out(16, NAN), signs(256, 1.0f);
+  View vin = View::contiguous(in.data(), DType::F32, {2, 256}), vout = View::contiguous(out.data(), DType::F32, {2, 8});
+  for (auto [block, sgn, part] : {std::tuple{3, signs.data(), "rotation_block 3 must be a power of two >= 2 dividing k = 256"},
+                                  std::tuple{512, signs.data(), "rotation_block 512 must be a power of two"},
+                                  std::tuple{1, signs.data(), "rotation_block 1 must be"},
+                                  std::tuple{0, signs.data(), "rotation_block 0 must be"},
+                                  std::tuple{128, static_cast<float*>(nullptr), "rotation_block 128 given with null rotation_signs"}}) {
+    Tq2Options o;
+    o.rotation_block = block, o.rotation_signs = sgn;
+    LaunchRecorder rec;
+    ctx.set_launch_recorder(&rec);
+    expect_error([&] { gemm_tq2(ctx, w, vin, vout, o); }, ErrorCode::InvalidArgument, part);
+    ctx.set_launch_recorder(nullptr);
+    EXPECT_TRUE(rec.launched.empty()) << part;
+    for (float x : out) ASSERT_TRUE(std::isnan(x)) << "output written by a refused call: " << part;
+  }
 }
 
 // m == 0 with the strides NumPy 2 gives empty arrays (0, 0): an empty call, not a refusal.

@@ -51,6 +51,7 @@ std::string Tq2Case::describe() const {
   if (stream_image != Tq2StreamImage::Auto) os << (stream_image == Tq2StreamImage::InBlock ? " image in_block" : " image staged");
   if (caller_workspace) os << " caller-workspace";
   if (nonfinite_every > 0) os << " nonfinite";
+  if (rot_block > 0) os << " rotated " << rot_block;
   return os.str();
 }
 
@@ -109,6 +110,32 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
       for (std::int64_t l = 128; l < 256 && l < c.k; ++l) store_from_double(in.view.data, c.in_dtype, i * in.view.stride(1) + l, 0.0);
   inject_nonfinite(in.view, c.seed + 77, c.nonfinite_every);
   poison(out.bytes.data(), out.bytes.size());
+  // The rotation's signs and the input the reference sees: H (s * x) per block, in float64 by
+  // the Sylvester recursion written here, rounded to f32 once.
+  HostTensor signs = host_tensor_3d(DType::F32, 1, 1, c.k > 0 ? c.k : 1);
+  HostTensor rotated = host_tensor_3d(DType::F32, 1, c.m, c.k);
+  if (c.rot_block > 0) {
+    Rng rng(c.seed * 7919 + 13);
+    for (std::int64_t l = 0; l < c.k; ++l) store_from_double(signs.view.data, DType::F32, l, rng.next() & 1 ? -1.0 : 1.0);
+    const std::int64_t b = c.rot_block;
+    std::vector<double> h(static_cast<std::size_t>(b * b));  // H_b, built by H_2j = [[H_j, H_j], [H_j, -H_j]]
+    h[0] = 1.0;
+    for (std::int64_t j = 1; j < b; j *= 2)
+      for (std::int64_t r = 0; r < j; ++r)
+        for (std::int64_t q = 0; q < j; ++q) {
+          const double v = h[static_cast<std::size_t>(r * b + q)];
+          h[static_cast<std::size_t>(r * b + q + j)] = v, h[static_cast<std::size_t>((r + j) * b + q)] = v;
+          h[static_cast<std::size_t>((r + j) * b + q + j)] = -v;
+        }
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t l0 = 0; l0 < c.k; l0 += b)
+        for (std::int64_t r = 0; r < b; ++r) {
+          double acc = 0;
+          for (std::int64_t q = 0; q < b; ++q)
+            acc += h[static_cast<std::size_t>(r * b + q)] * signs.get(l0 + q) * in.get(i * in.view.stride(1) + l0 + q);
+          store_from_double(rotated.view.data, DType::F32, i * c.k + l0 + r, acc / std::sqrt(static_cast<double>(b)));
+        }
+  }
   auto as2d = [](const View& v) {
     return View::strided(v.data, v.dtype, {v.dim(1), v.dim(2)}, {v.stride(1), 1}, v.device, v.device_index);
   };
@@ -116,8 +143,12 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
   o.precision = c.precision, o.force_route = c.route;
   o.dequant_chunk_rows = c.chunk_rows;
   o.stream_image = c.stream_image;
+  o.rotation_block = c.rot_block;
+  if (c.rot_block > 0) o.rotation_signs = static_cast<const float*>(signs.view.data);
   Tq2Outcome r;
   if (ctx.is_cuda()) {
+    DeviceTensor dsigns = to_device(signs);
+    if (c.rot_block > 0) o.rotation_signs = static_cast<const float*>(dsigns.view.data);
     DeviceBuffer ws;
     if (c.caller_workspace) {
       o.workspace_bytes = tq2_workspace_bytes(c.m, c.n, c.k, c.in_dtype, c.out_dtype, o);
@@ -132,7 +163,8 @@ Tq2Outcome run_tq2_case(Context& ctx, TernaryWeightCache& cache, const Tq2Case& 
     r.receipt = gemm_tq2(ctx, w, as2d(in.view), as2d(out.view), o);
   }
   std::vector<float> wf = tq2_dequantize(blocks.data(), blocks.size() * sizeof(BlockTQ2_128), c.n, c.k);
-  cpu::MatmulF64 ref = cpu::matmul_f64({in.view, View::contiguous(wf.data(), DType::F32, {1, c.n, c.k}), false, true});
+  cpu::MatmulF64 ref = cpu::matmul_f64({c.rot_block > 0 ? rotated.view : in.view,
+                                         View::contiguous(wf.data(), DType::F32, {1, c.n, c.k}), false, true});
   // Tolerance: f32 accumulation, plus the input's rounding in Fast (bf16) or the exact split.
   double u = static_cast<double>(c.k) * std::ldexp(1.0, -24);
   if (c.in_dtype == DType::F32) u += c.precision == Precision::Fast ? std::ldexp(1.0, -8) : std::ldexp(1.0, -16);

@@ -30,6 +30,7 @@ struct Tq2Case {
   bool caller_workspace = false;  // DequantLt: pass a workspace of exactly tq2_workspace_bytes
   int nonfinite_every = 0;        // > 0: Inf/NaN in some input rows (inject_nonfinite); IEEE classes checked
   Tq2StreamImage stream_image = Tq2StreamImage::Auto;  // StreamV5: where its activation image is made
+  int rot_block = 0;  // > 0: the Hadamard rotation with +-1 signs from `seed`; the reference rotates in float64
   std::string describe() const;
 };
 

@@ -1,6 +1,7 @@
 // gemm_tq2: validate, plan, then the CPU reference or the CUDA dispatcher; and the seed's
 // host-I/O form through the context's grow-only pool.
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 
@@ -101,6 +102,19 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
     c.route = Tq2Route::DequantLt;
     c.reason = "an f16 input the engine's TMA cannot read (base not 16-byte aligned or row stride not a multiple of 8): DequantLt";
   }
+  if (o.rotation_block != 0 || o.rotation_signs) {
+    const int b = o.rotation_block;
+    if (b < 2 || (b & (b - 1)) != 0 || w->k() % b != 0)
+      fail(ErrorCode::InvalidArgument, kOp, ": rotation_block ", b, " must be a power of two >= 2 dividing k = ", w->k());
+    if (!o.rotation_signs)
+      fail(ErrorCode::InvalidArgument, kOp, ": rotation_block ", b, " given with null rotation_signs");
+    // The stage kernel's rotation (v4, v5) is written but has not run on a GPU yet: CUDA refuses.
+    if (ctx.is_cuda())
+      fail(ErrorCode::Unsupported, kOp, ": the Hadamard rotation inside the CUDA kernels is not enabled yet (route ",
+           tq2_route_name(c.route), ", m: ", m, ", n: ", w->n(), ", k: ", w->k(),
+           "): rotate x first (llmm.HadamardRotation) and call without the rotation");
+    c.args.rot_signs = o.rotation_signs, c.args.rot_block = b;
+  }
   if (c.route == Tq2Route::StreamV4 || c.route == Tq2Route::StreamV5)
     if (const std::string why = cuda_ternary::tq2_stream_image_refusal(c.args, c.route == Tq2Route::StreamV5); !why.empty())
       fail(ErrorCode::Unsupported, kOp, ": route ", tq2_route_name(c.route), " cannot run (m: ", m, ", n: ", w->n(), ", k: ", w->k(),
@@ -117,11 +131,42 @@ Checked validate(const Context& ctx, const WeightHandle& w, const View& in, cons
   return c;
 }
 
+float input_at(const void* p, DType t, std::int64_t i) {
+  if (t == DType::F16) return f16_bits_to_f32(static_cast<const std::uint16_t*>(p)[i]);
+  if (t == DType::BF16) return bf16_bits_to_f32(static_cast<const std::uint16_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];  // validate() admits f32, f16 and bf16 only
+}
+
+// x [m, k] rotated: H (s * x) in blocks of g.rot_block, in float64, rounded to f32 once.
+std::vector<float> rotate_host(const cuda_ternary::Tq2Args& g) {
+  const std::int64_t b = g.rot_block;
+  std::vector<float> out(static_cast<std::size_t>(g.m * g.k));
+  std::vector<double> v(static_cast<std::size_t>(b));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(b));
+  for (std::int64_t i = 0; i < g.m; ++i)
+    for (std::int64_t l0 = 0; l0 < g.k; l0 += b) {
+      for (std::int64_t j = 0; j < b; ++j)
+        v[static_cast<std::size_t>(j)] = static_cast<double>(input_at(g.in, g.in_dtype, i * g.in_ld + l0 + j)) *
+                                         static_cast<double>(g.rot_signs[l0 + j]);
+      for (std::int64_t h = 1; h < b; h *= 2)  // Sylvester's butterflies: H_b = H_2 (x) ... (x) H_2
+        for (std::int64_t j = 0; j < b; ++j)
+          if ((j & h) == 0) {
+            const double x = v[static_cast<std::size_t>(j)], y = v[static_cast<std::size_t>(j + h)];
+            v[static_cast<std::size_t>(j)] = x + y, v[static_cast<std::size_t>(j + h)] = x - y;
+          }
+      for (std::int64_t j = 0; j < b; ++j)
+        out[static_cast<std::size_t>(i * g.k + l0 + j)] = static_cast<float>(v[static_cast<std::size_t>(j)] * scale);
+    }
+  return out;
+}
+
 Receipt run_cpu(Context& ctx, const TernaryWeight& w, const cuda_ternary::Tq2Args& g) {
   ctx.check_launchable("cpu_reference_tq2");
   std::vector<float> wf = decode_host(w);
-  cpu::MatmulProblem p{View::strided(const_cast<void*>(g.in), g.in_dtype, {1, g.m, g.k}, {0, g.in_ld, 1}),
-                       View::contiguous(wf.data(), DType::F32, {1, g.n, g.k}), false, true};
+  std::vector<float> rotated = g.rot_block ? rotate_host(g) : std::vector<float>{};
+  const View x = g.rot_block ? View::contiguous(rotated.data(), DType::F32, {1, g.m, g.k})
+                             : View::strided(const_cast<void*>(g.in), g.in_dtype, {1, g.m, g.k}, {0, g.in_ld, 1});
+  cpu::MatmulProblem p{x, View::contiguous(wf.data(), DType::F32, {1, g.n, g.k}), false, true};
   cpu::matmul(p, View::strided(g.out, g.out_dtype, {1, g.m, g.n}, {0, g.out_ld, 1}), ctx.arch().cpu_threads);
   ctx.note_launch("cpu_reference_tq2", [&] { return detail::tq2_ranges(g); });
   return Receipt{tq2_route_name(Tq2Route::Cpu), "cpu_reference_tq2", 1};

@@ -44,6 +44,10 @@ struct Tq2Args {
   std::size_t workspace_bytes = 0;
   std::int64_t chunk_rows = 0;
   Tq2StreamImage stream_image = Tq2StreamImage::Auto;  // tq2_stream_v5 only
+  // The Hadamard rotation of x (Tq2Options::rotation_*): rot_block 0 or 128..1024 on CUDA, applied
+  // by tq2_stage_i8x4 (v4, v5 staged); the CPU reference takes any power of two.
+  const float* rot_signs = nullptr;
+  int rot_block = 0;
 };
 
 }  // namespace llmm::cuda_ternary
