@@ -23,7 +23,7 @@ using fuzz::u128;
 
 namespace {
 
-constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::ZeroFill, DenseRoute::Gemv,
+constexpr DenseRoute kDenseRoutes[] = {DenseRoute::Auto,     DenseRoute::Cpu,       DenseRoute::ZeroFill,
                                        DenseRoute::GemvWide, DenseRoute::CublasLt,  DenseRoute::TiledSm90};
 constexpr Tq2Route kTq2Routes[] = {Tq2Route::Auto,     Tq2Route::Cpu,      Tq2Route::StreamV2,
                                    Tq2Route::StreamV4, Tq2Route::StreamV5, Tq2Route::Tiled,
@@ -87,7 +87,7 @@ void check_dense(FuzzedDataProvider& in) {
   if (force != DenseRoute::Auto) FUZZ_CHECK(r == force && p->reason == "forced", "forced ", route_name(force), " gave ", route_name(r));
   // The kernels' documented gates (matmul.hpp enum comments; gemv_wide_config).
   const bool skinny_layout = !d.transpose_a && d.transpose_b && d.a_vec16 && d.b_vec16;
-  if (r == DenseRoute::Gemv) FUZZ_CHECK(d.m == 1 || d.n == 1, desc());
+  if (r == DenseRoute::ZeroFill) FUZZ_CHECK(d.k == 0, desc());
   if (r == DenseRoute::GemvWide)
     FUZZ_CHECK(skinny_layout && is_float(d.dtype) && d.m >= 1 && d.m <= 16 && d.n > 1 && arch.cc_major >= 8, desc());
   if (r == DenseRoute::TiledSm90) {

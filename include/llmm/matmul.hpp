@@ -1,5 +1,5 @@
 // Dense matmul: c[b] = op(a[b]) . op(b[b]) for f32/f16/bf16, batched, strided, transposed,
-// routed by shape (gemv, gemv_wide, the Hopper tiled engine, cuBLASLt, CPU reference).
+// routed by shape (gemv_wide, the Hopper tiled engine, cuBLASLt, CPU reference).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -16,7 +16,6 @@ enum class DenseRoute {
   Auto,      // let plan_matmul choose (the default)
   Cpu,       // the float64 reference backend (CPU contexts)
   ZeroFill,  // k == 0: the output is zeros (a memset, no kernel)
-  Gemv,      // m == 1 or n == 1
   GemvWide,  // x[M, K] . w[N, K]^T for M = 1..16 on CUDA cores (f32; 16-bit at M <= 2 on small weights)
   TiledSm90, // the Hopper tiled engine (wgmma, TMA, warp-specialized): f16/bf16, or f32 Exact as
              // 3xTF32, x . w^T on sm_90

@@ -353,11 +353,11 @@ Precision precision_of(nb::handle h, const char* op) {
 
 DenseRoute dense_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
-  for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::ZeroFill, DenseRoute::Gemv, DenseRoute::GemvWide,
+  for (DenseRoute x : {DenseRoute::Auto, DenseRoute::Cpu, DenseRoute::ZeroFill, DenseRoute::GemvWide,
                        DenseRoute::TiledSm90, DenseRoute::CublasLt})
     if (r == route_name(x)) return x;
   fail(ErrorCode::InvalidArgument, op, ": unknown dense route '", r,
-       "' (auto, cpu, zero_fill, gemv, gemv_wide, tiled_sm90, cublaslt)");
+       "' (auto, cpu, zero_fill, gemv_wide, tiled_sm90, cublaslt)");
 }
 
 Tq2Route tq2_route_of(nb::handle h, const char* op) {

@@ -69,9 +69,9 @@ def test_errors_are_llmm_errors_with_messages():
     with pytest.raises(llmm.Error, match="precision must be"):
         llmm.matmul(rand(4, 5), rand(5, 3), precision="quick")
     # A retired route's name (issue 47) is refused like any unknown one, naming the valid routes.
-    for retired in ("skinny_mma", "tiled", "naive"):
+    for retired in ("skinny_mma", "tiled", "naive", "gemv"):
         out = np.full((4, 3), np.nan, np.float32)
-        with pytest.raises(llmm.Error, match=rf"unknown dense route '{retired}' \(auto, cpu, zero_fill, gemv, gemv_wide, "
+        with pytest.raises(llmm.Error, match=rf"unknown dense route '{retired}' \(auto, cpu, zero_fill, gemv_wide, "
                                              r"tiled_sm90, cublaslt\)"):
             llmm.matmul(rand(4, 5), rand(5, 3), out, route=retired)
         assert np.all(np.isnan(out))

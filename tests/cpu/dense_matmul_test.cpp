@@ -149,9 +149,9 @@ TEST(DenseCpu, Refusals) {
   }, ErrorCode::InvalidArgument, "matmul: a pointer");
   expect_refused([](C& ctx, Bufs& b) {
     MatmulOptions o;
-    o.force_route = DenseRoute::Gemv;
+    o.force_route = DenseRoute::GemvWide;
     matmul(ctx, f32(b.a.data(), {4, 4}), f32(b.b.data(), {4, 4}), f32(b.c.data(), {4, 4}), o);
-  }, ErrorCode::Unsupported, "matmul: route gemv cannot run");
+  }, ErrorCode::Unsupported, "matmul: route gemv_wide cannot run");
   expect_refused([](C& ctx, Bufs& b) { matmul(ctx, f32(nullptr, {4, 4}), f32(b.b.data(), {4, 4}), f32(b.c.data(), {4, 4})); },
                  ErrorCode::InvalidArgument, "matmul: a has null data");
 }

@@ -46,18 +46,18 @@ TEST(DensePlan, RefusesNegativeSizesAndNonFloatDtypes) {
 
 TEST(DensePlan, CpuContextUsesReference) {
   EXPECT_EQ(plan_matmul(desc(64, 64, 64), ArchInfo{}).route, DenseRoute::Cpu);
-  EXPECT_THROW(plan_matmul(desc(1, 64, 64), ArchInfo{}, DenseRoute::Gemv), Error);
+  EXPECT_THROW(plan_matmul(desc(1, 64, 64), ArchInfo{}, DenseRoute::GemvWide), Error);
 }
 
 TEST(DensePlan, RoutesByShape) {
   ArchInfo a = h200();
-  // Matrix-vector: gemv for very long 16-bit outputs (the lm head), cuBLASLt's gemv below
-  // (measured), gemv_wide on small 16-bit weights and on f32 with n >= 3072, k <= 4096.
-  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096), a).route, DenseRoute::Gemv);
+  // Matrix-vector: gemv_wide for very long outputs (the lm head), on small 16-bit weights and on
+  // f32 with n >= 3072, k <= 4096; cuBLASLt's gemv for the rest (measured) and other layouts.
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 4096), a).route, DenseRoute::GemvWide);
   EXPECT_EQ(plan_matmul(desc(1, 128256, 4096, DType::F32), a).route, DenseRoute::GemvWide);
-  EXPECT_EQ(plan_matmul(desc(1, 128256, 8192, DType::F32), a).route, DenseRoute::Gemv);  // K > 4096
-  EXPECT_EQ(plan_matmul(desc(128256, 1, 4096), a).route, DenseRoute::Gemv);
-  EXPECT_EQ(plan_matmul(desc(1, 65536, 64, DType::F32, false), a).route, DenseRoute::Gemv);  // vector x matrix
+  EXPECT_EQ(plan_matmul(desc(1, 128256, 8192, DType::F32), a).route, DenseRoute::GemvWide);  // K > 4096
+  EXPECT_EQ(plan_matmul(desc(128256, 1, 4096), a).route, DenseRoute::CublasLt);  // matrix x vector
+  EXPECT_EQ(plan_matmul(desc(1, 65536, 64, DType::F32, false), a).route, DenseRoute::CublasLt);  // w [K, N]
   EXPECT_EQ(plan_matmul(desc(1, 14336, 4096), a).route, DenseRoute::CublasLt);  // 2^25.8 weights
   EXPECT_EQ(plan_matmul(desc(1, 14336, 4096, DType::F32), a).route, DenseRoute::GemvWide);
   EXPECT_EQ(plan_matmul(desc(1, 2560, 2560, DType::F32), a).route, DenseRoute::CublasLt);   // n < 3072
@@ -193,11 +193,11 @@ TEST(DensePlan, ForcedRoutesAreCheckedNotTrusted) {
   EXPECT_THROW(plan_matmul(desc(64, 64, 64), a, DenseRoute::ZeroFill), Error);  // k > 0 is no zero fill
   EXPECT_EQ(plan_matmul(desc(1, 64, 64), a, DenseRoute::CublasLt).route, DenseRoute::CublasLt);
   try {
-    plan_matmul(desc(4, 4, 4), a, DenseRoute::Gemv);
-    ADD_FAILURE() << "gemv accepted m = n = 4";
+    plan_matmul(desc(4, 4, 4, DType::BF16, false), a, DenseRoute::GemvWide);
+    ADD_FAILURE() << "gemv_wide accepted w [K, N]";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("matmul: route gemv cannot run (m: 4, n: 4, k: 4, bf16): needs m == 1 or n == 1"),
+    EXPECT_NE(std::string(e.what()).find("matmul: route gemv_wide cannot run (m: 4, n: 4, k: 4, bf16): needs x[M, K] . w[N, K]^T"),
               std::string::npos) << e.what();
   }
   EXPECT_THROW(plan_matmul(desc(8, 64, 64, DType::BF16, false), a, DenseRoute::GemvWide), Error);

@@ -119,7 +119,9 @@ TEST(DenseGpu, SeedGemvWideCases) {
     expect_good(ctx, DenseCase{DType::F16, 1, m, 128, 256, false, true}, m == 2 ? "gemv_wide" : "cublaslt");
 }
 
-TEST(DenseGpu, GemvSweep) {
+// Matrix-vector products in every layout (the retired gemv kernel's sweep): Auto takes them to
+// cuBLASLt, or gemv_wide where x . w^T with aligned rows.
+TEST(DenseGpu, MatrixVectorSweep) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 10;
@@ -130,16 +132,14 @@ TEST(DenseGpu, GemvSweep) {
           for (int tb = 0; tb < 2; ++tb)
             for (int mv = 0; mv < 2; ++mv) {  // m == 1 (vector x matrix) or n == 1 (matrix x vector)
               DenseCase c{t, 1, mv ? 1 : len, mv ? len : 1, k, ta == 1, tb == 1, (len + k) % 3};
-              c.route = DenseRoute::Gemv;
               c.seed = ++seed;
-              expect_good(ctx, c, "gemv");
+              expect_good(ctx, c);
             }
   for (DType t : kDtypes)  // batches, broadcast operands
     for (int bc = 0; bc < 3; ++bc) {
       DenseCase c{t, 3, 1, 300, 77, false, bc == 1, 2, bc == 2, bc == 1};
-      c.route = DenseRoute::Gemv;
       c.seed = ++seed;
-      expect_good(ctx, c, "gemv");
+      expect_good(ctx, c);
     }
 }
 
@@ -283,9 +283,9 @@ TEST(DenseGpu, KZeroWritesZeros) {
 TEST(DenseGpu, DeterministicAcrossRuns) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
-  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::TiledSm90}) {
+  for (DenseRoute r : {DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::TiledSm90}) {
     if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
-    DenseCase c{DType::BF16, 1, r == DenseRoute::Gemv ? 1 : 8, 1000, 4096, false, true};
+    DenseCase c{DType::BF16, 1, 8, 1000, 4096, false, true};
     if (r == DenseRoute::TiledSm90) c.m = 200;
     c.route = r;
     DenseOutcome x = run_dense_case(ctx, c), y = run_dense_case(ctx, c);
@@ -366,13 +366,13 @@ TEST(DenseGpu, NonFiniteInputsPropagateOnEveryRoute) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
   std::uint64_t seed = 40;
-  for (DenseRoute r : {DenseRoute::Gemv, DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Auto,
+  for (DenseRoute r : {DenseRoute::GemvWide, DenseRoute::CublasLt, DenseRoute::Auto,
                        DenseRoute::TiledSm90})
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (Precision p : {Precision::Exact, Precision::Fast}) {
         if (r == DenseRoute::TiledSm90 && t == DType::F32 && p == Precision::Fast) continue;  // refused: cuBLASLt's
         if (r == DenseRoute::TiledSm90 && !hopper_engine(ctx)) continue;
-        DenseCase c{t, 1, r == DenseRoute::Gemv ? 1 : (r == DenseRoute::GemvWide ? 6 : 70),
+        DenseCase c{t, 1, r == DenseRoute::GemvWide ? 6 : 70,
                     130, 264, false, true};
         if (r == DenseRoute::CublasLt) c.tb = seed % 2 == 0;
         c.precision = p, c.route = r, c.nonfinite_every = 5, c.seed = ++seed;

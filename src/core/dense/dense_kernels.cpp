@@ -83,83 +83,9 @@ bool gemv_wide_supports(const DenseArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// gemv mapping.
-
-GemvProblem gemv_problem(const DenseArgs& a, int sm_count) {
-  GemvProblem p;
-  const std::size_t es = dtype_size(a.dtype);
-  p.batch = a.batch;
-  // A 1x1 output is a dot product: take the mapping whose W is contiguous along l.
-  const bool use_a = a.n == 1 && !(a.m == 1 && a.a_trans && a.b_trans);
-  if (use_a) {
-    // C[i, 0] = sum_l A(i, l) B(l, 0): W = A, x = column 0 of B, y = column 0 of C.
-    p.rows = !a.a_trans;
-    p.outputs = a.m;
-    p.w = a.a;
-    p.w_ld = a.a_ld;
-    p.w_batch = a.a_batch;
-    p.x = a.b;
-    p.x_inc = a.b_trans ? 1 : a.b_ld;
-    p.x_batch = a.b_batch;
-    p.y = a.c;
-    p.y_inc = a.c_ld;
-  } else {
-    // C[0, j] = sum_l A(0, l) B(l, j): W(j, l) = B(l, j), x = row 0 of A, y = row 0 of C.
-    p.rows = a.b_trans;
-    p.outputs = a.n;
-    p.w = a.b;
-    p.w_ld = a.b_ld;
-    p.w_batch = a.b_batch;
-    p.x = a.a;
-    p.x_inc = a.a_trans ? a.a_ld : 1;
-    p.x_batch = a.a_batch;
-    p.y = a.c;
-    p.y_inc = 1;
-  }
-  p.len = a.k;
-  p.y_batch = a.c_batch;
-
-  const bool batched = p.batch > 1;
-  // rows: W rows (stride w_ld between outputs) start aligned; cols: each l-slice of W does.
-  const bool ld_used = p.rows ? p.outputs > 1 : p.len > 1;
-  p.w_vec = aligned16(p.w) && stride_ok(p.w_ld, a.dtype, ld_used) &&
-            stride_ok(p.w_batch, a.dtype, batched);
-  p.x_vec = p.rows && p.w_vec && (p.x_inc == 1 || p.len <= 1) && aligned16(p.x) &&
-            stride_ok(p.x_batch, a.dtype, batched);
-
-  const std::int64_t sms = sm_count > 0 ? sm_count : kDefaultSmCount;
-  const std::int64_t ve = p.w_vec ? static_cast<std::int64_t>(16 / es) : 1;
-  if (p.rows) {
-    // One warp per output row unless that leaves the device short of warps; each lane keeps
-    // at least two vectors of the row after a split.
-    p.split = 1;
-    while (p.split < 4 && p.outputs * p.batch * p.split < sms * kTargetWarpsPerSm &&
-           p.len >= 2 * (2 * p.split) * 32 * ve) {
-      p.split *= 2;
-    }
-  } else {
-    // 256-thread blocks: `split` threads along i, 256 / split along l. Narrow the i extent of
-    // a block until there are about two blocks per SM (3072 outputs: 2 threads x 8 bf16).
-    p.split = 32;
-    auto blocks = [&](int ti) { return (p.outputs + ti * ve - 1) / (ti * ve) * p.batch; };
-    while (p.split > 2 && blocks(p.split) < 2 * sms) p.split /= 2;
-  }
-  return p;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Names.
 
 std::string zero_fill_name(const DenseArgs& a) { return "zero_fill_" + std::string(dtype_name(a.dtype)); }
-
-std::string gemv_kernel_name(const DenseArgs& a) {
-  const GemvProblem p = gemv_problem(a);
-  std::string s = p.rows ? "gemv_rows_" : "gemv_cols_";
-  s += dtype_name(a.dtype);
-  s += p.w_vec ? "_v16" : "_scalar";
-  if (p.rows && p.w_vec && !p.x_vec) s += "_xstrided";
-  return s;
-}
 
 std::string gemv_wide_kernel_name(const DenseArgs& a, const GemvWideConfig& c) {
   return "gemv_wide_" + std::string(dtype_name(a.dtype)) + "_v" +

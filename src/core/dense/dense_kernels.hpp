@@ -54,37 +54,10 @@ GemvWideConfig gemv_wide_config_of(int vecs_per_block, int k_lanes, int grid_x);
 bool gemv_wide_supports(const DenseArgs& args);
 
 // ---------------------------------------------------------------------------------------------
-// gemv: m == 1 or n == 1, mapped onto y[i] = sum_l W(i, l) * x(l) for every batch entry.
-
-struct GemvProblem {
-  bool rows = true;          // W(i, l) contiguous in l ("rows" kernel); else in i ("cols")
-  std::int64_t outputs = 0;  // i range
-  std::int64_t len = 0;      // l range (the reduction, k)
-  std::int64_t batch = 1;
-  const void* w = nullptr;
-  std::int64_t w_ld = 0, w_batch = 0;  // W(i, l) = w[i * w_ld + l] (rows) or w[l * w_ld + i]
-  const void* x = nullptr;
-  std::int64_t x_inc = 0, x_batch = 0;  // x(l) = x[l * x_inc]
-  void* y = nullptr;
-  std::int64_t y_inc = 0, y_batch = 0;  // y(i) = y[i * y_inc]
-  bool w_vec = false;  // W rows (rows) or W columns-slices (cols) allow 16-byte loads
-  bool x_vec = false;  // rows kernel: x contiguous and 16-byte aligned
-  int split = 1;       // rows: warps per output row (1, 2, 4); cols: threads along i (2..32)
-};
-
-// Requires m == 1 or n == 1: W is a for n == 1, b for m == 1 (for a 1x1 output, b when both
-// operands are transposed, so that W is contiguous along l).
-// sm_count 0 = unknown (132).
-GemvProblem gemv_problem(const DenseArgs& args, int sm_count = 0);
-
-// ---------------------------------------------------------------------------------------------
 // Kernel names, as the launchers report them (Context::check_launchable / note_launch).
 //   zero_fill_<dt> (k == 0, a memset)           e.g. zero_fill_bf16
-//   gemv_<rows|cols>_<dt>_<v16|scalar>[_xstrided] e.g. gemv_rows_bf16_v16
 //   gemv_wide_<dt>_v<vecs>_kl<k_lanes>           e.g. gemv_wide_bf16_v8_kl128
-// <ab> is n/t for a then b (t: transposed, as in DenseArgs).
 std::string zero_fill_name(const DenseArgs& args);
-std::string gemv_kernel_name(const DenseArgs& args);
 std::string gemv_wide_kernel_name(const DenseArgs& args, const GemvWideConfig& config);
 
 }  // namespace llmm::cuda_dense

@@ -11,7 +11,6 @@ const char* route_name(DenseRoute r) noexcept {
     case DenseRoute::Auto: return "auto";
     case DenseRoute::Cpu: return "cpu";
     case DenseRoute::ZeroFill: return "zero_fill";
-    case DenseRoute::Gemv: return "gemv";
     case DenseRoute::GemvWide: return "gemv_wide";
     case DenseRoute::TiledSm90: return "tiled_sm90";
     case DenseRoute::CublasLt: return "cublaslt";
@@ -30,9 +29,6 @@ std::string refusal(DenseRoute r, const MatmulDesc& d, const ArchInfo& arch) {
     case DenseRoute::ZeroFill:
       if (!cuda) return "needs a CUDA context";
       return d.k == 0 ? "" : "needs k == 0 (it writes zeros)";
-    case DenseRoute::Gemv:
-      if (!cuda) return "needs a CUDA context";
-      return d.m == 1 || d.n == 1 ? "" : "needs m == 1 or n == 1";
     case DenseRoute::GemvWide: {
       if (!cuda) return "needs a CUDA context";
       if (d.transpose_a || !d.transpose_b) return "needs x[M, K] . w[N, K]^T (transpose_b, not transpose_a)";
@@ -111,13 +107,10 @@ DensePlan plan_matmul(const MatmulDesc& d, const ArchInfo& arch, DenseRoute forc
     return with_route(DenseRoute::GemvWide, d.m >= 2 ? "m 2..16, f32 x . w^T: stream the weight once for all rows"
                                                      : "m == 1, f32 x . w^T, n >= 3072, K <= 4096: gemv_wide measured faster",
                       d, arch);
-  if (d.m == 1 || d.n == 1) {
-    // Our gemv measured 1.02-1.04x cuBLASLt on the 128256-row lm head but 0.92-0.96x on 3k-28k
-    // rows (run 4), so it takes only very long outputs; cuBLASLt's gemv the rest.
-    const std::int64_t outputs = d.m == 1 ? d.n : d.m;
-    if (outputs >= 65536) return with_route(DenseRoute::Gemv, "matrix-vector with >= 65536 outputs: gemv measured faster", d, arch);
-    return with_route(DenseRoute::CublasLt, "matrix-vector with < 65536 outputs: cuBLASLt measured faster", d, arch);
-  }
+  // The 128256-row lm head at m 1: gemv_wide, as at m 2 (1.02-1.04x cuBLASLt there, where the
+  // retired gemv kernel measured 1.02-1.04x at m 1); other matrix-vector shapes cuBLASLt's gemv.
+  if (gemv_wide_ok && d.m == 1 && d.n >= 65536)
+    return with_route(DenseRoute::GemvWide, "m == 1, x . w^T with >= 65536 outputs: gemv_wide measured faster", d, arch);
   // f32 Exact x . w^T on the Hopper engine's 3xTF32 where its tiles fill half the SMs: 1.3-2.1x
   // cuBLASLt's SGEMM there (engine/tiled_sm90_plan.hpp).
   if (engine::tiled_sm90_dense_f32_preferred(d, arch))

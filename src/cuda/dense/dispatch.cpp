@@ -69,7 +69,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   void* workspace = nullptr;
   switch (plan.route) {  // resolve: may throw, nothing enqueued yet
     case DenseRoute::ZeroFill: name = cuda_dense::zero_fill_name(g); break;
-    case DenseRoute::Gemv: name = cuda_dense::gemv_kernel_name(g); break;
     case DenseRoute::GemvWide:  // the plan's configuration, launched as planned (the launcher checks it)
       wide = cuda_dense::gemv_wide_config_of(plan.gemv_wide_vecs, plan.gemv_wide_k_lanes, plan.gemv_wide_grid_x);
       if (wide.passes < 1 || !cuda_dense::gemv_wide_supports(g))
@@ -91,7 +90,6 @@ Receipt run_dense_cuda(Context& ctx, const DensePlan& plan, const DenseArgs& g) 
   ctx.check_launchable(name);
   switch (plan.route) {
     case DenseRoute::ZeroFill: cuda_dense::launch_zero_fill(g, s); break;
-    case DenseRoute::Gemv: cuda_dense::launch_gemv(g, s); break;
     case DenseRoute::GemvWide: cuda_dense::launch_gemv_wide(g, wide, s); break;
     case DenseRoute::TiledSm90: engine::launch_tiled_sm90_dense(g, sm90, s); break;
     case DenseRoute::CublasLt: lt->run(g, workspace, s); break;

@@ -13,9 +13,6 @@ namespace llmm::cuda_dense {
 // The k == 0 product: writes zeros to c (memsets, no kernel); requires k == 0.
 void launch_zero_fill(const DenseArgs& args, StreamHandle stream);
 
-// Matrix-vector product; requires m == 1 or n == 1 (any layout, stride, alignment, batch).
-void launch_gemv(const DenseArgs& args, StreamHandle stream);
-
 // c[v, j] = sum_l a[v, l] * b[j, l] for 2..16 vectors: requires gemv_wide_supports(args) and
 // `config` == gemv_wide_config(m, n, k, ...) of a qualifying shape.
 void launch_gemv_wide(const DenseArgs& args, const GemvWideConfig& config, StreamHandle stream);
