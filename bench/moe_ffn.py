@@ -334,6 +334,23 @@ HEAD = ("{:<16} {:>5} {:>4} {:>10} {:>10} {:>6} {:>11} {:>9} {:>10} {:>10} {:>6}
                 "torch_e_us", "e_rat", "loop_us", "GB/s", "TFLOP/s", "rel_err"))
 
 
+def copy_bandwidth_gbps():
+    """Device-to-device copy bandwidth, (read + write) bytes / time over 1 GiB, best of 5 (CUDA events)."""
+    a = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    best = 0.0
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        best = max(best, 2 * a.numel() * 2 / (e0.elapsed_time(e1) * 1e-3) * 1e-9)
+    del a, b
+    return best
+
+
 def fmt_row(r):
     flag = " !" if not (r["max_rel_err"] <= TOL) else ""
     if r.get("loop_rel_err") is not None and not (r["loop_rel_err"] <= TOL):
@@ -398,6 +415,15 @@ def summary(rows):
         lines.append("moe_ffn vs torch._grouped_mm FFN, %s: min %.2fx, median %.2fx (graph); eager min %.2fx, "
                      "median %.2fx (%d cases)" % (label, min(g), statistics.median(g), min(e), statistics.median(e),
                                                   len(rs)))
+    for label, inside in BANDS:
+        rs = [r for r in rows if inside(r["m"]) and "copy_frac" in r]
+        if rs:
+            f = [r["copy_frac"] for r in rs]
+            t = [r["triton_copy_frac"] for r in rs if r.get("triton_copy_frac")]
+            lines.append("moe_ffn active weights' bytes at the copy bandwidth, %s: llmm min %.0f%%, median %.0f%%%s%s "
+                         "(%d cases)" % (label, 100 * min(f), 100 * statistics.median(f),
+                                         "; Triton median %.0f%%" % (100 * statistics.median(t)) if t else "",
+                                         " (issue 48's decode target: 90%)" if label == "m <= 16" else "", len(rs)))
     for label, inside in BANDS:
         rs = [r for r in rows if inside(r["m"]) and r.get("triton_us") is not None]
         no = [r for r in rows if inside(r["m"]) and "triton_us" in r and r.get("triton_us") is None]
@@ -582,6 +608,9 @@ def gpu_run(args):
             import triton
             print("moe_ffn: Triton %s fused MoE, tuned per case (budget %.0f s besides compiles)" %
                   (triton.__version__, args.triton_tune_s), flush=True)
+    copy_gbps = copy_bandwidth_gbps()
+    print("moe_ffn: device-to-device copy %.0f GB/s (read + write bytes / time, 1 GiB): the floor of each row is "
+          "its active experts' weight bytes at that rate" % copy_gbps, flush=True)
     print("ratio = torch_grouped us / llmm us (> 1: llmm faster); vs_triton = triton us / llmm us ('p': tuning "
           "stopped at its budget); g = CUDA-graph replay, e = eager; loop = transformers-style eager loop "
           "(m <= %d); GB/s and TFLOP/s from llmm's graph time" % LOOP_MAX_M)
@@ -693,6 +722,10 @@ def gpu_run(args):
             w13s = w2s = None
             r = make_row(model, H, inter, E, top_k, m, active, wbytes, flops, times, err, loop_us, loop_err, copies,
                          device, reps, tri=tri)
+            r["copy_gbps"] = copy_gbps
+            r["copy_frac"] = r["gbps"] / copy_gbps
+            if r.get("triton_us"):
+                r["triton_copy_frac"] = wbytes / r["triton_us"] * 1e-3 / copy_gbps
             if "llmm_fp8" in times:
                 f_us, f_eager = times["llmm_fp8"]
                 r.update(fp8_kind=args.fp8, fp8_us=f_us, fp8_eager_us=f_eager, fp8_rel_err=fp8_err,
