@@ -466,6 +466,10 @@ def parse_args():
     ap.add_argument("--ab-fused", action="store_true",
                     help="also time llmm.moe_ffn with fuse_decode=True (the direct route's fused epilogues) at "
                          "m <= 16: their A/B row against the default (fused_vs_unfused = us / fused us)")
+    ap.add_argument("--ab-sorted", action="store_true",
+                    help="also time llmm.moe_ffn with LLMM_MOE_FFN_SORTED=0 (the routed-order composition: a second "
+                         "map and staging copy for the down GEMM) at m > 16: the sorted pipeline's A/B row "
+                         "(routed_vs_sorted = routed-order us / us)")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: correctness of the implementations on tiny float32 CPU cases (Triton's in its "
                          "interpreter, with its own alignment / bf16 / tuning checks), then the table, JSON and "
@@ -691,6 +695,15 @@ def gpu_run(args):
                         return llmm.moe_ffn(x, w13s[i % copies], w2s[i % copies], ids, wts, fuse_decode=True)
 
                     impls["llmm_fused"] = f_fused
+                if args.ab_sorted and m > 16:
+                    def f_routed(i):
+                        os.environ["LLMM_MOE_FFN_SORTED"] = "0"  # read by each call (and each capture)
+                        try:
+                            return llmm_ffn(x, w13s[i % copies], w2s[i % copies], ids, wts)
+                        finally:
+                            del os.environ["LLMM_MOE_FFN_SORTED"]
+
+                    impls["llmm_routed"] = f_routed
                 if tcfg is not None:
                     impls["triton"] = f_triton
                 try:
@@ -736,6 +749,9 @@ def gpu_run(args):
                 f_us, f_eager = times["llmm_fused"]
                 r.update(fused_us=f_us, fused_eager_us=f_eager, fused_vs_unfused=r["us"] / f_us,
                          fused_vs_unfused_eager=r["eager_us"] / f_eager)
+            if "llmm_routed" in times:
+                o_us, o_eager = times["llmm_routed"]
+                r.update(routed_us=o_us, routed_eager_us=o_eager, routed_vs_sorted=o_us / r["us"])
             rows.append(r)
             if not (err <= TOL) or (loop_err is not None and not (loop_err <= TOL)):
                 over_tol.append(r["case"])
@@ -751,6 +767,10 @@ def gpu_run(args):
                 print("%-16s %5d   fuse_decode=True: %.2f us graph (%.2f eager); unfused / fused %.3fx graph, %.3fx "
                       "eager" % (r["model"][:16], m, r["fused_us"], r["fused_eager_us"], r["fused_vs_unfused"],
                                  r["fused_vs_unfused_eager"]), flush=True)
+            if "routed_us" in r:
+                print("%-16s %5d   routed order (LLMM_MOE_FFN_SORTED=0): %.2f us graph (%.2f eager); routed / sorted "
+                      "%.3fx graph" % (r["model"][:16], m, r["routed_us"], r["routed_eager_us"], r["routed_vs_sorted"]),
+                      flush=True)
             if tri is not None:
                 print(triton_note(tfm, tri), flush=True)
             if out_f:

@@ -4,6 +4,7 @@ kernels (torch.profiler), the GPU time per call of each kernel name, averaged ov
 calls, with the share of the call; for one model's shapes at the given m.
 
     python bench/moe_ffn_profile.py [--model qwen3-30b] [--m 16,256] [--calls 20] [--triton-tune-s 8]
+        [--ab-sorted] [--no-triton]
 """
 import argparse
 import collections
@@ -46,9 +47,11 @@ def main():
     ap.add_argument("--m", default="16,256")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--triton-tune-s", type=float, default=8.0)
+    ap.add_argument("--ab-sorted", action="store_true", help="also profile moe_ffn with LLMM_MOE_FFN_SORTED=0")
+    ap.add_argument("--no-triton", action="store_true", help="skip the Triton fused MoE")
     a = ap.parse_args()
     _, H, inter, E, top_k = bench.MODELS[a.model]
-    tfm, why = bench.load_triton(False)
+    tfm, why = (None, "skipped (--no-triton)") if a.no_triton else bench.load_triton(False)
     w13, w2 = bench.make_weights(H, inter, E, torch.bfloat16, "cuda", 1)
     bw = bench.copy_bandwidth_gbps() * 1e9
     print(f"{torch.cuda.get_device_name()}; {a.model} H {H} I {inter} E {E} top_k {top_k}; copy {bw / 1e12:.2f} TB/s; "
@@ -59,6 +62,12 @@ def main():
         print(f"m {m}: {active} active experts, {wbytes / 1e6:.0f} MB of weights: {wbytes / bw * 1e6:.1f} us at the "
               f"copy bandwidth; {flops / 1e9:.1f} GFLOP: {flops / 800e12 * 1e6:.1f} us at 800 TFLOP/s")
         show("llmm.moe_ffn", kernel_table(lambda: bench.llmm_ffn(x, w13, w2, ids, wts), a.calls))
+        if a.ab_sorted:  # the routed-order composition, same weights and routing (read by each call)
+            os.environ["LLMM_MOE_FFN_SORTED"] = "0"
+            try:
+                show("llmm.moe_ffn, LLMM_MOE_FFN_SORTED=0", kernel_table(lambda: bench.llmm_ffn(x, w13, w2, ids, wts), a.calls))
+            finally:
+                del os.environ["LLMM_MOE_FFN_SORTED"]
         if tfm is not None:
             res = tfm.tune(x, w13, w2, wts, ids, budget_s=a.triton_tune_s)
             if res["gate_up"] is None:

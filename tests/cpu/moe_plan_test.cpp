@@ -60,6 +60,44 @@ TEST(MoePlan, GroupedOnTheHopperEngineStagedOrGathering) {
   EXPECT_FALSE(plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).staged);
 }
 
+// moe_ffn's sorted pipeline: gate_up (out_sorted) maps and stages as usual and names its engine
+// _sorted, never the fused engine even at m <= 16; the down GEMM (presorted) is the staged engine
+// alone. Either without the engine, by name, or without staging room is a router bug.
+TEST(MoePlan, SortedPipelineKernels) {
+  MoeArgs g = grouped(DType::BF16, DType::BF16, DType::BF16, 4096, 768, 2048);
+  g.staged = const_cast<void*>(addr(0x60000000)), g.staged_bytes = 4096 * 8 * 2048 * 2;
+  g.out_sorted = true;
+  MoePlan p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_TRUE(p.engine && p.staged && !p.fused);
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16",
+                                                 "tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged_sorted"}));
+  EXPECT_EQ(moe_map_zero_blocks(g), 0);  // no row of an out-of-range id in a sorted output
+  MoeArgs few = g;
+  few.m = 8, few.row_capacity = 64;
+  EXPECT_FALSE(plan_matmul_id_cuda(few, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+  few.out_sorted = false;
+  EXPECT_TRUE(plan_matmul_id_cuda(few, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).fused);
+
+  MoeArgs down = g;
+  down.out_sorted = false, down.presorted = true;
+  p = plan_matmul_id_cuda(down, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_TRUE(p.engine && p.staged && !p.fused);
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"tiled_sm90_moe_bf16_bf16_bf16_bn256x64_staged"}));
+
+  for (MoeArgs* a : {&g, &down}) {
+    expect_error([&] { plan_matmul_id_cuda(*a, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::MmaSync); },
+                 ErrorCode::Internal, "need the Hopper engine under Auto");
+    ArchInfo a100 = h200();
+    a100.cc_major = 8;
+    expect_error([&] { plan_matmul_id_cuda(*a, MatmulIdRoute::GroupedPrefill, a100, MatmulIdGroupedKernel::Auto); },
+                 ErrorCode::Internal, "need the Hopper engine under Auto");
+    MoeArgs short_room = *a;
+    short_room.staged_bytes -= 1;
+    expect_error([&] { plan_matmul_id_cuda(short_room, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto); },
+                 ErrorCode::Internal, "staging room");
+  }
+}
+
 // At m <= 16 Auto runs the engine alone (it sorts the rows itself, the scratch's staging room
 // unused); one token more takes the map first. Forced, the fused engine takes up to
 // kTiledMoeFusedMaxRows routed rows, and TiledSm90 is always the map route.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -35,6 +36,18 @@ struct OnDevice {
         tw(to_device(b.topk_weights)), out(to_device(b.out)) {}
   Receipt run(Context& ctx, const MoeFfnOptions& o = {}) {
     return moe_ffn(ctx, x.view, wgu.view, wd.view, ids.view, tw.view, out.view, o);
+  }
+};
+
+// A case's operands and options on the device, its biases included.
+struct CaseOnDevice {
+  MoeFfnBuffers b;
+  OnDevice d;
+  std::optional<DeviceTensor> bgu, bd;
+  MoeFfnOptions o;
+  explicit CaseOnDevice(const MoeFfnCase& c) : b(make_moe_ffn(c)), d(b), o(moe_ffn_options(c)) {
+    if (c.bias_gate_up) bgu.emplace(to_device(b.bias_gate_up)), o.bias_gate_up = bgu->view;
+    if (c.bias_down) bd.emplace(to_device(b.bias_down)), o.bias_down = bd->view;
   }
 };
 
@@ -115,15 +128,11 @@ TEST(MoeFfnGpu, ActivationsLayoutsAndBiases) {
         c.ids_dtype = seed % 2 ? DType::I64 : DType::I32;
         c.out_of_range_every = 5;
         c.nan_token = seed % 4 == 0 ? 1 : -1;  // NaN through every activation
-        MoeFfnBuffers b = make_moe_ffn(c);
-        OnDevice d(b);
-        std::optional<DeviceTensor> bgu, bd;
-        MoeFfnOptions o = moe_ffn_options(c);
-        if (c.bias_gate_up) bgu.emplace(to_device(b.bias_gate_up)), o.bias_gate_up = bgu->view;
-        if (c.bias_down) bd.emplace(to_device(b.bias_down)), o.bias_down = bd->view;
-        const Receipt r = d.run(ctx, o);
+        CaseOnDevice cd(c);
+        MoeFfnBuffers& b = cd.b;
+        const Receipt r = cd.d.run(ctx, cd.o);
         ctx.synchronize();
-        to_host(d.out, b.out);
+        to_host(cd.d.out, b.out);
         // A bias may cancel most of a gate value rounded to x's dtype: twice the plain bound.
         EXPECT_EQ(compare_moe_ffn(b, b.out, 2 * rel_bound(x), out_unit(x)), "") << c.describe() << " [" << r.kernel << "]";
       }
@@ -276,6 +285,56 @@ TEST(MoeFfnGpu, NanStaysInItsTokenAndRunsAreBitwiseEqual) {
     EXPECT_EQ(check_case(ctx, c, nullptr, &second), "") << c.describe();
     EXPECT_EQ(first, second) << c.describe() << ": two runs differ";
   }
+}
+
+// The sorted pipeline (gate_up's rows in the map's expert order, the down GEMM over them without
+// a second map or staging copy) against the routed-order composition (LLMM_MOE_FFN_SORTED=0):
+// the same bits on every case, with biases, out-of-range ids, a NaN token, the interleaved
+// layout, token passes; the receipt names the sorted engine where it ran.
+TEST(MoeFfnGpu, SortedPipelineIsTheRoutedOrderBitForBit) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  struct S { std::int64_t m, hidden, inter, top_k, experts; };
+  const S shapes[] = {{17, 128, 64, 2, 6}, {100, 192, 72, 4, 16}, {700, 128, 64, 8, 64}, {300, 264, 136, 8, 32},
+                      {kMoeFfnPassTokens + 37, 64, 32, 2, 8}};
+  std::uint64_t seed = 900;
+  int sorted_runs = 0;
+  for (const S& s : shapes)
+    for (DType x : {DType::BF16, DType::F16}) {
+      MoeFfnCase c;
+      c.m = s.m, c.hidden = s.hidden, c.inter = s.inter, c.top_k = s.top_k, c.experts = s.experts;
+      c.x_dtype = x, c.w_dtype = x, c.seed = ++seed;
+      c.activation = seed % 3 == 0 ? MoeActivation::SwigluOai : seed % 3 == 1 ? MoeActivation::Silu : MoeActivation::GeluTanh;
+      c.layout = seed % 2 ? MoeGateLayout::Interleaved : MoeGateLayout::Halves;
+      c.limit = 0.4f, c.alpha = 1.5f;
+      c.bias_gate_up = seed % 2 == 0, c.bias_down = seed % 3 != 0, c.bias_dtype = x;
+      c.ids_dtype = seed % 2 ? DType::I64 : DType::I32;
+      c.out_of_range_every = seed % 4 == 0 ? 0 : 5;
+      c.nan_token = seed % 3 == 0 ? 3 : -1;
+      CaseOnDevice cd(c);
+      MoeFfnBuffers& b = cd.b;
+      OnDevice& d = cd.d;
+      const MoeFfnOptions& o = cd.o;
+      std::vector<unsigned char> bytes[2];
+      Receipt r[2];
+      for (int sorted : {1, 0}) {
+        if (sorted) unsetenv("LLMM_MOE_FFN_SORTED");
+        else setenv("LLMM_MOE_FFN_SORTED", "0", 1);
+        ASSERT_EQ(cudaMemset(d.out.view.data, 0xff, b.out.bytes.size()), cudaSuccess);  // NaN in f16 and bf16
+        r[sorted] = d.run(ctx, o);
+        ctx.synchronize();
+        to_host(d.out, b.out);
+        bytes[sorted] = b.out.bytes;
+        EXPECT_EQ(compare_moe_ffn(b, b.out, 2 * rel_bound(x), out_unit(x)), "")
+            << c.describe() << (sorted ? " sorted" : " routed order") << " [" << r[sorted].kernel << "]";
+      }
+      unsetenv("LLMM_MOE_FFN_SORTED");
+      EXPECT_EQ(r[0].kernel.find("_sorted"), std::string::npos) << r[0].kernel;
+      if (r[1].kernel.find("_staged_sorted") != std::string::npos) ++sorted_runs;
+      EXPECT_EQ(bytes[1], bytes[0]) << c.describe() << ": the sorted pipeline's output differs [" << r[1].kernel << "] vs ["
+                                    << r[0].kernel << "]";
+    }
+  EXPECT_GE(sorted_runs, 6);  // every case above the fused engine's m whose GEMMs stage (sm_90)
 }
 
 TEST(MoeFfnGpu, TokenPassesBeyondThePassSize) {

@@ -182,7 +182,7 @@ TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_c
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l) {
   return "tiled_sm90_moe_" + std::string(dtype_name(g.w_dtype)) + "_" + std::string(dtype_name(g.in_dtype)) + "_" +
          std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(l.bn) + "x" + std::to_string(kTiledNarrowBN) +
-         (l.fused ? "_fused" : l.staged ? "_staged" : "");
+         (l.fused ? "_fused" : l.staged ? "_staged" : "") + (g.out_sorted ? "_sorted" : "");
 }
 
 std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,

@@ -109,7 +109,8 @@ bool tiled_sm90_moe_fused_preferred(const cuda_moe::MoeArgs& g);
 // Its launch: the moe launch's tiles and grid, the sorted list's shared memory, not staged, no PDL
 // (nothing of the route runs before it).
 TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_count);
-// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged|_fused], e.g. tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
+// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged|_fused][_sorted] (_sorted: MoeArgs::out_sorted), e.g.
+// tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l);
 
 // ---- tq2

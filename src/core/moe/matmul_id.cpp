@@ -393,6 +393,18 @@ bool detail::matmul_id_direct_args(const Context& ctx, const View& weights, cons
   return true;
 }
 
+bool detail::matmul_id_grouped_args(const Context& ctx, const View& weights, const View& input, const View& ids,
+                                    const View& out, MatmulIdInputLayout layout, const MatmulIdOptions& opts,
+                                    MatmulIdScratch& scratch, cuda_moe::MoeArgs& args) {
+  check_views(ctx, weights, input, ids, out);
+  const MatmulIdParams p = matmul_id_params(weights, input, ids, out, layout, MatmulIdMultiplicity::MayRepeat,
+                                            MatmulIdRoute::GroupedPrefill);
+  const Prepared pr = prepare(ctx, weights, input, ids, out, &scratch, p, opts);
+  if (pr.empty || pr.zeros) return false;
+  args = pr.g;
+  return true;
+}
+
 Receipt matmul_id(Context& ctx, const Fp8Experts& w, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, MatmulIdInputLayout layout, MatmulIdMultiplicity multiplicity, MatmulIdRoute route,
                   const MatmulIdOptions& opts) {

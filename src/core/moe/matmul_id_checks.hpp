@@ -44,4 +44,12 @@ bool matmul_id_direct_args(const Context& ctx, const View& weights, const View& 
                            MatmulIdInputLayout layout, const MatmulIdOptions& opts, const Fp8Experts* fp8,
                            cuda_moe::MoeArgs& args);
 
+// The grouped route's kernel arguments of a matmul_id call over `scratch` (route GroupedPrefill,
+// MayRepeat, dense experts), after every check matmul_id makes; nothing is launched. moe_ffn's
+// sorted pipeline starts from them. False when the call has no output element or its outputs
+// are all zero (k or n_experts 0: the direct kernel's job).
+bool matmul_id_grouped_args(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
+                            MatmulIdInputLayout layout, const MatmulIdOptions& opts, MatmulIdScratch& scratch,
+                            cuda_moe::MoeArgs& args);
+
 }  // namespace llmm::detail

@@ -74,6 +74,15 @@ struct MoeArgs {
   // input row of rows[i], k elements of in_dtype each), or null. The Hopper engine stages there.
   void* staged = nullptr;
   std::int64_t staged_bytes = 0;
+  // Grouped route on the Hopper engine, moe_ffn's sorted pipeline (otherwise false):
+  //   out_sorted  the engine writes the output of list position i (rows[i]) to out row i, not to
+  //               its routed row: out holds sum(counts) rows in expert order, and the map leaves
+  //               the rows of out-of-range ids alone (they have no position);
+  //   presorted   counts and rows already hold this call's list (a previous call's map over the same
+  //               ids) and `staged` already holds input row i at position i (that call's sorted
+  //               output, activated): no map, no staging, the engine alone.
+  bool out_sorted = false;
+  bool presorted = false;
   // Direct route: the epilogue (Plain for matmul_id).
   MoeDirectFusion fusion;
 };

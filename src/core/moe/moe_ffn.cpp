@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "core/moe/moe_args.hpp"
 #include "core/moe/moe_dispatch.hpp"
 #include "core/moe/moe_kernels.hpp"
+#include "core/moe/moe_plan.hpp"
 #include "core/moe/matmul_id_pool.hpp"
 #include "core/moe/moe_ffn_launch.hpp"
 #include "core/ranges.hpp"
@@ -336,6 +338,35 @@ const char* moe_gate_layout_name(MoeGateLayout l) noexcept {
 
 namespace {
 
+// The sorted pipeline (dense 16-bit experts where both GEMMs run on the staged Hopper engine):
+// gate_up maps and stages x's rows as matmul_id does but writes h in the map's expert order
+// (MoeArgs::out_sorted); the activation keeps that order, so `a` is already the down GEMM's
+// staged input over the same lists (MoeArgs::presorted): the down GEMM runs without a second map
+// or staging copy, and writes its rows to their routed rows for the slot sum. Every value is
+// computed as on the routed-order path (the same tiles over the same lists): the same bits.
+// LLMM_MOE_FFN_SORTED=0 turns it off (measurement: the A/B of the two orders in one process).
+bool sorted_pipeline_enabled() {
+  const char* v = std::getenv("LLMM_MOE_FFN_SORTED");
+  return v == nullptr || std::string(v) != "0";
+}
+
+// Fills up and down with the pass's sorted-pipeline arguments; false where it does not apply.
+template <class Grouped>
+bool sorted_pipeline(Context& ctx, const Pass& p, MatmulIdScratch& scratch, const WorkspaceLayout& lay, Grouped grouped,
+                     cuda_moe::MoeArgs& up, cuda_moe::MoeArgs& down) {
+  if ((p.x.dtype != DType::F16 && p.x.dtype != DType::BF16) || !grouped(p, scratch, true, up) || !grouped(p, scratch, false, down)) return false;
+  auto plan = [&](const cuda_moe::MoeArgs& g) {
+    return cuda_moe::plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, ctx.arch(), MatmulIdGroupedKernel::Auto);
+  };
+  const cuda_moe::MoePlan pu = plan(up), pd = plan(down);
+  if (!pu.engine || !pu.staged || pu.fused || !pd.engine || pd.fused) return false;
+  up.out_sorted = true;
+  down.presorted = true;
+  down.counts = up.counts, down.rows = up.rows;
+  down.staged = p.a.data, down.staged_bytes = static_cast<std::int64_t>(lay.a);
+  return true;
+}
+
 // Which routes a pass's two GEMMs take (validate's answer).
 struct Routes {
   bool grouped = false;                          // either GEMM: the grouped route (needs the scratch)
@@ -348,11 +379,13 @@ struct Routes {
 // `gemm(pass, scratch, first)` runs gate_up (first) or down and returns its receipt;
 // `direct(pass, first, args)` fills the direct kernel's arguments of that GEMM (false: none).
 // Where a GEMM takes the direct route, its epilogue absorbs the activation (gate_up) or the slot
-// sum (down), unless opts.fuse_decode is false.
-template <class CpuRun, class Validate, class Gemm, class Direct>
+// sum (down), unless opts.fuse_decode is false. `grouped_args(pass, scratch, first, args)` fills the
+// grouped route's arguments of that GEMM over `scratch` (false: none; dense experts only): where
+// both GEMMs run on the staged Hopper engine, the pass takes the sorted pipeline (sorted_pipeline).
+template <class CpuRun, class Validate, class Gemm, class Direct, class Grouped>
 Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, const View& out, const Dims& d,
                 const MoeFfnOptions& opts, const std::string& weights_desc, std::uint64_t scratch_row_bytes,
-                CpuRun cpu_run, Validate validate, Gemm gemm, Direct direct) {
+                CpuRun cpu_run, Validate validate, Gemm gemm, Direct direct, Grouped grouped_args) {
   auto logged = [&](Receipt r) {
     if (log_level() > 0)
       detail::log_call(kOp,
@@ -423,6 +456,7 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
   struct PassRun {
     Pass p;
     bool fuse_up = false, fuse_down = false;
+    bool sorted = false;  // the sorted pipeline: up and down are its grouped arguments
     cuda_moe::MoeArgs up, down;
   };
   std::vector<PassRun> runs;
@@ -450,6 +484,14 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
       r.down.out = r.p.out.data, r.down.out_dtype = out.dtype;
       r.fuse_down = cuda_moe::moe_direct_fusion_supported(r.down);
     }
+    if (scratch && !rt.up_direct && !rt.down_direct && sorted_pipeline_enabled() &&
+        sorted_pipeline(ctx, r.p, *scratch, lay, grouped_args, r.up, r.down)) {
+      r.sorted = true;
+      for (const cuda_moe::MoeArgs* g : {&r.up, &r.down})
+        for (const std::string& n : cuda_moe::plan_matmul_id_cuda(*g, MatmulIdRoute::GroupedPrefill, ctx.arch(),
+                                                                  MatmulIdGroupedKernel::Auto).kernels)
+          need(n);
+    }
     if (r.fuse_up) need(cuda_moe::moe_direct_kernel_name(r.up));
     else if (d.top_k > 0) need(gated_name);
     if (r.fuse_down) need(cuda_moe::moe_direct_kernel_name(r.down));
@@ -474,14 +516,19 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
       gate_up = Receipt{matmul_id_route_name(MatmulIdRoute::Direct), cuda_moe::moe_direct_kernel_name(run.up), 1};
       add(gate_up);
     } else if (d.top_k > 0) {
-      gate_up = gemm(p, scratch, true);
+      gate_up = run.sorted ? detail::run_matmul_id_cuda(ctx, MatmulIdRoute::GroupedPrefill, run.up, MatmulIdGroupedKernel::Auto)
+                           : gemm(p, scratch, true);
       add(gate_up);
       ga.h = p.h.data, ga.a = p.a.data, ga.rows = p.m * d.top_k, ga.inter = d.inter, ga.ids = p.ids.data;
+      ga.counts = run.sorted ? run.up.counts : nullptr, ga.list = run.sorted ? run.up.rows : nullptr;
       cuda_moe::launch_moe_ffn_gated(ga, ctx.stream());
       if (ga.rows > 0 && ga.inter > 0) {
         ctx.note_launch(gated_name, [&] {
           LaunchRanges r{{byte_range(p.h), byte_range(p.ids)}, {byte_range(p.a)}};
           if (opts.bias_gate_up) r.reads.push_back(byte_range(*opts.bias_gate_up));
+          if (run.sorted)
+            r.reads.push_back(detail::elems_range(run.up.counts, DType::U32, d.experts)),
+                r.reads.push_back(detail::elems_range(run.up.rows, DType::U32, ga.rows));
           return r;
         });
         add(Receipt{"", gated_name, 1});
@@ -493,7 +540,9 @@ Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, co
       if (i == 0) first = Receipt{gate_up.route, kernels, launched};
       continue;
     }
-    if (d.top_k > 0) add(gemm(p, scratch, false));
+    if (d.top_k > 0)
+      add(run.sorted ? detail::run_matmul_id_cuda(ctx, MatmulIdRoute::GroupedPrefill, run.down, MatmulIdGroupedKernel::Auto)
+                     : gemm(p, scratch, false));
     ca.y = p.y.data, ca.w = p.tw.data, ca.out = p.out.data;
     ca.m = p.m, ca.top_k = d.top_k, ca.hidden = d.hidden, ca.ids = p.ids.data;
     cuda_moe::launch_moe_ffn_combine(ca, ctx.stream());
@@ -545,9 +594,14 @@ Receipt moe_ffn(Context& ctx, const View& x, const View& w_gate_up, const View& 
                                                  nullptr, g)
                  : detail::matmul_id_direct_args(ctx, w_down, p.a, p.ids, p.y, MatmulIdInputLayout::Slotted, mo, nullptr, g);
   };
+  auto grouped = [&](const Pass& p, MatmulIdScratch& scratch, bool first, cuda_moe::MoeArgs& g) {
+    return first ? detail::matmul_id_grouped_args(ctx, w_gate_up, p.x, p.ids, p.h, MatmulIdInputLayout::SharedPerToken, mo,
+                                                  scratch, g)
+                 : detail::matmul_id_grouped_args(ctx, w_down, p.a, p.ids, p.y, MatmulIdInputLayout::Slotted, mo, scratch, g);
+  };
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string(dtype_name(w_gate_up.dtype)),
                  static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype), cpu_run, validate, gemm,
-                 direct);
+                 direct, grouped);
 }
 
 Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, const WeightHandle& w_down, const View& ids,
@@ -576,8 +630,9 @@ Receipt moe_ffn(Context& ctx, const View& x, const WeightHandle& w_gate_up, cons
                  : matmul_id_tq2(ctx, w_down, p.a, p.ids, p.y, scratch, MatmulIdInputLayout::Slotted);
   };
   auto no_direct = [](const Pass&, bool, cuda_moe::MoeArgs&) { return false; };  // matmul_id_tq2's own kernels
+  auto no_grouped = [](const Pass&, MatmulIdScratch&, bool, cuda_moe::MoeArgs&) { return false; };
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, "tq2", static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * 2,
-                 cpu_run, validate, gemm, no_direct);
+                 cpu_run, validate, gemm, no_direct, no_grouped);
 }
 
 Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const Fp8Experts& w_down, const View& ids,
@@ -648,7 +703,8 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
                                                  &w_down, g);
   };
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string("f8e4m3 ") + fp8_scale_kind_name(w_gate_up.kind), 0,
-                 cpu_run, validate, gemm, direct);
+                 cpu_run, validate, gemm, direct,
+                 [](const Pass&, MatmulIdScratch&, bool, cuda_moe::MoeArgs&) { return false; });  // no FP8 engine
 }
 
 }  // namespace llmm

@@ -30,6 +30,11 @@ struct MoeGatedArgs {
   const void* ids = nullptr;  // [rows] of ids_dtype: read only with a bias
   DType ids_dtype = DType::I32;
   std::int64_t experts = 0;
+  // Sorted rows (moe_ffn's sorted pipeline): h's rows are the list positions of moe_map's
+  // counts / rows (MoeArgs::out_sorted), so only the first sum(counts) rows are read and written
+  // (the rest were never written), and row i's expert is that of routed row list[i].
+  const std::uint32_t* counts = nullptr;  // [experts], or null: routed rows
+  const std::uint32_t* list = nullptr;    // [rows] routed row of each position (with counts)
 };
 std::string moe_ffn_gated_kernel_name(const MoeGatedArgs& g);
 void launch_moe_ffn_gated(const MoeGatedArgs& g, StreamHandle stream);
@@ -37,8 +42,9 @@ void launch_moe_ffn_gated(const MoeGatedArgs& g, StreamHandle stream);
 // out[t, j] = sum_{s < top_k} w[t, s] * (y[t, s, j] + bias[e, j]), in slot order, f32: y
 // [m, top_k, hidden] of y_dtype (f32, or out's dtype), w [m, top_k] (f32, f16, bf16) and out
 // [m, hidden] (f32, f16, bf16)
-// contiguous; bias [experts, hidden] of bias_dtype or null, e = ids[t, s] (an id outside
-// [0, experts) takes no bias). top_k 0: zeros.
+// contiguous; bias [experts, hidden] of bias_dtype or null, e = ids[t, s]. A slot whose id lies
+// outside [0, experts) adds w * 0 and its y row is not read (the sorted pipeline never writes
+// it). top_k 0: zeros.
 struct MoeCombineArgs {
   DType w_dtype = DType::F32, out_dtype = DType::F32, y_dtype = DType::F32;
   const void* y = nullptr;
@@ -47,7 +53,7 @@ struct MoeCombineArgs {
   std::int64_t m = 0, top_k = 0, hidden = 0;
   const void* bias = nullptr;
   DType bias_dtype = DType::F32;
-  const void* ids = nullptr;  // [m, top_k] of ids_dtype: read only with a bias
+  const void* ids = nullptr;  // [m, top_k] of ids_dtype
   DType ids_dtype = DType::I32;
   std::int64_t experts = 0;
 };

@@ -81,7 +81,7 @@ std::string moe_direct_kernel_name(const MoeArgs& a) {
 int moe_map_max_experts() noexcept { return kMoeMapMaxExperts; }
 
 std::int64_t moe_map_zero_blocks(const MoeArgs& a) noexcept {
-  if (a.m <= 0 || a.top_k <= 0 || a.n <= 0) return 0;
+  if (a.m <= 0 || a.top_k <= 0 || a.n <= 0 || a.out_sorted) return 0;  // a sorted output has no row of an out-of-range id
   return std::min<std::int64_t>(ceil_div(a.m * a.top_k, kMoeMapThreads / 32), kMoeMapMaxZeroBlocks);
 }
 

@@ -76,7 +76,7 @@ inline constexpr int kMoeMapBlockCountWords = 32768;  // block_counts room the s
 int moe_map_max_experts() noexcept;
 
 // Blocks that zero the output rows of out-of-range ids (one warp per routed row, grid-stride):
-// min(ceil(m * top_k / 32), kMoeMapMaxZeroBlocks); 0 when m * top_k == 0 or n == 0.
+// min(ceil(m * top_k / 32), kMoeMapMaxZeroBlocks); 0 when m * top_k == 0, n == 0 or out_sorted.
 std::int64_t moe_map_zero_blocks(const MoeArgs& args) noexcept;
 
 // The sorting grid: `blocks` chunks of `chunk` routed rows (the last may be shorter, none empty).

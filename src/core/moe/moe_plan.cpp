@@ -32,8 +32,13 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
   if (kernel == MatmulIdGroupedKernel::TiledSm90Fused && !fused_why.empty())
     fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90_fused cannot run (m ", g.m, ", top_k ", g.top_k, "): ",
          fused_why);
+  // moe_ffn's sorted pipeline: moe_map's lists and the staged engine only (its caller checked).
+  const bool sorted = g.out_sorted || g.presorted;
+  if (sorted && (!p.engine || kernel != MatmulIdGroupedKernel::Auto))
+    fail(ErrorCode::Internal, "matmul_id: a sorted output or presorted rows need the Hopper engine under Auto (",
+         engine_why.empty() ? "a kernel asked for by name" : engine_why, ")");
   const bool fused = kernel == MatmulIdGroupedKernel::TiledSm90Fused ||
-                     (kernel == MatmulIdGroupedKernel::Auto && p.engine && engine::tiled_sm90_moe_fused_preferred(g));
+                     (kernel == MatmulIdGroupedKernel::Auto && p.engine && !sorted && engine::tiled_sm90_moe_fused_preferred(g));
   if (p.engine && fused_why.empty() && fused) {
     p.fused = true;
     p.launch = engine::tiled_sm90_moe_fused_launch(g, arch.sm_count);
@@ -44,10 +49,20 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
                          std::to_string(engine::kTiledMoeFusedAutoMaxTokens) + ")";
     return p;
   }
+  if (g.presorted) {  // the lists and the staged rows are the previous call's: the engine alone
+    p.engine = true;
+    p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);
+    p.staged = p.launch.staged;
+    if (!p.staged) fail(ErrorCode::Internal, "matmul_id: presorted rows without staging room for them");
+    p.kernels = {engine::tiled_sm90_moe_kernel_name(g, p.launch)};
+    p.reason = "the Hopper engine over rows a previous call left in expert order";
+    return p;
+  }
   p.kernels = moe_map_kernel_names(g);
   if (p.engine) {
     p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);
     p.staged = p.launch.staged;
+    if (g.out_sorted && !p.staged) fail(ErrorCode::Internal, "matmul_id: a sorted output without staging room");
     if (p.staged) p.kernels.push_back(moe_stage_rows_kernel_name(g));
     p.kernels.push_back(engine::tiled_sm90_moe_kernel_name(g, p.launch));
     p.reason = p.staged ? "the Hopper engine over routed rows staged in expert order"

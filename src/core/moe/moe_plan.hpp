@@ -8,7 +8,9 @@
 //                   Hopper engine alone, sorting the rows in each CTA (TiledSm90Fused);
 //                   else moe_map (moe_map_count + moe_map_sort when the rows span sorting
 //                   blocks), then the engine, after moe_stage_rows when the scratch can stage
-//                   every routed row; else moe_grouped (mma.sync, any dtypes)
+//                   every routed row; else moe_grouped (mma.sync, any dtypes). With
+//                   MoeArgs::out_sorted: moe_map, moe_stage_rows, the engine (never fused);
+//                   with MoeArgs::presorted: the staged engine alone.
 #pragma once
 #include <string>
 #include <vector>

@@ -58,14 +58,17 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     return Receipt{matmul_id_route_name(route), names, 1};
   }
   std::size_t next = 0;  // plan.kernels[next]: the kernel launched next
-  cuda_moe::launch_moe_map(g, s);  // moe_map_count (when the rows span sorting blocks), moe_map_sort
-  if (cuda_moe::moe_map_grid(g).blocks > 1)
-    ctx.note_launch(plan.kernels[next++], [&] { return LaunchRanges{{ranges().ids}, {ranges().block_counts}}; });
-  ctx.note_launch(plan.kernels[next++], [&] {
-    const MoeRanges r = ranges();
-    return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
-  });
-  if (plan.staged) {
+  if (!g.presorted) {
+    cuda_moe::launch_moe_map(g, s);  // moe_map_count (when the rows span sorting blocks), moe_map_sort
+    if (cuda_moe::moe_map_grid(g).blocks > 1)
+      ctx.note_launch(plan.kernels[next++], [&] { return LaunchRanges{{ranges().ids}, {ranges().block_counts}}; });
+    ctx.note_launch(plan.kernels[next++], [&] {
+      const MoeRanges r = ranges();
+      if (g.out_sorted) return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows}};
+      return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
+    });
+  }
+  if (plan.staged && !g.presorted) {
     cuda_moe::launch_moe_stage_rows(g, s);
     ctx.note_launch(plan.kernels[next++], [&] {
       const MoeRanges r = ranges();

@@ -27,6 +27,7 @@ ExpertRowsParams expert_rows_params(const cuda_moe::MoeArgs& g) {
   p.out = g.out;
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
   p.vec8_ok = reinterpret_cast<std::uintptr_t>(g.out) % 16 == 0 && g.n * sizeof(OutT) % 16 == 0;
+  p.out_sorted = g.out_sorted;
   // ExpertRowsFused (the plan keeps m * top_k <= kTiledMoeFusedMaxRows: an int)
   p.ids = g.ids, p.ids64 = g.ids64;
   p.routed = static_cast<int>(g.m * g.top_k);

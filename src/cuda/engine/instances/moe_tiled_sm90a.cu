@@ -57,7 +57,8 @@ void launch_tiled_sm90_moe(const MoeArgs& g, const TiledSm90Launch& l, StreamHan
   if (g.m * g.top_k == 0 || g.n == 0) return;
   if (g.w_dtype != g.in_dtype || g.k % 8 != 0 || (!l.fused && (!g.counts || !g.rows)) ||
       (l.fused && (l.staged || g.m * g.top_k > kTiledMoeFusedMaxRows || !g.ids)) ||
-      (l.staged && (!g.staged || g.staged_bytes / (g.k * 2) < g.m * g.top_k)))
+      (l.staged && (!g.staged || g.staged_bytes / (g.k * 2) < g.m * g.top_k)) || (l.fused && g.out_sorted) ||
+      (g.presorted && !l.staged))
     fail(ErrorCode::Internal, name, ": arguments outside the instance's contract");
   const bool f32_out = g.out_dtype == DType::F32;
   if (g.w_dtype == DType::BF16) {

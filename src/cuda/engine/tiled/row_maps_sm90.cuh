@@ -122,6 +122,9 @@ struct ExpertRowsParams {
   void* out = nullptr;                                   // [m * top_k, n]
   bool vec_ok = false;                                   // 4-element vector stores of output rows are aligned
   bool vec8_ok = false;                                  // 16-byte stores (16-bit outputs) are aligned
+  // The output of list position i goes to out row i instead of its routed row (MoeArgs::out_sorted;
+  // moe_map's lists only: the plan never sets it for ExpertRowsFused).
+  bool out_sorted = false;
   // ExpertRowsFused: the ids (u32 words, or i64) of the routed rows, and an output row's size in
   // 16-bit words (to zero the rows of out-of-range ids).
   const void* ids = nullptr;
@@ -316,12 +319,14 @@ struct ExpertRowsT {
     return c;
   }
   __device__ int w_group(const TileCoord& c) const { return c.group; }
-  // Consumer thread ctid, when tile c starts: its rows ctid + 128 i of the tile (0 past the end).
+  // Consumer thread ctid, when tile c starts: the out rows of its rows ctid + 128 i of the tile
+  // (0 past the end): their routed rows, or with out_sorted their list positions.
   __device__ void prefetch_out_rows(const TileCoord& c, int ctid, std::uint32_t (&ids)[kRowsPerThread]) const {
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int tok = ctid + 128 * i;
-      ids[i] = tok < c.rows ? row_at(c.row_base + c.tok0 + tok) : 0u;
+      const std::int64_t pos = c.row_base + c.tok0 + tok;
+      ids[i] = tok >= c.rows ? 0u : p.out_sorted ? static_cast<std::uint32_t>(pos) : row_at(pos);
     }
   }
   // In the epilogue, between the consumer's own barriers: publish them, then read them back.
