@@ -134,6 +134,8 @@ class MatmulIdScratch {
   // several sorting blocks, a fixed 128 KiB after the lists.
   std::uint32_t* map_block_counts() const { return block_counts_; }
   std::size_t map_block_count_words() const { return block_counts_ ? kMapBlockCountWords : 0; }
+  // CUDA only (null on CPU): the Hopper engine's tile counter, one word after the histograms.
+  std::uint32_t* tile_counter() const { return block_counts_ ? block_counts_ + kMapBlockCountWords : nullptr; }
   void* staged() const { return staged_; }  // null when staged_row_bytes was 0
   std::size_t staged_bytes() const { return staged_bytes_; }
   std::uint64_t staged_row_bytes() const { return staged_row_bytes_; }

@@ -187,7 +187,8 @@ TEST(CaptureGpu, MatmulIdBothRoutes) {
           << what;
       const ByteRange scratch_range{scratch.counts(), scratch.counts_bytes() + scratch.rows_bytes()};
       const ByteRange staged_range{scratch.staged(), scratch.staged_bytes()};
-      check_capture(rec, r, gout, {&gw, &gin, &gids}, {hull(gout), scratch_range, staged_range},
+      const ByteRange counter_range{scratch.tile_counter(), sizeof(std::uint32_t)};  // the engine's tile hand-out
+      check_capture(rec, r, gout, {&gw, &gin, &gids}, {hull(gout), scratch_range, staged_range, counter_range},
                     {hull(gw), hull(gin), hull(gids)}, what);
     }
 }

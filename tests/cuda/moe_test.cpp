@@ -537,6 +537,46 @@ TEST(MoeGpu, TiledSm90TileClassBoundaries) {
       }
 }
 
+// The staged engine hands its tiles out from the scratch's counter (LLMM_TILED_SCHED): with
+// fewer tiles than SMs, many tiles, and every token on the same experts, each call is correct,
+// bitwise equal to the call before it on the same scratch, and leaves the counter at zero for
+// the next launch (a counter left nonzero would hand the next launch no tiles: poisoned rows).
+TEST(MoeGpu, TiledSm90StagedCounterServesRepeatedCalls) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!hopper_engine(ctx)) GTEST_SKIP() << "the Hopper tiled engine runs on sm_90 only";
+  MatmulIdScratch staging(ctx, 64, 2048, 8, 256 * 2);
+  ASSERT_NE(staging.tile_counter(), nullptr);
+  struct Shape {
+    std::uint32_t m, n, k, top_k, e;
+    Routing routing;
+  };
+  const Shape shapes[] = {{40, 200, 256, 2, 8, Routing::Uniform},
+                          {2048, 384, 256, 8, 64, Routing::Uniform},
+                          {1024, 264, 136, 2, 64, Routing::Skewed}};
+  std::uint64_t seed = 5200;
+  for (const Shape& sh : shapes)
+    for (DType w : {DType::BF16, DType::F16}) {
+      MoeCase c;
+      c.p = params(sh.m, sh.n, sh.k, sh.top_k, sh.e, MatmulIdRoute::GroupedPrefill);
+      c.p.input_dtype = w, c.p.output_dtype = w;
+      c.w_dtype = w, c.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
+      c.routing = sh.routing, c.seed = ++seed;
+      auto counter = [&] {
+        std::uint32_t v = 0xdeadbeefu;
+        copy_to_host(&v, staging.tile_counter(), sizeof v);
+        return v;
+      };
+      const MoeOutcome a = run_moe_case(ctx, c, &staging);
+      EXPECT_TRUE(a.cmp.ok()) << c.describe() << " [" << a.receipt.kernel << "]: " << a.cmp.summary();
+      EXPECT_NE(a.receipt.kernel.find("_staged"), std::string::npos) << c.describe() << ": " << a.receipt.kernel;
+      EXPECT_EQ(counter(), 0u) << c.describe();
+      const MoeOutcome b = run_moe_case(ctx, c, &staging);
+      EXPECT_TRUE(b.out_bytes == a.out_bytes) << c.describe() << ": a second call differs";
+      EXPECT_EQ(counter(), 0u) << c.describe();
+    }
+}
+
 // The engine sorting the routed rows itself (TiledSm90Fused): every tile class boundary the
 // counts above reach within kTiledMoeFusedMaxRows (1666 rows over 13 experts), out-of-range ids
 // (zero rows written by the CTAs, spread over the grid); 1024 experts with the whole 2048 rows

@@ -76,9 +76,18 @@ constexpr ExpertTileSplit tiled_sm90_expert_split(int count, int bn) {
   return s;
 }
 
-// The MoE row maps' own shared memory (after the fixed part): a tile's row sources (8 bytes a
-// row), each consumer's copy of its output rows (4 bytes a row), tile and row starts per expert.
-constexpr int tiled_sm90_moe_extra_bytes(int bn, int n_experts) { return bn * 8 + 2 * bn * 4 + 2 * (n_experts + 1) * 4; }
+// The staged MoE row map's tile hand-out (ExpertRowsParams::tile_counter): the producer claims
+// each next tile from the counter and passes it to the consumers through a ring of this many
+// slots (a full and an empty mbarrier and a tile number each).
+inline constexpr int kTiledSchedDepth = 4;
+inline constexpr int kTiledSchedBytes = kTiledSchedDepth * (8 + 8 + 4);
+static_assert(kTiledSchedBytes % 8 == 0, "the row map's bytes after the slots stay 8-byte aligned");
+// The MoE row maps' own shared memory (after the fixed part): the tile hand-out slots, a tile's
+// row sources (8 bytes a row), each consumer's copy of its output rows (4 bytes a row), tile and
+// row starts per expert.
+constexpr int tiled_sm90_moe_extra_bytes(int bn, int n_experts) {
+  return kTiledSchedBytes + bn * 8 + 2 * bn * 4 + 2 * (n_experts + 1) * 4;
+}
 
 // The MoE instance that sorts the routed rows itself (ExpertRowsFused: one kernel, no moe_map
 // and no staging copy before it) takes up to this many routed rows (m * top_k). Each CTA holds

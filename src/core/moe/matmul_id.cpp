@@ -142,6 +142,7 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   if (route == MatmulIdRoute::GroupedPrefill && scratch) {
     g.counts = scratch->counts(), g.rows = scratch->rows(), g.row_capacity = static_cast<std::int64_t>(scratch->row_capacity());
     g.block_counts = scratch->map_block_counts(), g.block_count_words = static_cast<std::int64_t>(scratch->map_block_count_words());
+    g.tile_counter = scratch->tile_counter();
     if (scratch->staged()) g.staged = scratch->staged(), g.staged_bytes = static_cast<std::int64_t>(scratch->staged_bytes());
   }
   return pr;
@@ -150,6 +151,7 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
 void use_scratch(cuda_moe::MoeArgs& g, const MatmulIdScratch& s) {
   g.counts = s.counts(), g.rows = s.rows(), g.row_capacity = static_cast<std::int64_t>(s.row_capacity());
   g.block_counts = s.map_block_counts(), g.block_count_words = static_cast<std::int64_t>(s.map_block_count_words());
+  g.tile_counter = s.tile_counter();
   g.staged = s.staged(), g.staged_bytes = static_cast<std::int64_t>(s.staged_bytes());
 }
 

@@ -1,5 +1,6 @@
 // MatmulIdScratch: one allocation, counts then the routed-row lists (u32 words), then on CUDA the
-// map's block histograms (kMapBlockCountWords) and the staged rows.
+// map's block histograms (kMapBlockCountWords), the engine's tile counter (one word) and the
+// staged rows.
 
 #include "core/host_alloc.hpp"
 #include "core/moe/moe_kernels.hpp"
@@ -24,7 +25,7 @@ MatmulIdScratch::MatmulIdScratch(const Context& ctx, std::uint32_t max_experts, 
       max_experts, checked_mul(max_tokens, max_top_k_, "MatmulIdScratch routed rows"), "MatmulIdScratch size");
   // The CPU backend sorts on the host: no block histograms there.
   const std::uint64_t words =
-      device_ == DeviceKind::CUDA ? checked_add(list_words, kMapBlockCountWords, "MatmulIdScratch size") : list_words;
+      device_ == DeviceKind::CUDA ? checked_add(list_words, kMapBlockCountWords + 1, "MatmulIdScratch size") : list_words;
   const std::size_t bytes = to_usize(checked_mul(words, 4, "MatmulIdScratch bytes"), "MatmulIdScratch bytes");
   // The staged rows start 256-byte aligned after the lists (TMA wants 16; 256 keeps rows of
   // multiple-of-16 sizes aligned whatever the lists' length). The CPU backend never stages.

@@ -83,6 +83,10 @@ struct MoeArgs {
   //               output, activated): no map, no staging, the engine alone.
   bool out_sorted = false;
   bool presorted = false;
+  // Grouped route, optional: one u32 word, zero between launches (moe_map zeroes it; the staged
+  // engine leaves it zero), from which the staged Hopper engine hands out its tiles in order as
+  // its CTAs free up, instead of a fixed share a CTA; null: the fixed share.
+  std::uint32_t* tile_counter = nullptr;
   // Direct route: the epilogue (Plain for matmul_id).
   MoeDirectFusion fusion;
 };

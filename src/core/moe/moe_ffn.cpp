@@ -362,7 +362,7 @@ bool sorted_pipeline(Context& ctx, const Pass& p, MatmulIdScratch& scratch, cons
   if (!pu.engine || !pu.staged || pu.fused || !pd.engine || pd.fused) return false;
   up.out_sorted = true;
   down.presorted = true;
-  down.counts = up.counts, down.rows = up.rows;
+  down.counts = up.counts, down.rows = up.rows, down.tile_counter = up.tile_counter;
   down.staged = p.a.data, down.staged_bytes = static_cast<std::int64_t>(lay.a);
   return true;
 }

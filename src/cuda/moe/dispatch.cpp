@@ -13,7 +13,7 @@ namespace {
 
 // Byte hulls of the operands of g (capture mode).
 struct MoeRanges {
-  ByteRange w, in, ids, out, counts, rows, block_counts, staged;
+  ByteRange w, in, ids, out, counts, rows, block_counts, staged, tile_counter;
   explicit MoeRanges(const cuda_moe::MoeArgs& g) {
     const std::int64_t routed = g.m * g.top_k;
     w = g.n_experts > 0 && g.k > 0 ? elems_range(g.w, g.w_dtype, (g.n_experts - 1) * g.expert_stride + g.n * g.k)
@@ -26,6 +26,7 @@ struct MoeRanges {
     rows = elems_range(g.rows, DType::U32, g.rows ? routed : 0);
     block_counts = elems_range(g.block_counts, DType::U32, cuda_moe::moe_map_grid(g).blocks > 1 ? g.block_count_words : 0);
     staged = elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);  // the rows a call stages
+    tile_counter = elems_range(g.tile_counter, DType::U32, g.tile_counter ? 1 : 0);
   }
 };
 
@@ -64,8 +65,9 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
       ctx.note_launch(plan.kernels[next++], [&] { return LaunchRanges{{ranges().ids}, {ranges().block_counts}}; });
     ctx.note_launch(plan.kernels[next++], [&] {
       const MoeRanges r = ranges();
-      if (g.out_sorted) return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows}};
-      return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.out}};  // out: the zero rows of out-of-range ids
+      if (g.out_sorted) return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.tile_counter}};
+      // out: the zero rows of out-of-range ids
+      return LaunchRanges{{r.ids, r.block_counts}, {r.counts, r.rows, r.out, r.tile_counter}};
     });
   }
   if (plan.staged && !g.presorted) {
@@ -79,7 +81,7 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   else cuda_moe::launch_moe_grouped(g, s);
   ctx.note_launch(plan.kernels[next++], [&] {
     const MoeRanges r = ranges();
-    if (plan.staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows}, {r.out}};
+    if (plan.staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows}, {r.out, r.tile_counter}};
     return LaunchRanges{{r.w, r.in, r.counts, r.rows}, {r.out}};
   });
   return Receipt{matmul_id_route_name(route), names, static_cast<int>(plan.kernels.size())};

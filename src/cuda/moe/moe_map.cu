@@ -66,6 +66,9 @@ __global__ void __launch_bounds__(kMoeMapThreads, 1) moe_map_kernel(MoeArgs a, M
   const std::int64_t routed = a.m * a.top_k;
   const std::int64_t block = blockIdx.x;
   ptx::grid_launch_dependents();  // the route's next kernel may start: it waits for this grid first
+  // The engine's tile counter starts each route at zero (every kernel before this launch is done:
+  // the map's first kernel is an ordinary launch).
+  if (block == 0 && tid == 0 && a.tile_counter) *a.tile_counter = 0;
 
   if (block >= grid.blocks) {  // zero rows of out-of-range ids
     const std::int64_t warps = (static_cast<std::int64_t>(gridDim.x) - grid.blocks) * kWarps;

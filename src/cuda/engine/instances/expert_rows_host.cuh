@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cuda/common/tensor_map.hpp"
+#include "cuda/engine/tiled/launch_tiled_sm90.cuh"
 #include "cuda/engine/tiled/row_maps_sm90.cuh"
 #include "core/moe/moe_args.hpp"
 
@@ -28,6 +29,7 @@ ExpertRowsParams expert_rows_params(const cuda_moe::MoeArgs& g) {
   p.vec_ok = reinterpret_cast<std::uintptr_t>(g.out) % (4 * sizeof(OutT)) == 0 && g.n % 4 == 0;
   p.vec8_ok = reinterpret_cast<std::uintptr_t>(g.out) % 16 == 0 && g.n * sizeof(OutT) % 16 == 0;
   p.out_sorted = g.out_sorted;
+  p.tile_counter = tiled_sm90_sched_env() ? g.tile_counter : nullptr;  // ExpertRowsStaged reads it
   // ExpertRowsFused (the plan keeps m * top_k <= kTiledMoeFusedMaxRows: an int)
   p.ids = g.ids, p.ids64 = g.ids64;
   p.routed = static_cast<int>(g.m * g.top_k);

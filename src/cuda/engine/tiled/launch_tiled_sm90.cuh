@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/engine/tiled_sm90_plan.hpp"
@@ -13,6 +14,16 @@
 #include "llmm/error.hpp"
 
 namespace llmm::engine {
+
+// The staged MoE instance takes its tiles from the scratch's tile counter; LLMM_TILED_SCHED=0
+// gives each CTA a fixed share instead (the A/B of docs/performance.md).
+inline bool tiled_sm90_sched_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("LLMM_TILED_SCHED");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
 
 template <class Params, class WParams>
 void launch_tiled_sm90(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, WParams), const CUtensorMap& tm_w,

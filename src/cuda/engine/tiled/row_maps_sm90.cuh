@@ -53,6 +53,7 @@ struct DenseRows {
   static constexpr bool kScatter = false;  // output rows follow from the tile: nothing to prefetch
   static constexpr int kMid = 0;           // every tile is BN wide
   static constexpr bool kSplitK = true;    // Params::parts may split K
+  static constexpr bool kSched = false;    // tiles in a fixed share a CTA
 
   const Params& p;
   __device__ DenseRows(const Params& params, std::uint8_t* /*extra*/) : p(params) {}
@@ -136,6 +137,10 @@ struct ExpertRowsParams {
   // a map axis of extent 1, coordinate 0.
   bool row_tma_slots = false, row_tma_tokens = false;  // slot / token coordinates are used
   bool row_tma_slot_outer = false;  // the slot axis is the map's third (the larger stride), else its second
+  // ExpertRowsStaged: tiles handed out in order from this zeroed word as CTAs free up (the last
+  // claim of the launch zeroes it again), or null: a fixed share a CTA (tile blockIdx.x, then
+  // every gridDim.x-th).
+  std::uint32_t* tile_counter = nullptr;
 };
 
 // kOwnMap: ExpertRowsFused (below). Else the lists come from moe_map (p.counts, p.rows).
@@ -154,15 +159,23 @@ struct ExpertRowsT {
   // epilogue, instead of one dependent global load per stored row.
   static constexpr bool kScatter = true;
   static constexpr bool kSplitK = false;
+  static constexpr bool kSched = false;  // ExpertRowsStaged: tiles handed out by Params::tile_counter
   static constexpr int kRowsPerThread = BN / 128;
 
   const Params& p;
+  std::uint64_t* sched_full;   // [kTiledSchedDepth]: a claimed tile number is in its slot
+  std::uint64_t* sched_empty;  // [kTiledSchedDepth]: the 8 consumer warps have read it
+  int* sched_tile;             // [kTiledSchedDepth]
   std::int64_t* src;  // [BN]: element offsets of a tile's token rows in `in` (-1: none)
   std::uint32_t* out_rows;  // [2][BN]: each consumer's copy of the tile's routed rows
   int* tile_start;    // [n_experts + 1]: first token tile of each expert
   int* row_start;     // [n_experts + 1]: first position of each expert in `rows`
 
   __device__ ExpertRowsT(const Params& params, std::uint8_t* extra) : p(params) {
+    sched_full = reinterpret_cast<std::uint64_t*>(extra);
+    sched_empty = sched_full + kTiledSchedDepth;
+    sched_tile = reinterpret_cast<int*>(sched_empty + kTiledSchedDepth);
+    extra += kTiledSchedBytes;
     src = reinterpret_cast<std::int64_t*>(extra);
     out_rows = reinterpret_cast<std::uint32_t*>(extra + BN * 8);
     tile_start = reinterpret_cast<int*>(extra + BN * 8 + 2 * BN * 4);
@@ -297,6 +310,36 @@ struct ExpertRowsT {
 
   __device__ int total_tiles() const { return tile_start[p.n_experts] * p.tiles_feat; }
 
+  // Tile hand-out (kSched maps with p.tile_counter). One thread, before the block's first barrier:
+  __device__ void init_sched() const {
+    for (int s = 0; s < kTiledSchedDepth; ++s) ptx::mbar_init(&sched_full[s], 1), ptx::mbar_init(&sched_empty[s], 8);
+    ptx::mbar_init_fence();
+  }
+  // The producer thread claims the counter's next value one tile ahead (claim: its round trip
+  // flies while the current tile's stages are issued) and publishes the value it claimed before
+  // as its j-th unit (units once every tile is taken) in slot j % depth. Every CTA claims until
+  // it draws a value >= units, once, so a launch makes exactly units + gridDim.x claims; the one
+  // that drew the last value was the launch's last and zeroes the counter for the next launch.
+  __device__ std::uint32_t claim() const { return atomicAdd(p.tile_counter, 1u); }
+  __device__ int publish_unit(int j, std::uint32_t v, int units) const {
+    const int s = j % kTiledSchedDepth;
+    ptx::mbar_wait(&sched_empty[s], ((j / kTiledSchedDepth) & 1) ^ 1);
+    if (v == static_cast<std::uint32_t>(units) + gridDim.x - 1) atomicExch(p.tile_counter, 0u);
+    const int u = v < static_cast<std::uint32_t>(units) ? static_cast<int>(v) : units;
+    sched_tile[s] = u;
+    ptx::mbar_arrive(&sched_full[s]);  // release: the number is seen by whoever sees the phase
+    return u;
+  }
+  // A consumer warp's j-th unit (every lane), its slot released once the whole warp has read it.
+  __device__ int take_unit(int j, int lane) const {
+    const int s = j % kTiledSchedDepth;
+    ptx::mbar_wait(&sched_full[s], (j / kTiledSchedDepth) & 1);
+    const int u = sched_tile[s];
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(&sched_empty[s]);
+    return u;
+  }
+
   // Tile t: expert token tile t / tiles_feat (experts in order), feature block t % tiles_feat.
   __device__ TileCoord tile(int t) const {
     const int et = t / p.tiles_feat;
@@ -418,6 +461,7 @@ struct ExpertRowsFused : ExpertRowsT<BN, true> {
 template <int BN>
 struct ExpertRowsStaged : ExpertRowsT<BN, false> {
   static constexpr bool kGather = false;
+  static constexpr bool kSched = true;
   using ExpertRowsT<BN, false>::ExpertRowsT;
   // tm_x: boxes of BN rows; tm_x_narrow: boxes of kTiledNarrowBN rows, for narrow tiles, and two
   // of them for a mid tile (rows of 128 bytes, so the second box's 8 KB continue the first's

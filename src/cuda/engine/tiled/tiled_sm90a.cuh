@@ -114,6 +114,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr bool kThreadsWrite = RowMap::kGather;
   constexpr bool kSplit = Weights::kSplit;
   static_assert(!kSplit || (!RowMap::kGather && !RowMap::kScatter), "the 3xTF32 instance runs dense rows only");
+  static_assert(!RowMap::kSched || (!RowMap::kGather && !RowMap::kRowTma && !kSplit && !RowMap::kSplitK),
+                "tiles are handed out to the one-thread producer only (no gather, row boxes, splitters or K parts)");
   // With the split, the splitter warps (producer warps 1..kSplitWarps) arrive on full beside the
   // TMA thread.
   constexpr int kSplitWarps = [] {
@@ -172,6 +174,15 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // counts, row lists and staged rows are read only past this wait. A no-op otherwise.
   ptx::grid_dependency_wait();
   RowMap map(p, extra);
+  // Tile hand-out (kSched row maps given a counter): the producer claims each next unit as the
+  // ring frees up and passes it to the consumers, so CTAs that drew short tiles take more, and
+  // the tiles running at once stay the ones next to each other in the map's order (an expert's
+  // tiles, which read the same weights); else a fixed share a CTA.
+  bool sched = false;
+  if constexpr (RowMap::kSched) {
+    sched = p.tile_counter != nullptr;
+    if (sched && tid == 0) map.init_sched();
+  }
   map.prologue(tid, ring);  // ExpertRowsFused sorts the routed rows here, in ring memory no copy has written yet
   __syncthreads();
   const int total = map.total_tiles();
@@ -247,7 +258,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       }
       if (ptid != 0) return;
       int it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      std::uint32_t next = 0;  // the claim for the next tile (kSched)
+      if constexpr (RowMap::kSched)
+        if (sched) next = map.claim();
+      for (int j = 0, u = blockIdx.x;; ++j, u += gridDim.x) {
+        if constexpr (RowMap::kSched)
+          if (sched) {
+            const std::uint32_t v = next;
+            if (v < static_cast<std::uint32_t>(units)) next = map.claim();
+            u = map.publish_unit(j, v, units);
+          }
+        if (u >= units) break;
         int t, part, kb0, kb1;
         unit_k(u, t, part, kb0, kb1);
         const TileCoord c = map.tile(t);
@@ -343,7 +364,10 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   };
 
   int it = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+  for (int j = 0, u = blockIdx.x;; ++j, u += gridDim.x) {
+    if constexpr (RowMap::kSched)
+      if (sched) u = map.take_unit(j, lane);
+    if (u >= units) break;
     int t, part, kb0, kb1;
     unit_k(u, t, part, kb0, kb1);
     const TileCoord c = map.tile(t);
