@@ -174,10 +174,10 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // counts, row lists and staged rows are read only past this wait. A no-op otherwise.
   ptx::grid_dependency_wait();
   RowMap map(p, extra);
-  // Tile hand-out (kSched row maps given a counter): the producer claims each next unit as the
-  // ring frees up and passes it to the consumers, so CTAs that drew short tiles take more, and
-  // the tiles running at once stay the ones next to each other in the map's order (an expert's
-  // tiles, which read the same weights); else a fixed share a CTA.
+  // Tile hand-out (kSched row maps given a counter): the producer claims each next unit one tile
+  // ahead of its loads and passes it to the consumers, so CTAs that drew short tiles take more,
+  // and the tiles running at once stay the ones next to each other in the map's order (an
+  // expert's tiles, which read the same weights); else a fixed share a CTA.
   bool sched = false;
   if constexpr (RowMap::kSched) {
     sched = p.tile_counter != nullptr;
