@@ -24,11 +24,12 @@
 // wgmmas (small terms first) into a zeroed stage sum, which is added to the accumulator once the
 // stage is done (the tensor cores truncate as they accumulate: summed straight into a long
 // accumulator that costs ~100x f32's error; per stage it stays below f32 rounding).
-// Work units are handed out statically (u = blockIdx.x, += gridDim.x) in the row map's order,
-// the producer and the consumers walking the same sequence; the ring carries over unit
-// boundaries, so the next unit's loads overlap this unit's epilogue. A unit is a tile, or with
-// K in parts (a row map with kSplitK and parts > 1: few tiles for the SMs) one K part of a
-// tile: each part's consumers write their f32 accumulators to a workspace slot and count
+// Work units go in the row map's order, statically (u = blockIdx.x, += gridDim.x) or, for a
+// kSched row map given a counter (staged MoE rows), claimed by the producer as CTAs free up and
+// passed to the consumers: the producer and the consumers walk the same sequence; the ring
+// carries over unit boundaries, so the next unit's loads overlap this unit's epilogue. A unit
+// is a tile, or with K in parts (a row map with kSplitK and parts > 1: few tiles for the SMs)
+// one K part of a tile: each part's consumers write their f32 accumulators to a workspace slot and count
 // themselves in (an integer atomic; the counters are zero at launch); the last to arrive sums
 // the parts' slots in part order and stores the tile. Every output element is written once, by
 // one thread, from f32 accumulations over K in a fixed order: results are reproducible run to
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   if constexpr (RowMap::kSplitK)
     if (p.parts > 1) parts = p.parts, kb_per_part = p.kb_per_part;
   const int units = total * parts;
-  // This CTA's units: u = blockIdx.x; u < units; u += gridDim.x.
+  // This CTA's units: u = blockIdx.x; u < units; u += gridDim.x, or the claimed ones (kSched).
   auto unit_k = [&](int u, int& t, int& part, int& kb0, int& kb1) {
     t = u / parts;
     part = u - t * parts;
