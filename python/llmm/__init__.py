@@ -738,7 +738,8 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     coincide the tensor kind is taken (the same values); a shape that fits none raises an
     llmm.Error that is also a ValueError; float8 weights without weight_scale are refused. Routes
     "direct" (the codes decoded in the streaming kernel) and "grouped" (decoded and scaled into
-    bf16 tiles, x rounded to bf16); the Hopper engine does not take FP8. On the CPU: the float64
+    bf16 tiles, x rounded to bf16: on sm_90 with bf16 x the Hopper engine over staged rows, else
+    the mma.sync kernel). On the CPU: the float64
     reference of the dequantized weights.
     """
     if weight_scale is None:

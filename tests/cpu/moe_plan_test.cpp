@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "core/engine/tiled_sm90_shape.hpp"
 #include "core/moe/moe_kernels.hpp"
 #include "core/moe/moe_plan.hpp"
 #include "llmm/error.hpp"
@@ -197,6 +199,53 @@ TEST(MoePlan, GroupedFallsBackToMmaSyncAndSaysWhy) {
   EXPECT_FALSE(plan_matmul_id_cuda(odd, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).engine);
   expect_error([&] { plan_matmul_id_cuda(odd, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90); },
                ErrorCode::Unsupported, "grouped kernel tiled_sm90 cannot run (m 512, n 768, k 2048, bf16 weights, bf16 input)");
+}
+
+// FP8 experts: the engine's FP8 instance over staged bf16 rows (never fused, never gathering);
+// an f16 or f32 input, k not a multiple of 16 or no staging room fall back to moe_grouped, and
+// the forced engine is refused saying why.
+TEST(MoePlan, Fp8ExpertsOnTheStagedEngineOnly) {
+  auto fp8 = [](DType in, std::int64_t m, std::int64_t k, bool staged) {
+    MoeArgs g = grouped(DType::F8E4M3, in, DType::F32, m, 768, k);
+    g.w_scales = static_cast<const float*>(addr(0x70000000)), g.w_scale_kind = 2, g.w_scale_expert_stride = 6 * ((k + 127) / 128);
+    if (staged) g.staged = const_cast<void*>(addr(0x60000000)), g.staged_bytes = m * 8 * k * 2;
+    return g;
+  };
+  MoePlan p = plan_matmul_id_cuda(fp8(DType::BF16, 4096, 2048, true), MatmulIdRoute::GroupedPrefill, h200(),
+                                  MatmulIdGroupedKernel::Auto);
+  EXPECT_TRUE(p.engine && p.staged && !p.fused);
+  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16",
+                                                 "tiled_sm90_moe_f8e4m3_bf16_f32_bn256x64_staged"}));
+  EXPECT_EQ(p.launch.smem_bytes, engine::tiled_sm90_fp8_shape(256).fixed_smem_bytes() + engine::tiled_sm90_moe_extra_bytes(256, 64));
+  // m 4 (the fused engine's range for 16-bit experts): still the staged one.
+  p = plan_matmul_id_cuda(fp8(DType::BF16, 4, 2048, true), MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_TRUE(p.engine && p.staged && !p.fused);
+  expect_error([&] { plan_matmul_id_cuda(fp8(DType::BF16, 4, 2048, true), MatmulIdRoute::GroupedPrefill, h200(),
+                                         MatmulIdGroupedKernel::TiledSm90Fused); },
+               ErrorCode::Unsupported, "FP8 weights run on staged rows only");
+  // No staging room: moe_grouped under Auto, refused by name.
+  const MoeArgs gathered = fp8(DType::BF16, 4096, 2048, false);
+  p = plan_matmul_id_cuda(gathered, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+  EXPECT_FALSE(p.engine);
+  EXPECT_EQ(p.kernels.back(), moe_grouped_kernel_name(gathered));
+  EXPECT_NE(p.reason.find("staged rows only"), std::string::npos) << p.reason;
+  expect_error([&] { plan_matmul_id_cuda(gathered, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90); },
+               ErrorCode::Unsupported, "runs FP8 weights over staged rows only");
+  // f16 and f32 inputs, k 2040: moe_grouped, and the forced engine says why.
+  for (const auto& [in, k, why] : {std::tuple{DType::F16, std::int64_t{2048}, "needs a bf16 input with FP8 weights"},
+                                   std::tuple{DType::F32, std::int64_t{2048}, "needs a bf16 input with FP8 weights"},
+                                   std::tuple{DType::BF16, std::int64_t{2040}, "needs k a multiple of 16 with FP8 weights"}}) {
+    const MoeArgs g = fp8(in, 4096, k, true);
+    p = plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
+    EXPECT_FALSE(p.engine) << dtype_name(in) << " k " << k;
+    EXPECT_NE(p.reason.find(why), std::string::npos) << p.reason;
+    expect_error([&] { plan_matmul_id_cuda(g, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::TiledSm90); },
+                 ErrorCode::Unsupported, why);
+  }
+  // No scales: a router bug the engine refuses to take.
+  MoeArgs bare = fp8(DType::BF16, 4096, 2048, true);
+  bare.w_scales = nullptr;
+  EXPECT_FALSE(plan_matmul_id_cuda(bare, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).engine);
 }
 
 TEST(MoePlan, Refusals) {

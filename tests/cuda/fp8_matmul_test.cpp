@@ -3,6 +3,7 @@
 // a K-block count that cuBLASLt's scale pitch pads), padded rows, NaN/Inf propagation, Auto's
 // choices.
 #include <cmath>
+#include <cstdint>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include "support/fp8_case.hpp"
 #include "support/fp8_moe_case.hpp"
 #include "support/fp8_ffn_case.hpp"
+#include "support/random.hpp"
 #include "support/tensor.hpp"
 #include "support/gpu.hpp"
 
@@ -154,10 +156,78 @@ TEST(Fp8ExpertsGpu, GroupedEveryKindAndDtype) {
         Fp8MoeCase c;
         c.m = 70, c.top_k = 3, c.experts = 6, c.n = 200, c.kind = kind, c.x_dtype = dt, c.k = k;
         c.out_dtype = dt, c.route = MatmulIdRoute::GroupedPrefill, c.seed = ++seed;
+        c.grouped_kernel = MatmulIdGroupedKernel::MmaSync;  // bf16 x with k 272 would take the engine (below)
         const Receipt r = run_fp8_moe_case(ctx, c);
         EXPECT_EQ(r.route, "grouped_prefill");
         EXPECT_NE(r.kernel.find("moe_grouped_f8e4m3"), std::string::npos) << r.kernel;
       }
+}
+
+// The Hopper engine's FP8 instance (codes converted to bf16 boxes by producer warps, staged bf16
+// rows): every scale kind, f32 and bf16 outputs, n and k off the tile multiples (n 200: a partial
+// 128-row tile; k 272: a partial 64-k stage and a partial 128-k scale block), k 1024 (eight scale
+// blocks), few rows (narrow tiles) and one expert with 500 (wide, mid and narrow tiles), an
+// out-of-range id, a NaN-poisoned output; against the float64 reference.
+TEST(Fp8ExpertsGpu, TiledSm90EveryKindAndShape) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) GTEST_SKIP() << "the Hopper engine runs on sm_90 only";
+  std::uint64_t seed = 700;
+  struct Shape {
+    std::int64_t m, n, k, top_k, experts, skew;
+  };
+  for (const Shape sh : {Shape{70, 200, 272, 3, 6, 0}, Shape{300, 384, 1024, 2, 5, 500}, Shape{9, 136, 128, 4, 40, 0}})
+    for (Fp8ScaleKind kind : kKinds)
+      for (DType out : {DType::F32, DType::BF16}) {
+        Fp8MoeCase c;
+        c.m = sh.m, c.n = sh.n, c.k = sh.k, c.top_k = sh.top_k, c.experts = sh.experts, c.skew_rows = sh.skew;
+        c.kind = kind, c.x_dtype = DType::BF16, c.out_dtype = out, c.route = MatmulIdRoute::GroupedPrefill;
+        c.grouped_kernel = MatmulIdGroupedKernel::TiledSm90, c.seed = ++seed;
+        const Receipt r = run_fp8_moe_case(ctx, c);
+        EXPECT_NE(r.kernel.find("tiled_sm90_moe_f8e4m3_bf16"), std::string::npos) << r.kernel;
+        EXPECT_NE(r.kernel.find("_staged"), std::string::npos) << r.kernel;
+      }
+}
+
+// Non-finite weights and inputs reach the outputs they feed and no other: a NaN code of expert
+// 0's row 5 and an infinite x element, on the FP8 engine.
+TEST(Fp8ExpertsGpu, TiledSm90PropagatesNonFinite) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) GTEST_SKIP() << "the Hopper engine runs on sm_90 only";
+  const std::int64_t m = 40, n = 136, k = 256, top_k = 2, experts = 3;
+  HostTensor codes = host_tensor(DType::F8E4M3, {experts, n, k});
+  auto* cb = static_cast<std::uint8_t*>(codes.view.data);
+  for (std::int64_t i = 0; i < experts * n * k; ++i) cb[i] = static_cast<std::uint8_t>(0x30 + (i * 7) % 16);  // 0.5 .. ~1.9
+  cb[5 * k + 17] = 0x7F;  // NaN: expert 0, row 5
+  HostTensor scales = host_tensor(DType::F32, {experts, 1, 1});
+  for (int e = 0; e < experts; ++e) static_cast<float*>(scales.view.data)[e] = 0.25f;
+  HostTensor x = host_tensor(DType::BF16, {m, k});
+  fill_random(x.view, 77);
+  static_cast<std::uint16_t*>(x.view.data)[7 * k + 3] = 0x7F80;  // +Inf in token 7
+  HostTensor ids = host_tensor(DType::I32, {m, top_k});
+  auto* id = static_cast<std::int32_t*>(ids.view.data);
+  for (std::int64_t r = 0; r < m * top_k; ++r) id[r] = static_cast<std::int32_t>((r * 5 + r / 7) % experts);
+  HostTensor out = host_tensor(DType::F32, {m, top_k, n});
+  DeviceTensor dc = to_device(codes), ds = to_device(scales), dx = to_device(x), di = to_device(ids), dout = to_device(out);
+  MatmulIdOptions o;
+  o.grouped_kernel = MatmulIdGroupedKernel::TiledSm90;
+  const Receipt r = matmul_id(ctx, Fp8Experts{dc.view, Fp8ScaleKind::Tensor, ds.view}, dx.view, di.view, dout.view, nullptr,
+                              MatmulIdInputLayout::SharedPerToken, MatmulIdMultiplicity::MayRepeat, MatmulIdRoute::GroupedPrefill, o);
+  ctx.synchronize();
+  to_host(dout, out);
+  ASSERT_NE(r.kernel.find("tiled_sm90_moe_f8e4m3"), std::string::npos) << r.kernel;
+  const float* y = static_cast<const float*>(out.view.data);
+  int bad = 0;
+  for (std::int64_t row = 0; row < m * top_k; ++row)
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float v = y[row * n + j];
+      const bool nan_w = id[row] == 0 && j == 5, inf_x = row / top_k == 7;
+      // +Inf times positive weights: +Inf, unless a NaN weight meets it too.
+      const bool ok = nan_w ? std::isnan(v) : inf_x ? (std::isinf(v) && v > 0) : std::isfinite(v);
+      if (!ok && ++bad <= 5) ADD_FAILURE() << "row " << row << " (expert " << id[row] << ") col " << j << ": " << v;
+    }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Fp8ExpertsGpu, AutoDirectAtDecodeGroupedAtPrefill) {
@@ -167,7 +237,11 @@ TEST(Fp8ExpertsGpu, AutoDirectAtDecodeGroupedAtPrefill) {
   c.m = 2;
   EXPECT_EQ(run_fp8_moe_case(ctx, c).route, "direct");
   c.m = 64;
-  EXPECT_EQ(run_fp8_moe_case(ctx, c).route, "grouped_prefill");
+  const Receipt r = run_fp8_moe_case(ctx, c);
+  EXPECT_EQ(r.route, "grouped_prefill");
+  // bf16 x on sm_90: the engine's FP8 instance over the context's staged scratch.
+  if (ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)
+    EXPECT_NE(r.kernel.find("tiled_sm90_moe_f8e4m3_bf16_f32_bn256x64_staged"), std::string::npos) << r.kernel;
 }
 
 // moe_ffn on FP8 experts on the GPU (direct at decode, the grouped kernel at prefill) against the

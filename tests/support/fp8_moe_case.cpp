@@ -1,5 +1,6 @@
 #include "support/fp8_moe_case.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -34,6 +35,7 @@ Receipt run_fp8_moe_case(Context& ctx, const Fp8MoeCase& c) {
   HostTensor ids = host_tensor(DType::I32, {c.m, c.top_k});
   auto* id = static_cast<std::int32_t*>(ids.view.data);
   for (std::int64_t r = 0; r < c.m * c.top_k; ++r) id[r] = static_cast<std::int32_t>(rng.uniform_int(0, c.experts - 1));
+  for (std::int64_t r = 0; r < std::min(c.skew_rows, c.m * c.top_k); ++r) id[r] = 0;
   if (c.m * c.top_k > 3) id[3] = static_cast<std::int32_t>(c.experts + 2);  // out of range: a zero row
   HostTensor out = host_tensor(c.out_dtype, {c.m, c.top_k, c.n});
   std::memset(out.view.data, 0xFF, out.bytes.size());
@@ -41,8 +43,10 @@ Receipt run_fp8_moe_case(Context& ctx, const Fp8MoeCase& c) {
   Receipt r;
   if (ctx.is_cuda()) {
     DeviceTensor dc = to_device(codes), ds = to_device(scales), dx = to_device(x), di = to_device(ids), dout = to_device(out);
+    MatmulIdOptions o;
+    o.grouped_kernel = c.grouped_kernel;
     r = matmul_id(ctx, Fp8Experts{dc.view, c.kind, ds.view}, dx.view, di.view, dout.view, nullptr,
-                  MatmulIdInputLayout::SharedPerToken, MatmulIdMultiplicity::MayRepeat, c.route);
+                  MatmulIdInputLayout::SharedPerToken, MatmulIdMultiplicity::MayRepeat, c.route, o);
     ctx.synchronize();
     to_host(dout, out);
   } else {

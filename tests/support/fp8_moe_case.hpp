@@ -15,6 +15,9 @@ struct Fp8MoeCase {
   DType x_dtype = DType::BF16, out_dtype = DType::F32;
   Fp8ScaleKind kind = Fp8ScaleKind::Block128;
   MatmulIdRoute route = MatmulIdRoute::Auto;
+  MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;
+  // Rows 0..skew_rows - 1 of the routing all go to expert 0 (an expert with several wide tiles).
+  std::int64_t skew_rows = 0;
   std::uint64_t seed = 1;
 };
 

@@ -119,9 +119,19 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm) {
 
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch) {
   if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
-  if (!is16(g.w_dtype) || g.in_dtype != g.w_dtype) return "needs f16 or bf16 weights and an input of the same dtype";
+  const bool fp8 = g.w_dtype == DType::F8E4M3;
+  if (fp8) {
+    // The codes are scaled into bf16 boxes: an f16 input would need them in f16, whose range a
+    // code times its scale can leave (moe_grouped stages both in bf16 instead).
+    if (g.in_dtype != DType::BF16) return "needs a bf16 input with FP8 weights";
+    if (!g.w_scales || g.w_scale_kind < 0 || g.w_scale_kind > 2) return "needs the FP8 weights' scales";
+    if (g.k < 1 || g.k % 16 != 0) return "needs k a multiple of 16 with FP8 weights (16-byte code rows)";
+    if (g.expert_stride % 16 != 0) return "needs an expert stride a multiple of 16 codes";
+  } else {
+    if (!is16(g.w_dtype) || g.in_dtype != g.w_dtype) return "needs f16 or bf16 weights and an input of the same dtype";
+    if (g.k < 1 || g.k % 8 != 0) return "needs k a multiple of 8";
+  }
   if (g.out_dtype != DType::F32 && g.out_dtype != g.in_dtype) return "needs an f32 or input-dtype output";
-  if (g.k < 1 || g.k % 8 != 0) return "needs k a multiple of 8";
   if (g.n < 1 || g.n > 0x7fffffff || g.k > 0x7fffffff) return "needs 1 <= n, k < 2^31";
   if (g.n_experts < 1 || g.n_experts > 1024) return "needs 1..1024 experts";
   if (!detail::aligned16(g.w) || g.expert_stride % 8 != 0) return "needs 16-byte aligned weights and expert stride";
@@ -142,7 +152,8 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
   TiledSm90Launch l;
   l.bn = 256;  // wide tiles; the kernel gives an expert with few rows narrow tiles of kTiledNarrowBN
   l.tiles = (ceil_div(routed, kTiledNarrowBN) + std::min<std::int64_t>(g.n_experts, active)) * ceil_div(g.n, kTiledBM);
-  l.smem_bytes = smem_for(l.bn, tiled_sm90_moe_extra_bytes(l.bn, static_cast<int>(g.n_experts)));
+  const int extra = tiled_sm90_moe_extra_bytes(l.bn, static_cast<int>(g.n_experts));
+  l.smem_bytes = g.w_dtype == DType::F8E4M3 ? tiled_sm90_fp8_shape(l.bn).fixed_smem_bytes() + extra : smem_for(l.bn, extra);
   l.grid = sm_count > 0 ? sm_count : kDefaultSms;
   l.staged = g.staged != nullptr && g.staged_bytes / (g.k * 2) >= routed;
   l.pdl = routed <= kTiledMoePdlMaxRows;
@@ -150,6 +161,7 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
 }
 
 std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g) {
+  if (g.w_dtype == DType::F8E4M3) return "FP8 weights run on staged rows only";
   if (g.m * g.top_k > kTiledMoeFusedMaxRows)
     return "more than " + std::to_string(kTiledMoeFusedMaxRows) + " routed rows (m * top_k = " + std::to_string(g.m * g.top_k) +
            ")";

@@ -83,7 +83,8 @@ bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch);
 
 // ---- moe (grouped route)
 // Why the moe instance cannot take `g` ("" when it can): sm_90, weights and input of one 16-bit
-// dtype, output f32 or that dtype, k % 8 == 0, 16-byte aligned weights, expert stride, input base
+// dtype (or FP8 e4m3 weights with their scales, a bf16 input, k and the expert stride multiples
+// of 16: staged rows only), output f32 or the input's dtype, k % 8 == 0, 16-byte aligned weights, expert stride, input base
 // and strides, n_experts <= 1024, m * top_k and the tiles (m * top_k / 64 + n_experts) x
 // ceil(n / 128) below 2^31 (the kernel's row positions and TMA coordinates are 32-bit).
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch);
@@ -93,7 +94,7 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
 // The instance that sorts the routed rows itself, in every CTA (no moe_map, no staging copy:
 // one kernel): why it cannot take `g` beyond tiled_sm90_moe_refusal ("" when it can): more than
-// kTiledMoeFusedMaxRows routed rows, an output row of more than 2^31 - 1 16-bit words (the
+// kTiledMoeFusedMaxRows routed rows, FP8 weights, an output row of more than 2^31 - 1 16-bit words (the
 // kernel zeroes out-of-range rows in those units, counted in an int), or an input stride of 2^40
 // bytes or more (its token rows come by TMA boxes of a map over the input: one box a row).
 std::string tiled_sm90_moe_fused_refusal(const cuda_moe::MoeArgs& g);

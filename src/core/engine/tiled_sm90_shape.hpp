@@ -38,14 +38,20 @@ struct TiledSm90Shape {
   // Token parts of a stage, each [bn rows][128 bytes]: 1, or 2 for the 3xTF32 instance (the rows
   // as TMA brought them, then rounded to tf32 in place, and their tf32 remainders).
   int b_parts = 1;
+  // FP8 weights (Fp8Weights): the weight part is the 16-bit box the consumers read, then the
+  // stage's e4m3 codes as TMA brought them, which producer warps convert into the box; a `raw`
+  // barrier a stage (the codes landed) and a 16-byte note a stage of what the codes are (the
+  // group, first row and k-block the converters need to scale them).
+  bool convert = false;
   constexpr int a_bytes() const { return a_region; }
   constexpr int b_part_bytes() const { return bn * kTiledBK * 2; }
   constexpr int b_bytes() const { return b_parts * b_part_bytes(); }
   constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
   constexpr int ring_bytes() const { return stages * stage_bytes(); }
   constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
-  // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split).
-  constexpr int barrier_bytes() const { return (b_parts > 1 ? 3 : 2) * stages * 8; }
+  // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split);
+  // converting FP8 weights also `raw` (the codes landed) and the stage's note.
+  constexpr int barrier_bytes() const { return (b_parts > 1 || convert ? 3 : 2) * stages * 8 + (convert ? 16 * stages : 0); }
   // The ring (1024-byte aligned for the 128-byte swizzle), the epilogue staging, the mbarriers;
   // a row map's own bytes come after, and 1024 bytes of slack let the kernel align its base.
   constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
@@ -153,6 +159,16 @@ constexpr TiledSm90Shape tiled_sm90_f32_shape(int bn) {
   return TiledSm90Shape{bn, bn >= 128 ? 4 : 6, kTiledBM * kTiledBK * 2, 2};
 }
 
+// FP8 e4m3 weights (Fp8Weights): a stage's weight part is the 16-bit box [128 rows][64 k] the
+// consumers read (the codes scaled and rounded to the activation's dtype by producer warps 1-3),
+// then the codes [128 rows][64 k] as TMA brought them (8 KB): 3 stages at bn 256, 5 at 128.
+inline constexpr int kTiledFp8CodeBytes = kTiledBM * kTiledBK;
+constexpr TiledSm90Shape tiled_sm90_fp8_shape(int bn) {
+  const TiledSm90Shape one{bn, 1, kTiledBM * kTiledBK * 2 + kTiledFp8CodeBytes, 1, true};
+  const int fit = kTiledRingBudget / one.stage_bytes();
+  return TiledSm90Shape{bn, fit < 8 ? fit : 8, one.a_region, 1, true};
+}
+
 // The most dynamic shared memory an sm_90 block may have (227 KB).
 inline constexpr int kTiledMaxSmem = 232448;
 static_assert(tiled_sm90_tq2_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
@@ -169,6 +185,10 @@ static_assert([] {
     if (tiled_sm90_tall_shape(bn).fixed_smem_bytes() > kTiledMaxSmem || tiled_sm90_tall_shape(bn).stages < 4) return false;
   return true;
 }(), "a tall ring does not fit, or is shallower than 4 stages");
+static_assert(tiled_sm90_fp8_shape(256).stages == 3 && tiled_sm90_fp8_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
+                  tiled_sm90_fp8_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
+                  tiled_sm90_fp8_shape(256).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(256, 1024) <= kTiledMaxSmem,
+              "an FP8 ring does not fit (with the MoE row map's bytes at bn 256)");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");

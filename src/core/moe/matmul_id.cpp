@@ -67,7 +67,7 @@ Prepared prepare(const Context& ctx, const View& weights, const View& input, con
   // direct kernel (and the reference) write exactly that without reading weights or input.
   const bool zeros = p.k == 0 || p.n_experts == 0;
   MatmulIdRoute route = zeros ? MatmulIdRoute::Direct : p.route;
-  if (route == MatmulIdRoute::Auto && fp8) {  // FP8: no Hopper engine, so the generic rule
+  if (route == MatmulIdRoute::Auto && fp8) {  // FP8: the generic rule (the engine's FP8 instance not yet measured at decode)
     const std::uint64_t routed_rows = static_cast<std::uint64_t>(p.m) * p.top_k;
     const std::uint64_t active = std::min<std::uint64_t>(p.n_experts, routed_rows);
     route = routed_rows <= 4 * active || p.n_experts > kMatmulIdGroupedMaxExperts ? MatmulIdRoute::Direct

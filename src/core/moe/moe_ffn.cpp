@@ -650,8 +650,8 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
            d.experts, ", ", sr, ", ", sc, "], got ", w->scales.describe());
     if (overlaps(out, w->scales)) fail(ErrorCode::InvalidArgument, kOp, ": out must not overlap ", name, "'s scales");
   }
-  // FP8 experts have no Hopper engine route: matmul_id's FP8 rule (direct while a weight row feeds
-  // at most 4 routed rows on average).
+  // FP8 experts: matmul_id's FP8 rule (direct while a weight row feeds at most 4 routed rows on
+  // average), the grouped GEMMs on the engine's FP8 instance where it takes them.
   auto fp8_grouped = [&](const MatmulIdParams& p) {
     if (opts.route != MatmulIdRoute::Auto) return opts.route == MatmulIdRoute::GroupedPrefill;
     const std::uint64_t routed = static_cast<std::uint64_t>(p.m) * p.top_k;
@@ -702,7 +702,11 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
                  : detail::matmul_id_direct_args(ctx, w_down.codes, p.a, p.ids, p.y, MatmulIdInputLayout::Slotted, mo,
                                                  &w_down, g);
   };
-  return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string("f8e4m3 ") + fp8_scale_kind_name(w_gate_up.kind), 0,
+  // Staging room for bf16 rows of either GEMM: there the grouped GEMMs run on the Hopper engine's
+  // FP8 instance (staged rows only); other inputs take moe_grouped, which stages nothing.
+  const std::uint64_t row_bytes =
+      x.dtype == DType::BF16 ? static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype) : 0;
+  return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string("f8e4m3 ") + fp8_scale_kind_name(w_gate_up.kind), row_bytes,
                  cpu_run, validate, gemm, direct,
                  [](const Pass&, MatmulIdScratch&, bool, cuda_moe::MoeArgs&) { return false; });  // no FP8 engine
 }

@@ -59,6 +59,14 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
     return p;
   }
   p.kernels = moe_map_kernel_names(g);
+  // FP8 weights run on the engine over staged rows only (no gathering instance converts them).
+  const bool fp8 = g.w_dtype == DType::F8E4M3;
+  if (p.engine && fp8 && !engine::tiled_sm90_moe_launch(g, arch.sm_count).staged) {
+    if (kernel == MatmulIdGroupedKernel::TiledSm90)
+      fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 runs FP8 weights over staged rows only: the scratch "
+                                   "has no staging room for the ", g.m * g.top_k, " routed rows");
+    p.engine = false;
+  }
   if (p.engine) {
     p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);
     p.staged = p.launch.staged;
@@ -70,7 +78,8 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
   } else {
     p.kernels.push_back(moe_grouped_kernel_name(g));
     p.reason = kernel == MatmulIdGroupedKernel::MmaSync ? "moe_grouped, asked for by name"
-                                                        : "moe_grouped (the Hopper engine " + engine_why + ")";
+               : engine_why.empty()                      ? "moe_grouped (the Hopper engine runs FP8 weights over staged rows only)"
+                                                         : "moe_grouped (the Hopper engine " + engine_why + ")";
   }
   return p;
 }

@@ -26,4 +26,10 @@ CUtensorMap make_tensor_map_u8_2d(const void* base, const std::uint64_t (&dims)[
 CUtensorMap make_tensor_map_3d_sw128(const void* base, int elem_bytes, const std::uint64_t (&dims)[3],
                                      const std::uint64_t (&strides)[2], const std::uint32_t (&box)[3], const char* who);
 
+// A 3D tensor of bytes (dims innermost first; the two outer strides in bytes, multiples of 16
+// below 2^40; base 16-byte aligned) in unswizzled boxes of box[0] x box[1] x box[2] bytes
+// (box[0] a multiple of 16, each <= 256), out-of-bounds bytes zero-filled: FP8 weight stacks.
+CUtensorMap make_tensor_map_u8_3d(const void* base, const std::uint64_t (&dims)[3], const std::uint64_t (&strides)[2],
+                                  const std::uint32_t (&box)[3], const char* who);
+
 }  // namespace llmm::cuda_common

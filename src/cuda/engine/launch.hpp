@@ -20,6 +20,9 @@ void launch_tiled_sm90_dense(const cuda_dense::DenseArgs& g, const TiledSm90Laun
 // The grouped route's GEMM, after launch_moe_map on the same stream (counts and rows written);
 // `l` from tiled_sm90_moe_launch.
 void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream);
+// Its FP8 instance (e4m3 weights with g.w_scales, bf16 input, staged rows only), which
+// launch_tiled_sm90_moe hands F8E4M3 weights to.
+void launch_tiled_sm90_moe_fp8(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream);
 
 // out = x . W^T with W [n, k] decoded from g.codes / g.scales_t by the consumers; g.in is the f16
 // activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;

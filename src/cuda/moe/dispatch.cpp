@@ -13,7 +13,7 @@ namespace {
 
 // Byte hulls of the operands of g (capture mode).
 struct MoeRanges {
-  ByteRange w, in, ids, out, counts, rows, block_counts, staged, tile_counter;
+  ByteRange w, in, ids, out, counts, rows, block_counts, staged, tile_counter, scales;
   explicit MoeRanges(const cuda_moe::MoeArgs& g) {
     const std::int64_t routed = g.m * g.top_k;
     w = g.n_experts > 0 && g.k > 0 ? elems_range(g.w, g.w_dtype, (g.n_experts - 1) * g.expert_stride + g.n * g.k)
@@ -27,6 +27,8 @@ struct MoeRanges {
     block_counts = elems_range(g.block_counts, DType::U32, cuda_moe::moe_map_grid(g).blocks > 1 ? g.block_count_words : 0);
     staged = elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);  // the rows a call stages
     tile_counter = elems_range(g.tile_counter, DType::U32, g.tile_counter ? 1 : 0);
+    // FP8 weights' scales (none otherwise: an empty range the capture ignores)
+    scales = elems_range(g.w_scales, DType::F32, g.w_dtype == DType::F8E4M3 && g.w_scales ? g.n_experts * g.w_scale_expert_stride : 0);
   }
 };
 
@@ -46,7 +48,7 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     cuda_moe::launch_moe_direct(g, s);
     ctx.note_launch(plan.kernels[0], [&] {
       const MoeRanges r = ranges();
-      return LaunchRanges{{r.w, r.in, r.ids}, {r.out}};
+      return LaunchRanges{{r.w, r.in, r.ids, r.scales}, {r.out}};
     });
     return Receipt{matmul_id_route_name(route), names, 1};
   }
@@ -81,8 +83,8 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
   else cuda_moe::launch_moe_grouped(g, s);
   ctx.note_launch(plan.kernels[next++], [&] {
     const MoeRanges r = ranges();
-    if (plan.staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows}, {r.out, r.tile_counter}};
-    return LaunchRanges{{r.w, r.in, r.counts, r.rows}, {r.out}};
+    if (plan.staged) return LaunchRanges{{r.w, r.staged, r.counts, r.rows, r.scales}, {r.out, r.tile_counter}};
+    return LaunchRanges{{r.w, r.in, r.counts, r.rows, r.scales}, {r.out}};
   });
   return Receipt{matmul_id_route_name(route), names, static_cast<int>(plan.kernels.size())};
 }

@@ -53,6 +53,7 @@ void launch_t(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, c
 }  // namespace
 
 void launch_tiled_sm90_moe(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream) {
+  if (g.w_dtype == DType::F8E4M3) return launch_tiled_sm90_moe_fp8(g, l, stream);
   const std::string name = tiled_sm90_moe_kernel_name(g, l);
   if (g.m * g.top_k == 0 || g.n == 0) return;
   if (g.w_dtype != g.in_dtype || g.k % 8 != 0 || (!l.fused && (!g.counts || !g.rows)) ||

@@ -46,6 +46,7 @@
 
 #include "core/engine/tiled_sm90_shape.hpp"
 #include "cuda/engine/tiled/row_maps_sm90.cuh"
+#include "cuda/engine/tiled/weights_fp8_sm90.cuh"
 #include "cuda/engine/tiled/weights_sm90.cuh"
 #include "cuda/engine/tiled/wgmma_sm90.cuh"
 
@@ -115,6 +116,12 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr bool kThreadsWrite = RowMap::kGather;
   constexpr bool kSplit = Weights::kSplit;
   static_assert(!kSplit || (!RowMap::kGather && !RowMap::kScatter), "the 3xTF32 instance runs dense rows only");
+  // FP8 weights (Fp8Weights): the TMA thread's codes land on `raw` with a note of what they are;
+  // producer warps 1..kConvertWarps convert them into the stage's 16-bit box and arrive on full
+  // beside the TMA thread (whose token rows land on full directly).
+  constexpr bool kConvert = Weights::kConvert;
+  static_assert(!kConvert || (!RowMap::kGather && !RowMap::kRowTma && !RowMap::kSplitK && !kSplit),
+                "FP8 weights are converted beside TMA token rows of whole K only");
   static_assert(!RowMap::kSched || (!RowMap::kGather && !RowMap::kRowTma && !kSplit && !RowMap::kSplitK),
                 "tiles are handed out to the one-thread producer only (no gather, row boxes, splitters or K parts)");
   // With the split, the splitter warps (producer warps 1..kSplitWarps) arrive on full beside the
@@ -126,7 +133,12 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   static_assert(kSplitWarps <= 3, "the splitters are producer warps beside the TMA thread's warp 0");
   // One TMA box a token row (RowMap::kRowTma): each producer warp arrives once, expecting its own
   // rows' bytes (warp 0 also the weight box's).
-  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : RowMap::kRowTma ? 4 : 1 + kSplitWarps;
+  constexpr int kConvertWarps = [] {
+    if constexpr (kConvert) return Weights::kConvertWarps;
+    else return 0;
+  }();
+  static_assert(kConvertWarps <= 3, "the converters are producer warps beside the TMA thread's warp 0");
+  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : RowMap::kRowTma ? 4 : 1 + kSplitWarps + kConvertWarps;
   // Registers per thread after the split: the producer issues copies and needs few. The block
   // launches with kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the
   // producer's .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever
@@ -139,10 +151,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // Tall tiles (DenseRowsTall): each consumer owns kHalves x 64 weight rows, two m64 wgmmas a
   // k16 step into two accumulator halves; plain dense rows and 16-bit weights only.
   constexpr int kHalves = tile_rows_v<RowMap> / kTiledBM;
-  static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !RowMap::kGather && !RowMap::kScatter &&
+  static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !kConvert && !RowMap::kGather && !RowMap::kScatter &&
                                  !RowMap::kRowTma && !RowMap::kSplitK && RowMap::kMid == 0 && BN <= 160),
                 "tall tiles run 16-bit dense rows of whole K, at most 160 tokens wide (bn accumulators a thread)");
   constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN)
+                               : kConvert       ? tiled_sm90_fp8_shape(BN)
                                : kSplit         ? tiled_sm90_f32_shape(BN)
                                : kHalves == 2   ? tiled_sm90_tall_shape(BN)
                                                 : tiled_sm90_shape(BN);
@@ -154,7 +167,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   float* const epi = reinterpret_cast<float*>(smem + S.ring_bytes());
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + S.ring_bytes() + S.epi_bytes());
   std::uint64_t* const empty = full + kStages;
-  std::uint64_t* const raw = empty + kStages;  // kSplit: the stage's token rows landed, not yet split
+  std::uint64_t* const raw = empty + kStages;  // kSplit: the stage's token rows landed, not yet split; kConvert: its codes
+  // kConvert: each stage's note {group, first weight row, k-block, 0}; group -1: no more stages.
+  int4* const note = reinterpret_cast<int4*>(raw + kStages);
   std::uint8_t* const extra = smem + S.ring_bytes() + S.epi_bytes() + S.barrier_bytes();
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -163,10 +178,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kFullArrivals);
       ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
-      if constexpr (kSplit) ptx::mbar_init(&raw[s], 1);
+      if constexpr (kSplit || kConvert) ptx::mbar_init(&raw[s], 1);
     }
     ptx::mbar_init_fence();
-    if constexpr (!Weights::kDecode) ptx::prefetch_tensor_map(&tm_w);
+    if constexpr (!Weights::kDecode && !kConvert) ptx::prefetch_tensor_map(&tm_w);
+    if constexpr (kConvert) ptx::prefetch_tensor_map(&wp.codes);
     if constexpr (Weights::kDecode) ptx::prefetch_tensor_map(&wp.codes), ptx::prefetch_tensor_map(&wp.scales);
     if constexpr (!RowMap::kGather) ptx::prefetch_tensor_map(&tm_x);
   }
@@ -257,6 +273,29 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           return;
         }
       }
+      if constexpr (kConvert) {
+        if (ptid >= 32) {
+          // Converter warps: each stage's codes once they land, as its note says, into the stage's
+          // 16-bit box; then one arrival a warp on full, after every lane has fenced its writes
+          // into the async proxy the wgmmas read. They walk the ring, not the units: the TMA
+          // thread's last note (group -1) ends them.
+          const int t = ptid - 32;
+          if (t >= kConvertWarps * 32) return;
+          const std::uint32_t ring_addr = ptx::smem_addr(ring);
+          for (int it = 0;; ++it) {
+            const int s = it % kStages;
+            ptx::mbar_wait(&raw[s], (it / kStages) & 1);
+            const int4 nt = note[s];
+            if (nt.x < 0) break;
+            const std::uint32_t st = ring_addr + s * S.stage_bytes();
+            Weights::template convert<BF16>(wp, st + Weights::kBoxBytes, st, nt.x, nt.y, nt.z, t);
+            ptx::fence_proxy_async_smem();
+            __syncwarp();
+            if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
+          }
+          return;
+        }
+      }
       if (ptid != 0) return;
       int it = 0;
       std::uint32_t next = 0;  // the claim for the next tile (kSched)
@@ -281,6 +320,12 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             ptx::mbar_arrive_expect_tx(&full[s], kTiledCodeStageBytes + c.bn * kTiledBK * 2);
             Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
+          } else if constexpr (kConvert) {  // the codes go to the converters first, with their note
+            note[s] = make_int4(map.w_group(c), c.feat0, kb, 0);
+            ptx::mbar_arrive_expect_tx(&raw[s], kTiledFp8CodeBytes);
+            Weights::copy(wp, st + Weights::kBoxBytes, map.w_group(c), c.feat0, kb, &raw[s]);
+            ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
+            map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
           } else if constexpr (kSplit) {  // the tokens go to the splitters first
             ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
             ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kBK, c.feat0, map.w_group(c), &full[s]);
@@ -292,6 +337,12 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
           }
         }
+      }
+      if constexpr (kConvert) {  // the converters' last note, in the next stage once it is free
+        const int s = it % kStages;
+        ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+        note[s] = make_int4(-1, 0, 0, 0);
+        ptx::mbar_arrive(&raw[s]);
       }
     } else {
       // Gathered token rows are used once kLag later iterations have been issued (cp.async groups
