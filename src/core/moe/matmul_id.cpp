@@ -397,11 +397,11 @@ bool detail::matmul_id_direct_args(const Context& ctx, const View& weights, cons
 
 bool detail::matmul_id_grouped_args(const Context& ctx, const View& weights, const View& input, const View& ids,
                                     const View& out, MatmulIdInputLayout layout, const MatmulIdOptions& opts,
-                                    MatmulIdScratch& scratch, cuda_moe::MoeArgs& args) {
+                                    MatmulIdScratch& scratch, cuda_moe::MoeArgs& args, const Fp8Experts* fp8) {
   check_views(ctx, weights, input, ids, out);
   const MatmulIdParams p = matmul_id_params(weights, input, ids, out, layout, MatmulIdMultiplicity::MayRepeat,
                                             MatmulIdRoute::GroupedPrefill);
-  const Prepared pr = prepare(ctx, weights, input, ids, out, &scratch, p, opts);
+  const Prepared pr = prepare(ctx, weights, input, ids, out, &scratch, p, opts, fp8);
   if (pr.empty || pr.zeros) return false;
   args = pr.g;
   return true;

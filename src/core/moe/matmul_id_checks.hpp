@@ -45,11 +45,11 @@ bool matmul_id_direct_args(const Context& ctx, const View& weights, const View& 
                            cuda_moe::MoeArgs& args);
 
 // The grouped route's kernel arguments of a matmul_id call over `scratch` (route GroupedPrefill,
-// MayRepeat, dense experts), after every check matmul_id makes; nothing is launched. moe_ffn's
+// MayRepeat, dense experts, or FP8 codes with `fp8`), after every check matmul_id makes; nothing is launched. moe_ffn's
 // sorted pipeline starts from them. False when the call has no output element or its outputs
 // are all zero (k or n_experts 0: the direct kernel's job).
 bool matmul_id_grouped_args(const Context& ctx, const View& weights, const View& input, const View& ids, const View& out,
                             MatmulIdInputLayout layout, const MatmulIdOptions& opts, MatmulIdScratch& scratch,
-                            cuda_moe::MoeArgs& args);
+                            cuda_moe::MoeArgs& args, const Fp8Experts* fp8 = nullptr);
 
 }  // namespace llmm::detail

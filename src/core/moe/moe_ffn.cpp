@@ -338,7 +338,7 @@ const char* moe_gate_layout_name(MoeGateLayout l) noexcept {
 
 namespace {
 
-// The sorted pipeline (dense 16-bit experts where both GEMMs run on the staged Hopper engine):
+// The sorted pipeline (16-bit or FP8 experts where both GEMMs run on the staged Hopper engine):
 // gate_up maps and stages x's rows as matmul_id does but writes h in the map's expert order
 // (MoeArgs::out_sorted); the activation keeps that order, so `a` is already the down GEMM's
 // staged input over the same lists (MoeArgs::presorted): the down GEMM runs without a second map
@@ -380,7 +380,7 @@ struct Routes {
 // `direct(pass, first, args)` fills the direct kernel's arguments of that GEMM (false: none).
 // Where a GEMM takes the direct route, its epilogue absorbs the activation (gate_up) or the slot
 // sum (down), unless opts.fuse_decode is false. `grouped_args(pass, scratch, first, args)` fills the
-// grouped route's arguments of that GEMM over `scratch` (false: none; dense experts only): where
+// grouped route's arguments of that GEMM over `scratch` (false: none; dense and FP8 experts): where
 // both GEMMs run on the staged Hopper engine, the pass takes the sorted pipeline (sorted_pipeline).
 template <class CpuRun, class Validate, class Gemm, class Direct, class Grouped>
 Receipt run_ffn(Context& ctx, const View& x, const View& ids, const View& tw, const View& out, const Dims& d,
@@ -707,8 +707,12 @@ Receipt moe_ffn(Context& ctx, const View& x, const Fp8Experts& w_gate_up, const 
   const std::uint64_t row_bytes =
       x.dtype == DType::BF16 ? static_cast<std::uint64_t>(std::max(d.hidden, d.inter)) * dtype_size(x.dtype) : 0;
   return run_ffn(ctx, x, ids, topk_weights, out, d, opts, std::string("f8e4m3 ") + fp8_scale_kind_name(w_gate_up.kind), row_bytes,
-                 cpu_run, validate, gemm, direct,
-                 [](const Pass&, MatmulIdScratch&, bool, cuda_moe::MoeArgs&) { return false; });  // no FP8 engine
+                 cpu_run, validate, gemm, direct, [&](const Pass& p, MatmulIdScratch& scratch, bool first, cuda_moe::MoeArgs& g) {
+                   return first ? detail::matmul_id_grouped_args(ctx, w_gate_up.codes, p.x, p.ids, p.h,
+                                                                 MatmulIdInputLayout::SharedPerToken, mo, scratch, g, &w_gate_up)
+                                : detail::matmul_id_grouped_args(ctx, w_down.codes, p.a, p.ids, p.y, MatmulIdInputLayout::Slotted,
+                                                                 mo, scratch, g, &w_down);
+                 });
 }
 
 }  // namespace llmm
