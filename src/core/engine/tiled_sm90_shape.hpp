@@ -51,7 +51,9 @@ struct TiledSm90Shape {
   constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
   // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split);
   // converting FP8 weights also `raw` (the codes landed) and the stage's note.
-  constexpr int barrier_bytes() const { return (b_parts > 1 || convert ? 3 : 2) * stages * 8 + (convert ? 16 * stages : 0); }
+  constexpr int barrier_bytes() const { return convert ? note_offset() + 16 * stages : (b_parts > 1 ? 3 : 2) * stages * 8; }
+  // Where the notes start after the barriers (16-byte aligned: one st.shared.v4 a note).
+  constexpr int note_offset() const { return (3 * stages * 8 + 15) / 16 * 16; }
   // The ring (1024-byte aligned for the 128-byte swizzle), the epilogue staging, the mbarriers;
   // a row map's own bytes come after, and 1024 bytes of slack let the kernel align its base.
   constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
@@ -189,6 +191,8 @@ static_assert(tiled_sm90_fp8_shape(256).stages == 3 && tiled_sm90_fp8_shape(64).
                   tiled_sm90_fp8_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_fp8_shape(256).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(256, 1024) <= kTiledMaxSmem,
               "an FP8 ring does not fit (with the MoE row map's bytes at bn 256)");
+static_assert((tiled_sm90_fp8_shape(256).ring_bytes() + tiled_sm90_fp8_shape(256).epi_bytes()) % 16 == 0,
+              "the FP8 stages' notes must stay 16-byte aligned");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");

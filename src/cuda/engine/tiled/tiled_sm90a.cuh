@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   std::uint64_t* const empty = full + kStages;
   std::uint64_t* const raw = empty + kStages;  // kSplit: the stage's token rows landed, not yet split; kConvert: its codes
   // kConvert: each stage's note {group, first weight row, k-block, 0}; group -1: no more stages.
-  int4* const note = reinterpret_cast<int4*>(raw + kStages);
+  int4* const note = reinterpret_cast<int4*>(smem + S.ring_bytes() + S.epi_bytes() + S.note_offset());
   std::uint8_t* const extra = smem + S.ring_bytes() + S.epi_bytes() + S.barrier_bytes();
 
   const int tid = static_cast<int>(threadIdx.x);
