@@ -12,6 +12,7 @@ alternating):
               grouped GEMM (on sm_90 with bf16 x: the Hopper engine's FP8 instance)
   fp8_mma     the same with grouped_kernel="mma_sync" (the kernel the engine replaces)
   bf16        llmm.matmul_id on the dequantized bf16 experts, route "grouped" (the engine)
+  fp8_direct  (m <= 256) route "direct": the streaming kernel Auto's FP8 rule picks at small m
 Each includes the map and the staging copy. Before timing, each output is compared with the bf16
 route's (max |diff| / max |out|; "!" over 2e-2). Columns: us per call, fp8 / fp8_mma speedup
 (the A/B), bf16 / fp8 speedup (issue 49's target: >= 1.6x at m >= 1024 where torch has no scaled
@@ -87,11 +88,14 @@ def main():
                                                       out_dtype=torch.bfloat16, grouped_kernel="mma_sync"),
                     "bf16": lambda: llmm.matmul_id(wdq, x, ids, route="grouped", out_dtype=torch.bfloat16),
                 }
+                if m <= 256:  # where Auto's FP8 rule may pick the direct kernel
+                    calls["fp8_direct"] = lambda: llmm.matmul_id(codes, x, ids, weight_scale=scales, route="direct",
+                                                                 out_dtype=torch.bfloat16)
                 outs = {r: f() for r, f in calls.items()}
                 torch.cuda.synchronize()
                 ref = outs["bf16"].float()
                 scale = ref.abs().max().item() or 1.0
-                err = {r: (outs[r].float() - ref).abs().max().item() / scale for r in ("fp8", "fp8_mma")}
+                err = {r: (outs[r].float() - ref).abs().max().item() / scale for r in calls if r != "bf16"}
                 bad = [r for r, v in err.items() if not (v <= 2e-2)]
                 failed |= bool(bad)
                 graphs, per_graph = {}, {}
@@ -132,10 +136,14 @@ def main():
                            kind=args.kind, fp8_us=us["fp8"], fp8_mma_us=us["fp8_mma"], bf16_us=us["bf16"],
                            fp8_vs_mma=us["fp8_mma"] / us["fp8"], bf16_vs_fp8=us["bf16"] / us["fp8"], gbs=gbs,
                            err_fp8=err["fp8"], err_mma=err["fp8_mma"], device=torch.cuda.get_device_name())
+                if "fp8_direct" in us:
+                    row.update(fp8_direct_us=us["fp8_direct"], direct_vs_fp8=us["fp8_direct"] / us["fp8"])
                 rows.append(row)
                 print("%-14s %-7s %5d %10.2f %10.2f %10.2f %8.3fx %8.3fx %8.0f  %.2e / %.2e%s" % (
                     name[:14], gemm, m, us["fp8"], us["fp8_mma"], us["bf16"], row["fp8_vs_mma"], row["bf16_vs_fp8"], gbs,
-                    err["fp8"], err["fp8_mma"], " !" if bad else ""), flush=True)
+                    err["fp8"], err["fp8_mma"], " !" if bad else "")
+                    + ("  direct %.2f us (direct / fp8 %.3fx)" % (us["fp8_direct"], row["direct_vs_fp8"]) if "fp8_direct" in us else ""),
+                    flush=True)
                 del graphs
             del codes, scales, wdq
             torch.cuda.empty_cache()
