@@ -28,6 +28,10 @@ inline constexpr int kTiledEpi16Bytes = kTiledEpi16Tokens * 128;
 static_assert(2 * kTiledEpi16Bytes <= 2 * kTiledEpiTokens * kTiledEpiStride * 4, "the 16-bit epilogue's rows must fit the staging area");
 // Width of the narrow tiles a row map may mix with its wide ones (MoE: experts with few rows).
 inline constexpr int kTiledNarrowBN = 64;
+// FP8 weights: a stage's e4m3 codes [128 rows][64 k], and the 16-bit boxes the consumers convert
+// them into: two of [64 rows][64 k] a consumer (one written while the other's wgmmas run).
+inline constexpr int kTiledFp8CodeBytes = kTiledBM * kTiledBK;
+inline constexpr int kTiledFp8BoxBytes = 2 * 2 * 64 * kTiledBK * 2;
 
 struct TiledSm90Shape {
   int bn = 0;      // tokens per tile (the wgmma N): kTiledDenseWidths, or 64, 128, 256
@@ -38,22 +42,18 @@ struct TiledSm90Shape {
   // Token parts of a stage, each [bn rows][128 bytes]: 1, or 2 for the 3xTF32 instance (the rows
   // as TMA brought them, then rounded to tf32 in place, and their tf32 remainders).
   int b_parts = 1;
-  // FP8 weights (Fp8Weights): the weight part is the 16-bit box the consumers read, then the
-  // stage's e4m3 codes as TMA brought them, which producer warps convert into the box; a `raw`
-  // barrier a stage (the codes landed) and a 16-byte note a stage of what the codes are (the
-  // group, first row and k-block the converters need to scale them).
+  // FP8 weights (Fp8Weights): the weight part is the stage's e4m3 codes as TMA brought them;
+  // each consumer converts its 64 rows into one of its two 16-bit boxes (kTiledFp8BoxBytes after
+  // the stages, before the epilogue's staging), which its wgmmas read.
   bool convert = false;
   constexpr int a_bytes() const { return a_region; }
   constexpr int b_part_bytes() const { return bn * kTiledBK * 2; }
   constexpr int b_bytes() const { return b_parts * b_part_bytes(); }
   constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
-  constexpr int ring_bytes() const { return stages * stage_bytes(); }
+  constexpr int ring_bytes() const { return stages * stage_bytes() + (convert ? kTiledFp8BoxBytes : 0); }
   constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
-  // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split);
-  // converting FP8 weights also `raw` (the codes landed) and the stage's note.
-  constexpr int barrier_bytes() const { return convert ? note_offset() + 16 * stages : (b_parts > 1 ? 3 : 2) * stages * 8; }
-  // Where the notes start after the barriers (16-byte aligned: one st.shared.v4 a note).
-  constexpr int note_offset() const { return (3 * stages * 8 + 15) / 16 * 16; }
+  // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split).
+  constexpr int barrier_bytes() const { return (b_parts > 1 ? 3 : 2) * stages * 8; }
   // The ring (1024-byte aligned for the 128-byte swizzle), the epilogue staging, the mbarriers;
   // a row map's own bytes come after, and 1024 bytes of slack let the kernel align its base.
   constexpr int fixed_smem_bytes() const { return 1024 + ring_bytes() + epi_bytes() + barrier_bytes(); }
@@ -161,14 +161,12 @@ constexpr TiledSm90Shape tiled_sm90_f32_shape(int bn) {
   return TiledSm90Shape{bn, bn >= 128 ? 4 : 6, kTiledBM * kTiledBK * 2, 2};
 }
 
-// FP8 e4m3 weights (Fp8Weights): a stage's weight part is the 16-bit box [128 rows][64 k] the
-// consumers read (the codes scaled and rounded to the activation's dtype by producer warps 1-3),
-// then the codes [128 rows][64 k] as TMA brought them (8 KB): 3 stages at bn 256, 5 at 128.
-inline constexpr int kTiledFp8CodeBytes = kTiledBM * kTiledBK;
+// FP8 e4m3 weights (Fp8Weights): a stage's weight part is its codes [128 rows][64 k] (8 KB); the
+// consumers' 16-bit boxes (32 KB) come out of the ring's budget: 4 stages at bn 256, 7 at 128.
 constexpr TiledSm90Shape tiled_sm90_fp8_shape(int bn) {
-  const TiledSm90Shape one{bn, 1, kTiledBM * kTiledBK * 2 + kTiledFp8CodeBytes, 1, true};
-  const int fit = kTiledRingBudget / one.stage_bytes();
-  return TiledSm90Shape{bn, fit < 8 ? fit : 8, one.a_region, 1, true};
+  const TiledSm90Shape one{bn, 1, kTiledFp8CodeBytes, 1, true};
+  const int fit = (kTiledRingBudget - kTiledFp8BoxBytes) / one.stage_bytes();
+  return TiledSm90Shape{bn, fit < 8 ? fit : 8, kTiledFp8CodeBytes, 1, true};
 }
 
 // The most dynamic shared memory an sm_90 block may have (227 KB).
@@ -187,12 +185,12 @@ static_assert([] {
     if (tiled_sm90_tall_shape(bn).fixed_smem_bytes() > kTiledMaxSmem || tiled_sm90_tall_shape(bn).stages < 4) return false;
   return true;
 }(), "a tall ring does not fit, or is shallower than 4 stages");
-static_assert(tiled_sm90_fp8_shape(256).stages == 3 && tiled_sm90_fp8_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
+static_assert(tiled_sm90_fp8_shape(256).stages == 4 && tiled_sm90_fp8_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_fp8_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_fp8_shape(256).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(256, 1024) <= kTiledMaxSmem,
               "an FP8 ring does not fit (with the MoE row map's bytes at bn 256)");
-static_assert((tiled_sm90_fp8_shape(256).ring_bytes() + tiled_sm90_fp8_shape(256).epi_bytes()) % 16 == 0,
-              "the FP8 stages' notes must stay 16-byte aligned");
+static_assert(tiled_sm90_fp8_shape(256).stage_bytes() % 1024 == 0 && kTiledFp8BoxBytes % 1024 == 0,
+              "the FP8 boxes must stay 1024-byte aligned (the 128-byte swizzle)");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");

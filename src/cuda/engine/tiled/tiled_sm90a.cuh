@@ -116,9 +116,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr bool kThreadsWrite = RowMap::kGather;
   constexpr bool kSplit = Weights::kSplit;
   static_assert(!kSplit || (!RowMap::kGather && !RowMap::kScatter), "the 3xTF32 instance runs dense rows only");
-  // FP8 weights (Fp8Weights): the TMA thread's codes land on `raw` with a note of what they are;
-  // producer warps 1..kConvertWarps convert them into the stage's 16-bit box and arrive on full
-  // beside the TMA thread (whose token rows land on full directly).
+  // FP8 weights (Fp8Weights): a stage brings the codes; each consumer converts its 64 rows into
+  // one of its two 16-bit boxes (after the stages) before its wgmmas of the stage.
   constexpr bool kConvert = Weights::kConvert;
   static_assert(!kConvert || (!RowMap::kGather && !RowMap::kRowTma && !RowMap::kSplitK && !kSplit),
                 "FP8 weights are converted beside TMA token rows of whole K only");
@@ -133,12 +132,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   static_assert(kSplitWarps <= 3, "the splitters are producer warps beside the TMA thread's warp 0");
   // One TMA box a token row (RowMap::kRowTma): each producer warp arrives once, expecting its own
   // rows' bytes (warp 0 also the weight box's).
-  constexpr int kConvertWarps = [] {
-    if constexpr (kConvert) return Weights::kConvertWarps;
-    else return 0;
-  }();
-  static_assert(kConvertWarps <= 3, "the converters are producer warps beside the TMA thread's warp 0");
-  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : RowMap::kRowTma ? 4 : 1 + kSplitWarps + kConvertWarps;
+  constexpr std::uint32_t kFullArrivals = kThreadsWrite ? 1 + 4 : RowMap::kRowTma ? 4 : 1 + kSplitWarps;
   // Registers per thread after the split: the producer issues copies and needs few. The block
   // launches with kLaunchRegs a thread, and the consumers' setmaxnreg.inc can only take what the
   // producer's .dec gave back: 128 (L - P) >= 256 (C - L), else the consumers wait forever
@@ -167,9 +161,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   float* const epi = reinterpret_cast<float*>(smem + S.ring_bytes());
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + S.ring_bytes() + S.epi_bytes());
   std::uint64_t* const empty = full + kStages;
-  std::uint64_t* const raw = empty + kStages;  // kSplit: the stage's token rows landed, not yet split; kConvert: its codes
-  // kConvert: each stage's note {group, first weight row, k-block, 0}; group -1: no more stages.
-  int4* const note = reinterpret_cast<int4*>(smem + S.ring_bytes() + S.epi_bytes() + S.note_offset());
+  std::uint64_t* const raw = empty + kStages;  // kSplit: the stage's token rows landed, not yet split
   std::uint8_t* const extra = smem + S.ring_bytes() + S.epi_bytes() + S.barrier_bytes();
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -178,7 +170,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kFullArrivals);
       ptx::mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
-      if constexpr (kSplit || kConvert) ptx::mbar_init(&raw[s], 1);
+      if constexpr (kSplit) ptx::mbar_init(&raw[s], 1);
     }
     ptx::mbar_init_fence();
     if constexpr (!Weights::kDecode && !kConvert) ptx::prefetch_tensor_map(&tm_w);
@@ -273,29 +265,6 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           return;
         }
       }
-      if constexpr (kConvert) {
-        if (ptid >= 32) {
-          // Converter warps: each stage's codes once they land, as its note says, into the stage's
-          // 16-bit box; then one arrival a warp on full, after every lane has fenced its writes
-          // into the async proxy the wgmmas read. They walk the ring, not the units: the TMA
-          // thread's last note (group -1) ends them.
-          const int t = ptid - 32;
-          if (t >= kConvertWarps * 32) return;
-          const std::uint32_t ring_addr = ptx::smem_addr(ring);
-          for (int it = 0;; ++it) {
-            const int s = it % kStages;
-            ptx::mbar_wait(&raw[s], (it / kStages) & 1);
-            const int4 nt = note[s];
-            if (nt.x < 0) break;
-            const std::uint32_t st = ring_addr + s * S.stage_bytes();
-            Weights::template convert<BF16>(wp, st + Weights::kBoxBytes, st, nt.x, nt.y, nt.z, t);
-            ptx::fence_proxy_async_smem();
-            __syncwarp();
-            if ((ptid & 31) == 0) ptx::mbar_arrive(&full[s]);
-          }
-          return;
-        }
-      }
       if (ptid != 0) return;
       int it = 0;
       std::uint32_t next = 0;  // the claim for the next tile (kSched)
@@ -320,11 +289,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             ptx::mbar_arrive_expect_tx(&full[s], kTiledCodeStageBytes + c.bn * kTiledBK * 2);
             Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
-          } else if constexpr (kConvert) {  // the codes go to the converters first, with their note
-            note[s] = make_int4(map.w_group(c), c.feat0, kb, 0);
-            ptx::mbar_arrive_expect_tx(&raw[s], kTiledFp8CodeBytes);
-            Weights::copy(wp, st + Weights::kBoxBytes, map.w_group(c), c.feat0, kb, &raw[s]);
-            ptx::mbar_arrive_expect_tx(&full[s], c.bn * kTiledBK * 2);
+          } else if constexpr (kConvert) {  // the codes, which the consumers convert
+            ptx::mbar_arrive_expect_tx(&full[s], kTiledFp8CodeBytes + c.bn * kTiledBK * 2);
+            Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
           } else if constexpr (kSplit) {  // the tokens go to the splitters first
             ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
@@ -337,12 +304,6 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
           }
         }
-      }
-      if constexpr (kConvert) {  // the converters' last note, in the next stage once it is free
-        const int s = it % kStages;
-        ptx::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-        note[s] = make_int4(-1, 0, 0, 0);
-        ptx::mbar_arrive(&raw[s]);
       }
     } else {
       // Gathered token rows are used once kLag later iterations have been issued (cp.async groups
@@ -526,7 +487,19 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         const int s = it % kStages;
         ptx::mbar_wait(&full[s], (it / kStages) & 1);
         const std::uint8_t* const st = ring + s * S.stage_bytes();
-        const std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * kHalves * (64 * 128));
+        std::uint64_t da = ptx::wgmma_desc_sw128(st + cw * kHalves * (64 * 128));
+        if constexpr (kConvert) {
+          // This consumer's 64 rows of codes into box it % 2 (boxes after the stages), which the
+          // wgmmas of stage it - 2 read: the first barrier waits for every warp's wait<1> of the
+          // last stage (they are done), the second for every warp's converted rows.
+          const std::uint32_t box = ptx::smem_addr(ring) + kStages * S.stage_bytes() + (2 * cw + (it & 1)) * Weights::kHalfBoxBytes;
+          ptx::named_barrier_sync(2 + cw, 128);
+          Weights::template convert<BF16>(wp, ptx::smem_addr(st) + cw * Weights::kHalfCodeBytes, box, map.w_group(c),
+                                          c.feat0 + 64 * cw, kb, ctid);
+          ptx::fence_proxy_async_smem();
+          ptx::named_barrier_sync(2 + cw, 128);
+          da = ptx::wgmma_desc_sw128_addr(box);
+        }
         const std::uint64_t db = ptx::wgmma_desc_sw128(st + S.a_bytes());
         // Each path fences and commits its own wgmmas: ptxas serializes wgmmas whose warpgroup
         // arrive it has to insert itself inside a branch (C7520).

@@ -1,12 +1,12 @@
 // FP8 e4m3 weights on the Hopper tiled engine (Fp8Weights): the producer's TMA thread brings a
-// stage's codes [128 rows][64 k] (8 KB, half a 16-bit box) beside the 16-bit box they become;
-// producer warps 1-3 decode each code exactly (e4m3 -> f16 -> f32), multiply it by its scale in
-// f32 and round once to the activation's 16-bit dtype (the mma.sync grouped kernel's weights, bit
-// for bit), stored in the 128-byte-swizzled layout the consumers' wgmma descriptors read. The
-// consumers run the 16-bit loop unchanged: the weights cross DRAM at one byte each.
+// stage's codes [128 rows][64 k] (8 KB, half a 16-bit box) with its token rows; each consumer
+// warpgroup decodes its 64 rows' codes exactly (e4m3 -> f16 -> f32), multiplies each by its scale
+// in f32 and rounds once to bf16 (the mma.sync grouped kernel's weights, bit for bit), into one
+// of its two 16-bit boxes in the 128-byte-swizzled layout its wgmma descriptors read, while its
+// previous stage's wgmmas run. The weights cross DRAM at one byte each.
 // Scales: per tensor, per output channel (row), or per [128 rows][128 k] block (DeepSeek's
 // layout, [ceil(n / 128)][ceil(k / 128)] a group); a tile's 128 rows start at a multiple of 128
-// and a stage's 64 k inside one 128-k block, so a block-scaled stage has one scale.
+// and a stage's 64 k lie inside one 128-k block, so a block-scaled stage has one scale.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -36,8 +36,8 @@ struct Fp8Weights {
   static constexpr bool kDecode = false;
   static constexpr bool kSplit = false;
   static constexpr bool kConvert = true;
-  static constexpr int kConvertWarps = 3;  // producer warps 1..3
-  static constexpr int kBoxBytes = kTiledBM * kTiledBK * 2;  // the 16-bit box; the codes follow it
+  static constexpr int kHalfCodeBytes = 64 * kTiledBK;   // a consumer's 64 rows of codes
+  static constexpr int kHalfBoxBytes = 64 * kTiledBK * 2;  // a consumer's 16-bit box
 
   // The TMA thread: stage kb's codes of rows feat0 .. feat0 + 127 of group `group` to `codes`,
   // completing on `bar` (kTiledFp8CodeBytes transaction bytes, out-of-bounds parts zero-filled).
@@ -58,24 +58,30 @@ struct Fp8Weights {
     }
   }
 
-  // Converter thread t of kConvertWarps * 32: the stage's codes at shared address `codes`
-  // ([128 rows][64 bytes]) into the 16-bit box at `box` (row r's 16-byte unit u at
-  // r * 128 + ((u ^ r % 8) << 4)), one unit (8 codes of a row) at a time; a warp reads 256
-  // contiguous bytes and writes four whole 128-byte rows.
+  // Consumer thread t (0..127) of a warpgroup: the codes of its 64 rows at shared address `codes`
+  // ([64 rows][64 bytes]; rows row0 .. row0 + 63 of group `group`, stage kb) into the 16-bit box
+  // at `box` (row r's 16-byte unit u at r * 128 + ((u ^ r % 8) << 4)): four units (8 codes of a
+  // row each) a thread, all loaded before any is converted; a warp reads 256 contiguous bytes
+  // and writes four whole 128-byte rows a unit.
   template <bool BF16>
-  __device__ static void convert(const Params& w, std::uint32_t codes, std::uint32_t box, int group, int feat0, int kb, int t) {
+  __device__ static void convert(const Params& w, std::uint32_t codes, std::uint32_t box, int group, int row0, int kb, int t) {
     const float* const s = w.scales + group * w.scale_group_stride;
-    const float stage_scale = w.kind == 2 ? __ldg(s + (feat0 >> 7) * w.scale_cols + (kb >> 1)) : w.kind == 0 ? __ldg(s) : 0.0f;
-    constexpr int kUnits = kTiledBM * kTiledBK / 8;
-#pragma unroll 2
-    for (int u = t; u < kUnits; u += kConvertWarps * 32) {
-      const int row = u >> 3, unit = u & 7, f = feat0 + row;
+    const float stage_scale = w.kind == 2 ? __ldg(s + (row0 >> 7) * w.scale_cols + (kb >> 1)) : w.kind == 0 ? __ldg(s) : 0.0f;
+    constexpr int kUnits = 64 * kTiledBK / 8 / 128;  // 4 a thread
+    std::uint32_t lo[kUnits], hi[kUnits];
+    float sc[kUnits];
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const int u = t + 128 * i, f = row0 + (u >> 3);
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo[i]), "=r"(hi[i]) : "r"(codes + 8 * u));
       // A row past n holds zero codes; its channel scale does not exist (0 keeps it zero).
-      const float sc = w.kind == 1 ? (f < w.n ? __ldg(s + f) : 0.0f) : stage_scale;
-      std::uint32_t lo, hi;
-      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(codes + 8 * u));
-      const std::uint32_t o0 = pair<BF16>(lo, sc), o1 = pair<BF16>(lo >> 16, sc), o2 = pair<BF16>(hi, sc),
-                          o3 = pair<BF16>(hi >> 16, sc);
+      sc[i] = w.kind == 1 ? (f < w.n ? __ldg(s + f) : 0.0f) : stage_scale;
+    }
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const int u = t + 128 * i, row = u >> 3, unit = u & 7;
+      const std::uint32_t o0 = pair<BF16>(lo[i], sc[i]), o1 = pair<BF16>(lo[i] >> 16, sc[i]), o2 = pair<BF16>(hi[i], sc[i]),
+                          o3 = pair<BF16>(hi[i] >> 16, sc[i]);
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(box + row * 128 + ((unit ^ (row & 7)) << 4)), "r"(o0),
                    "r"(o1), "r"(o2), "r"(o3)
                    : "memory");
