@@ -483,6 +483,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       }
       it += n;
     } else {
+      [[maybe_unused]] std::conditional_t<kConvert, Fp8TileScales, int> fs{};
+      if constexpr (kConvert) fs = Weights::tile_scales(wp, map.w_group(c), c.feat0 + 64 * cw, kb0, ctid);
       for (int kb = kb0; kb < kb1; ++kb, ++it) {
         const int s = it % kStages;
         ptx::mbar_wait(&full[s], (it / kStages) & 1);
@@ -493,9 +495,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           // wgmmas of stage it - 2 read: the first barrier waits for every warp's wait<1> of the
           // last stage (they are done), the second for every warp's converted rows.
           const std::uint32_t box = ptx::smem_addr(ring) + kStages * S.stage_bytes() + (2 * cw + (it & 1)) * Weights::kHalfBoxBytes;
+          if (kb > kb0) Weights::advance(wp, fs, kb);
           ptx::named_barrier_sync(2 + cw, 128);
-          Weights::template convert<BF16>(wp, ptx::smem_addr(st) + cw * Weights::kHalfCodeBytes, box, map.w_group(c),
-                                          c.feat0 + 64 * cw, kb, ctid);
+          Weights::template convert<BF16>(ptx::smem_addr(st) + cw * Weights::kHalfCodeBytes, box, fs, ctid);
           ptx::fence_proxy_async_smem();
           ptx::named_barrier_sync(2 + cw, 128);
           da = ptx::wgmma_desc_sw128_addr(box);

@@ -31,6 +31,16 @@ struct Fp8WeightsParams {
   int n = 0;                              // a group's rows
 };
 
+// A consumer thread's scales over one tile: of its four rows (channel scales), the tensor's, or
+// (block scales) the current 128-k block's and the next one's, loaded a block ahead so that no
+// stage but a tile's first waits on a global load.
+struct Fp8TileScales {
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float next = 0.0f;
+  const float* blocks = nullptr;  // block scales of the tile's 128 rows
+  int last_block = 0;
+};
+
 struct Fp8Weights {
   using Params = Fp8WeightsParams;
   static constexpr bool kDecode = false;
@@ -58,30 +68,58 @@ struct Fp8Weights {
     }
   }
 
-  // Consumer thread t (0..127) of a warpgroup: the codes of its 64 rows at shared address `codes`
-  // ([64 rows][64 bytes]; rows row0 .. row0 + 63 of group `group`, stage kb) into the 16-bit box
-  // at `box` (row r's 16-byte unit u at r * 128 + ((u ^ r % 8) << 4)): four units (8 codes of a
-  // row each) a thread, all loaded before any is converted; a warp reads 256 contiguous bytes
-  // and writes four whole 128-byte rows a unit.
+  // Consumer thread t (0..127) of a warpgroup converts units t + 128 i (i < 4) of its 64 rows:
+  // rows t / 8 + 16 i. Their scales at the tile's first stage kb0 (rows row0 .. row0 + 63 of
+  // group `group`); a row past n holds zero codes and has no channel scale (0 keeps it zero).
+  __device__ static Fp8TileScales tile_scales(const Params& w, int group, int row0, int kb0, int t) {
+    Fp8TileScales x;
+    const float* const g = w.scales + group * w.scale_group_stride;
+    if (w.kind == 1) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int f = row0 + (t >> 3) + 16 * i;
+        x.s[i] = f < w.n ? __ldg(g + f) : 0.0f;
+      }
+    } else if (w.kind == 0) {
+      const float v = __ldg(g);
+      x.s[0] = x.s[1] = x.s[2] = x.s[3] = v;
+    } else {
+      x.blocks = g + (row0 >> 7) * w.scale_cols, x.last_block = w.scale_cols - 1;
+      const int b = kb0 >> 1;
+      const float v = __ldg(x.blocks + b);
+      x.s[0] = x.s[1] = x.s[2] = x.s[3] = v;
+      x.next = __ldg(x.blocks + min(b + 1, x.last_block));
+    }
+    return x;
+  }
+  // Before stage kb > kb0: at a new 128-k block the prefetched scale becomes current and the
+  // next block's is loaded.
+  __device__ static void advance(const Params& w, Fp8TileScales& x, int kb) {
+    if (w.kind == 2 && (kb & 1) == 0) {
+      x.s[0] = x.s[1] = x.s[2] = x.s[3] = x.next;
+      x.next = __ldg(x.blocks + min((kb >> 1) + 1, x.last_block));
+    }
+  }
+
+  // Its units of the stage's codes at shared address `codes` ([64 rows][64 bytes]) into the
+  // 16-bit box at `box` (row r's 16-byte unit u at r * 128 + ((u ^ r % 8) << 4)), all four loaded
+  // before any is converted; a warp reads 256 contiguous bytes and writes four whole 128-byte
+  // rows a unit.
   template <bool BF16>
-  __device__ static void convert(const Params& w, std::uint32_t codes, std::uint32_t box, int group, int row0, int kb, int t) {
-    const float* const s = w.scales + group * w.scale_group_stride;
-    const float stage_scale = w.kind == 2 ? __ldg(s + (row0 >> 7) * w.scale_cols + (kb >> 1)) : w.kind == 0 ? __ldg(s) : 0.0f;
+  __device__ static void convert(std::uint32_t codes, std::uint32_t box, const Fp8TileScales& x, int t) {
     constexpr int kUnits = 64 * kTiledBK / 8 / 128;  // 4 a thread
     std::uint32_t lo[kUnits], hi[kUnits];
-    float sc[kUnits];
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
-      const int u = t + 128 * i, f = row0 + (u >> 3);
+      const int u = t + 128 * i;
       asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo[i]), "=r"(hi[i]) : "r"(codes + 8 * u));
-      // A row past n holds zero codes; its channel scale does not exist (0 keeps it zero).
-      sc[i] = w.kind == 1 ? (f < w.n ? __ldg(s + f) : 0.0f) : stage_scale;
     }
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
       const int u = t + 128 * i, row = u >> 3, unit = u & 7;
-      const std::uint32_t o0 = pair<BF16>(lo[i], sc[i]), o1 = pair<BF16>(lo[i] >> 16, sc[i]), o2 = pair<BF16>(hi[i], sc[i]),
-                          o3 = pair<BF16>(hi[i] >> 16, sc[i]);
+      const float sc = x.s[i];
+      const std::uint32_t o0 = pair<BF16>(lo[i], sc), o1 = pair<BF16>(lo[i] >> 16, sc), o2 = pair<BF16>(hi[i], sc),
+                          o3 = pair<BF16>(hi[i] >> 16, sc);
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(box + row * 128 + ((unit ^ (row & 7)) << 4)), "r"(o0),
                    "r"(o1), "r"(o2), "r"(o3)
                    : "memory");
