@@ -3,7 +3,9 @@
 //
 //   warpgroup 0   producer (40 registers): per stage, the weights (a Weights policy,
 //                 weights_sm90.cuh: a 16-bit box [128 rows][64 k] by TMA, or ternary codes and
-//                 scales by TMA, which the consumers decode into register fragments) and the
+//                 scales by TMA, which the consumers decode into register fragments, or FP8
+//                 codes by TMA, which each consumer converts into a 16-bit box of its own
+//                 before its wgmmas: weights_fp8_sm90.cuh) and the
 //                 token rows [BN][64 k] by TMA (dense, staged MoE rows), one TMA box a row
 //                 (the fused MoE map) or a cp.async gather (MoE after moe_map), into a ring
 //                 of stages with full/empty mbarriers;
