@@ -28,12 +28,10 @@ inline constexpr int kTiledEpi16Bytes = kTiledEpi16Tokens * 128;
 static_assert(2 * kTiledEpi16Bytes <= 2 * kTiledEpiTokens * kTiledEpiStride * 4, "the 16-bit epilogue's rows must fit the staging area");
 // Width of the narrow tiles a row map may mix with its wide ones (MoE: experts with few rows).
 inline constexpr int kTiledNarrowBN = 64;
-// FP8 weights: a stage's e4m3 codes [128 rows][64 k], and the 16-bit boxes [64 rows][64 k] the
-// consumers convert them into: two a consumer (one written while the other's wgmmas run), or
-// three (the next stage's written while two stages' wgmmas run; the epilogue's staging then
-// lives in the consumer's boxes, which no wgmma reads while it runs).
+// FP8 weights: a stage's e4m3 codes [128 rows][64 k], and the 16-bit boxes the consumers convert
+// them into: two of [64 rows][64 k] a consumer (one written while the other's wgmmas run).
 inline constexpr int kTiledFp8CodeBytes = kTiledBM * kTiledBK;
-inline constexpr int kTiledFp8HalfBoxBytes = 64 * kTiledBK * 2;
+inline constexpr int kTiledFp8BoxBytes = 2 * 2 * 64 * kTiledBK * 2;
 
 struct TiledSm90Shape {
   int bn = 0;      // tokens per tile (the wgmma N): kTiledDenseWidths, or 64, 128, 256
@@ -45,16 +43,15 @@ struct TiledSm90Shape {
   // as TMA brought them, then rounded to tf32 in place, and their tf32 remainders).
   int b_parts = 1;
   // FP8 weights (Fp8Weights): the weight part is the stage's e4m3 codes as TMA brought them;
-  // each consumer converts its 64 rows into one of its fp8_boxes (2 or 3) 16-bit boxes, after
-  // the stages (and before the epilogue's staging, which 3 boxes hold themselves).
-  int fp8_boxes = 0;
+  // each consumer converts its 64 rows into one of its two 16-bit boxes (kTiledFp8BoxBytes after
+  // the stages, before the epilogue's staging), which its wgmmas read.
+  bool convert = false;
   constexpr int a_bytes() const { return a_region; }
   constexpr int b_part_bytes() const { return bn * kTiledBK * 2; }
   constexpr int b_bytes() const { return b_parts * b_part_bytes(); }
   constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
-  constexpr int box_bytes() const { return 2 * fp8_boxes * kTiledFp8HalfBoxBytes; }
-  constexpr int ring_bytes() const { return stages * stage_bytes() + box_bytes(); }
-  constexpr int epi_bytes() const { return fp8_boxes == 3 ? 0 : 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
+  constexpr int ring_bytes() const { return stages * stage_bytes() + (convert ? kTiledFp8BoxBytes : 0); }
+  constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
   // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split).
   constexpr int barrier_bytes() const { return (b_parts > 1 ? 3 : 2) * stages * 8; }
   // The ring (1024-byte aligned for the 128-byte swizzle), the epilogue staging, the mbarriers;
@@ -165,13 +162,11 @@ constexpr TiledSm90Shape tiled_sm90_f32_shape(int bn) {
 }
 
 // FP8 e4m3 weights (Fp8Weights): a stage's weight part is its codes [128 rows][64 k] (8 KB); the
-// consumers' 16-bit boxes (32 KB, or 48 KB holding the epilogue's staging too) come out of the
-// ring's budget: 4 stages at bn 256 either way.
-constexpr TiledSm90Shape tiled_sm90_fp8_shape(int bn, int boxes = 2) {
-  const TiledSm90Shape one{bn, 1, kTiledFp8CodeBytes, 1, boxes};
-  const int budget = kTiledRingBudget - one.box_bytes() + (boxes == 3 ? TiledSm90Shape{}.epi_bytes() : 0);
-  const int fit = budget / one.stage_bytes();
-  return TiledSm90Shape{bn, fit < 8 ? fit : 8, kTiledFp8CodeBytes, 1, boxes};
+// consumers' 16-bit boxes (32 KB) come out of the ring's budget: 4 stages at bn 256, 7 at 128.
+constexpr TiledSm90Shape tiled_sm90_fp8_shape(int bn) {
+  const TiledSm90Shape one{bn, 1, kTiledFp8CodeBytes, 1, true};
+  const int fit = (kTiledRingBudget - kTiledFp8BoxBytes) / one.stage_bytes();
+  return TiledSm90Shape{bn, fit < 8 ? fit : 8, kTiledFp8CodeBytes, 1, true};
 }
 
 // The most dynamic shared memory an sm_90 block may have (227 KB).
@@ -190,15 +185,11 @@ static_assert([] {
     if (tiled_sm90_tall_shape(bn).fixed_smem_bytes() > kTiledMaxSmem || tiled_sm90_tall_shape(bn).stages < 4) return false;
   return true;
 }(), "a tall ring does not fit, or is shallower than 4 stages");
-static_assert(tiled_sm90_fp8_shape(256).stages == 4 && tiled_sm90_fp8_shape(256, 3).stages == 4 &&
-                  tiled_sm90_fp8_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
+static_assert(tiled_sm90_fp8_shape(256).stages == 4 && tiled_sm90_fp8_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_fp8_shape(128).fixed_smem_bytes() <= kTiledMaxSmem &&
-                  tiled_sm90_fp8_shape(256).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(256, 1024) <= kTiledMaxSmem &&
-                  tiled_sm90_fp8_shape(256, 3).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(256, 1024) <= kTiledMaxSmem,
+                  tiled_sm90_fp8_shape(256).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(256, 1024) <= kTiledMaxSmem,
               "an FP8 ring does not fit (with the MoE row map's bytes at bn 256)");
-static_assert(3 * kTiledFp8HalfBoxBytes >= kTiledEpiTokens * kTiledEpiStride * 4 && 3 * kTiledFp8HalfBoxBytes >= kTiledEpi16Bytes,
-              "three boxes hold a consumer's epilogue staging");
-static_assert(tiled_sm90_fp8_shape(256).stage_bytes() % 1024 == 0 && kTiledFp8HalfBoxBytes % 1024 == 0,
+static_assert(tiled_sm90_fp8_shape(256).stage_bytes() % 1024 == 0 && kTiledFp8BoxBytes % 1024 == 0,
               "the FP8 boxes must stay 1024-byte aligned (the 128-byte swizzle)");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,

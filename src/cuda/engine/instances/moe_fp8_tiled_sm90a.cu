@@ -5,8 +5,6 @@
 // the 16-bit consumers; each output row written to its routed row (or, sorted, in map order).
 #include <cuda_bf16.h>
 
-#include <cstdlib>
-
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/engine/instances/expert_rows_host.cuh"
 #include "cuda/engine/launch.hpp"
@@ -17,16 +15,6 @@ namespace llmm::engine {
 namespace {
 
 using cuda_moe::MoeArgs;
-
-// LLMM_FP8_BOXES=3: the three-box decoder (Fp8Weights3), not yet run on a GPU, for its A/B
-// against the default two boxes.
-bool three_boxes_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("LLMM_FP8_BOXES");
-    return v && v[0] == '3';
-  }();
-  return on;
-}
 
 template <class OutT>
 void launch_t(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, const std::string& name) {
@@ -44,16 +32,8 @@ void launch_t(const MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream, c
   const ExpertRowsParams p = expert_rows_params<OutT>(g);
   const auto [tm_x, tm_n] = staged_rows_maps(g, kBN, name.c_str());
   // l.pdl: after moe_stage_rows of the same route on the stream
-  const bool pdl = l.pdl && cuda_common::pdl_enabled();
-  if (three_boxes_env()) {
-    TiledSm90Launch l3 = l;
-    l3.smem_bytes = tiled_sm90_fp8_shape(kBN, 3).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(kBN, static_cast<int>(g.n_experts));
-    launch_tiled_sm90(&tiled_sm90_kernel<kBN, true, OutT, ExpertRowsStaged, Fp8Weights3>, tm_x, tm_x, tm_n, p, w, l3, stream,
-                      name, pdl);
-    return;
-  }
   launch_tiled_sm90(&tiled_sm90_kernel<kBN, true, OutT, ExpertRowsStaged, Fp8Weights>, tm_x, tm_x, tm_n, p, w, l, stream,
-                    name, pdl);
+                    name, l.pdl && cuda_common::pdl_enabled());
 }
 
 }  // namespace

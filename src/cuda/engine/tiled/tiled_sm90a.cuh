@@ -150,12 +150,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !kConvert && !RowMap::kGather && !RowMap::kScatter &&
                                  !RowMap::kRowTma && !RowMap::kSplitK && RowMap::kMid == 0 && BN <= 160),
                 "tall tiles run 16-bit dense rows of whole K, at most 160 tokens wide (bn accumulators a thread)");
-  constexpr int kFp8Boxes = [] {
-    if constexpr (kConvert) return Weights::kBoxes;
-    else return 2;
-  }();
   constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN)
-                               : kConvert       ? tiled_sm90_fp8_shape(BN, kFp8Boxes)
+                               : kConvert       ? tiled_sm90_fp8_shape(BN)
                                : kSplit         ? tiled_sm90_f32_shape(BN)
                                : kHalves == 2   ? tiled_sm90_tall_shape(BN)
                                                 : tiled_sm90_shape(BN);
@@ -364,11 +360,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   const int cw = wg - 1;           // 64-row half of the weight tile
   const int ctid = tid - 128 * wg;  // 0..127 within the warpgroup
   const int warp = ctid >> 5, lane = ctid & 31;
-  // The epilogue's staging: this consumer's part of `epi`, or (FP8 with three boxes) its boxes,
-  // which no wgmma reads once the tile's are done.
-  constexpr bool kEpiInBoxes = kConvert && S.fp8_boxes == 3;
-  float* const stage_out = kEpiInBoxes ? reinterpret_cast<float*>(ring + kStages * S.stage_bytes() + cw * 3 * kTiledFp8HalfBoxBytes)
-                                       : epi + cw * kTiledEpiTokens * kTiledEpiStride;
+  float* const stage_out = epi + cw * kTiledEpiTokens * kTiledEpiStride;
   float acc[kHalves * BN / 2];  // tall tiles: half h's at h BN / 2
 #pragma unroll
   for (int i = 0; i < kHalves * BN / 2; ++i) acc[i] = 0.0f;
@@ -492,53 +484,6 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         finish(it + j + 1);
       }
       it += n;
-    } else if constexpr (kConvert && S.fp8_boxes == 3) {
-      // FP8 with three boxes a consumer: stage i's codes go to box i % 3, converted while the
-      // wgmmas of stages i - 2 and i - 1 run; the first barrier of a conversion comes after
-      // every warp has issued stage i - 1's wgmmas, so after its wait<1> of stage i - 2 (whose
-      // box is rewritten), the second after every warp's converted rows. (Not yet run on a GPU:
-      // LLMM_FP8_BOXES=3 selects it; docs/performance.md, session 41.)
-      Fp8TileScales fs = Weights::tile_scales(wp, map.w_group(c), c.feat0 + 64 * cw, kb0, ctid);
-      const std::uint32_t ring_addr = ptx::smem_addr(ring);
-      const std::uint32_t boxes = ring_addr + kStages * S.stage_bytes() + cw * 3 * kTiledFp8HalfBoxBytes;
-      auto convert_stage = [&](int i, int kb) {
-        ptx::mbar_wait(&full[i % kStages], (i / kStages) & 1);
-        if (kb > kb0) Weights::advance(wp, fs, kb);
-        ptx::named_barrier_sync(2 + cw, 128);
-        Weights::template convert<BF16>(ring_addr + (i % kStages) * S.stage_bytes() + cw * Weights::kHalfCodeBytes,
-                                        boxes + (i % 3) * kTiledFp8HalfBoxBytes, fs, ctid);
-        ptx::fence_proxy_async_smem();
-        ptx::named_barrier_sync(2 + cw, 128);
-      };
-      convert_stage(it, kb0);
-      for (int kb = kb0; kb < kb1; ++kb, ++it) {
-        const std::uint64_t da = ptx::wgmma_desc_sw128_addr(boxes + (it % 3) * kTiledFp8HalfBoxBytes);
-        const std::uint64_t db = ptx::wgmma_desc_sw128_addr(ring_addr + (it % kStages) * S.stage_bytes() + S.a_bytes());
-        if (c.bn == BN) {
-          ptx::wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kTiledBK / 16; ++kk) Mma::mma(acc, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
-          ptx::wgmma_commit();
-        } else if (kMid != 0 && c.bn == kMid) {
-          if constexpr (kMid != 0) {
-            using MmaMid = ptx::Wgmma<kMid, BF16>;
-            float(&mid)[kMid / 2] = *reinterpret_cast<float(*)[kMid / 2]>(acc);
-            ptx::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaMid::mma(mid, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
-            ptx::wgmma_commit();
-          }
-        } else if constexpr (kNarrow != BN) {
-          float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(acc);
-          ptx::wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kTiledBK / 16; ++kk) MmaNarrow::mma(narrow, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);
-          ptx::wgmma_commit();
-        }
-        if (kb + 1 < kb1) convert_stage(it + 1, kb + 1);
-        ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done: release it
-        if (kb > kb0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
-      }
     } else {
       [[maybe_unused]] std::conditional_t<kConvert, Fp8TileScales, int> fs{};
       if constexpr (kConvert) fs = Weights::tile_scales(wp, map.w_group(c), c.feat0 + 64 * cw, kb0, ctid);
@@ -630,7 +575,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       float* const acc_h = acc + half * (BN / 2);
       if (epi16) {
         if constexpr (kEpi16) {
-          const std::uint32_t st16 = kEpiInBoxes ? ptx::smem_addr(stage_out) : ptx::smem_addr(epi) + cw * kTiledEpi16Bytes;
+          const std::uint32_t st16 = ptx::smem_addr(epi) + cw * kTiledEpi16Bytes;
           // This lane's stmatrix row: matrix mi = lane / 8 holds features 8 (mi % 2) of the warp's 16
           // for tokens 8 (mi / 2) of an n8 pair, stored row mr = lane % 8 its token.
           const int mi = lane >> 3, mr = lane & 7;

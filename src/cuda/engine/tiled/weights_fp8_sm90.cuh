@@ -46,7 +46,6 @@ struct Fp8Weights {
   static constexpr bool kDecode = false;
   static constexpr bool kSplit = false;
   static constexpr bool kConvert = true;
-  static constexpr int kBoxes = 2;  // 16-bit boxes a consumer (Fp8Weights3: three)
   static constexpr int kHalfCodeBytes = 64 * kTiledBK;   // a consumer's 64 rows of codes
   static constexpr int kHalfBoxBytes = 64 * kTiledBK * 2;  // a consumer's 16-bit box
 
@@ -126,13 +125,6 @@ struct Fp8Weights {
                    : "memory");
     }
   }
-};
-
-// The same decoder with three boxes a consumer (the conversion of stage i + 1 overlapping the
-// wgmmas of stages i - 1 and i; the epilogue's staging in the boxes). Not yet run on a GPU:
-// LLMM_FP8_BOXES=3 selects it in the MoE instance, for its A/B against two boxes.
-struct Fp8Weights3 : Fp8Weights {
-  static constexpr int kBoxes = 3;
 };
 
 }  // namespace llmm::engine
