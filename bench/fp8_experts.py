@@ -152,10 +152,6 @@ def main():
         v = [r["bf16_vs_fp8"] for r in big]
         print("summary m >= 1024: FP8 grouped vs llmm bf16 grouped min %.2fx median %.2fx (target 1.6x); vs mma_sync "
               "median %.2fx" % (min(v), statistics.median(v), statistics.median([r["fp8_vs_mma"] for r in big])))
-        # Issue 49's experts line (torch has no scaled grouped mm taken here: the bar is 1.6x llmm's bf16 grouped),
-        # in bench/fp8_matmul.py's format, which scripts/gpu-check copies into its summary.
-        print("  target FP8 experts grouped m >= 1024 vs llmm bf16 grouped >= 1.6: min %.2f median %.2f over %d rows: %s"
-              % (min(v), statistics.median(v), len(v), "met" if min(v) >= 1.6 else "MISSED"))
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:
