@@ -46,10 +46,14 @@ struct TiledSm90Shape {
   // each consumer converts its 64 rows into one of its two 16-bit boxes (kTiledFp8BoxBytes after
   // the stages, before the epilogue's staging), which its wgmmas read.
   bool convert = false;
+  // FP8 x FP8 (Fp8MmaWeights): a stage's K is kTiledW8a8BK one-byte elements (the 128-byte rows
+  // hold 128 codes), and after its token rows come their bn f32 scales of that 128-k block, in a
+  // region of this many bytes (1024-byte aligned: the next stage's swizzle); 0 otherwise.
+  int scale_region = 0;
   constexpr int a_bytes() const { return a_region; }
   constexpr int b_part_bytes() const { return bn * kTiledBK * 2; }
   constexpr int b_bytes() const { return b_parts * b_part_bytes(); }
-  constexpr int stage_bytes() const { return a_bytes() + b_bytes(); }
+  constexpr int stage_bytes() const { return a_bytes() + b_bytes() + scale_region; }
   constexpr int ring_bytes() const { return stages * stage_bytes() + (convert ? kTiledFp8BoxBytes : 0); }
   constexpr int epi_bytes() const { return 2 * kTiledEpiTokens * kTiledEpiStride * 4; }
   // full and empty a stage; with two token parts also `raw` (the TMA rows landed, not yet split).
@@ -169,6 +173,19 @@ constexpr TiledSm90Shape tiled_sm90_fp8_shape(int bn) {
   return TiledSm90Shape{bn, fit < 8 ? fit : 8, kTiledFp8CodeBytes, 1, true};
 }
 
+// FP8 weights times FP8 tokens (Fp8MmaWeights, W8A8): a stage is one 128-k block, the weights'
+// codes [128 rows][128 k] (16 KB), the staged tokens' codes [bn][128 k] and their bn scales (1 KB
+// region). bn 128 only: a consumer holds its accumulator and the block's sum before promotion
+// (2 x 64 registers; 2 x 128 at bn 256 would not fit). 6 stages.
+inline constexpr int kTiledW8a8BK = 128;
+constexpr TiledSm90Shape tiled_sm90_w8a8_shape(int bn) {
+  TiledSm90Shape one{bn, 1, kTiledBM * kTiledW8a8BK};
+  one.scale_region = (bn * 4 + 1023) / 1024 * 1024;
+  const int fit = kTiledRingBudget / one.stage_bytes();
+  one.stages = fit < 8 ? fit : 8;
+  return one;
+}
+
 // The most dynamic shared memory an sm_90 block may have (227 KB).
 inline constexpr int kTiledMaxSmem = 232448;
 static_assert(tiled_sm90_tq2_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
@@ -191,6 +208,10 @@ static_assert(tiled_sm90_fp8_shape(256).stages == 4 && tiled_sm90_fp8_shape(64).
               "an FP8 ring does not fit (with the MoE row map's bytes at bn 256)");
 static_assert(tiled_sm90_fp8_shape(256).stage_bytes() % 1024 == 0 && kTiledFp8BoxBytes % 1024 == 0,
               "the FP8 boxes must stay 1024-byte aligned (the 128-byte swizzle)");
+static_assert(tiled_sm90_w8a8_shape(128).stages == 6 && tiled_sm90_w8a8_shape(128).stage_bytes() % 1024 == 0 &&
+                  tiled_sm90_w8a8_shape(128).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(128, 1024) <= kTiledMaxSmem &&
+                  tiled_sm90_w8a8_shape(128).b_part_bytes() == 128 * kTiledW8a8BK,
+              "the W8A8 ring: 6 stages of 1024-byte aligned parts with the MoE row map's bytes; a token row is 128 codes");
 static_assert(tiled_sm90_f32_shape(64).fixed_smem_bytes() <= kTiledMaxSmem &&
                   tiled_sm90_f32_shape(128).fixed_smem_bytes() <= kTiledMaxSmem,
               "an f32 ring does not fit");

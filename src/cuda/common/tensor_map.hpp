@@ -32,4 +32,9 @@ CUtensorMap make_tensor_map_3d_sw128(const void* base, int elem_bytes, const std
 CUtensorMap make_tensor_map_u8_3d(const void* base, const std::uint64_t (&dims)[3], const std::uint64_t (&strides)[2],
                                   const std::uint32_t (&box)[3], const char* who);
 
+// The general 3D form of the two above: elements of 1, 2 or 4 bytes, with the 128-byte swizzle
+// (box[0] * elem_bytes <= 128) or without (box[0] * elem_bytes a multiple of 16).
+CUtensorMap make_tensor_map_3d(const void* base, int elem_bytes, const std::uint64_t (&dims)[3], const std::uint64_t (&strides)[2],
+                              const std::uint32_t (&box)[3], bool swizzle128, const char* who);
+
 }  // namespace llmm::cuda_common

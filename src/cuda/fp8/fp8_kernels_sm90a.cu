@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cuda/dense/gemv_wide_kernels.cuh"
+#include "cuda/fp8/fp8_act_quant.cuh"
 #include "cuda/fp8/fp8_kernels.hpp"
 
 namespace llmm::cuda_fp8 {
@@ -39,19 +40,11 @@ __device__ __forceinline__ void load8(const T* p, bool vec, float (&f)[8]) {
   }
 }
 
-// quantize_fp8_activations' scale rule: NaN when a value is not finite, 1 for an all-zero group,
-// else amax / 448 (at least the smallest subnormal).
-__device__ __forceinline__ float act_scale(float amax, bool finite) {
-  return !finite ? __int_as_float(0x7fc00000)
-         : amax == 0.0f ? 1.0f
-                        : fmaxf(amax / 448.0f, std::numeric_limits<float>::denorm_min());
-}
-
 __device__ __forceinline__ void store8_codes(std::uint8_t* dst, const float (&f)[8], float s) {
   std::uint32_t w[2] = {0, 0};
 #pragma unroll
   for (int e = 0; e < 8; ++e)
-    w[e / 4] |= std::uint32_t{static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(f[e] / s, __NV_SATFINITE, __NV_E4M3))} << (8 * (e % 4));
+    w[e / 4] |= fp8_act_code(f[e], s) << (8 * (e % 4));
   *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
 }
 
@@ -92,7 +85,7 @@ __global__ void __launch_bounds__(kQuantThreads)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         bad = fmaxf(bad, __shfl_xor_sync(0xffffffffu, bad, o));
       }
-      const float s = act_scale(amax, bad == 0.0f);
+      const float s = fp8_act_scale(amax, bad == 0.0f);
       if (u < units && h == 0) act_scales[g * m + i] = s;
       if (mine) store8_codes(codes + i * k + l, f, s);
     }
@@ -118,7 +111,7 @@ __global__ void __launch_bounds__(kQuantThreads)
 #pragma unroll
       for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red_amax[w]), bad = fmaxf(bad, red_bad[w]);
       __syncthreads();  // red_* is reused by the next row
-      const float s = act_scale(amax, bad == 0.0f);
+      const float s = fp8_act_scale(amax, bad == 0.0f);
       if (threadIdx.x == 0) act_scales[i] = s;
       for (std::int64_t l = std::int64_t{threadIdx.x} * 8; l < k; l += kQuantThreads * 8) {
         float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};

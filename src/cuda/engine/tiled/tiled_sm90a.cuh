@@ -5,7 +5,8 @@
 //                 weights_sm90.cuh: a 16-bit box [128 rows][64 k] by TMA, or ternary codes and
 //                 scales by TMA, which the consumers decode into register fragments, or FP8
 //                 codes by TMA, which each consumer converts into a 16-bit box of its own
-//                 before its wgmmas: weights_fp8_sm90.cuh) and the
+//                 before its wgmmas, or with FP8 tokens (W8A8) a 128-k block of codes a
+//                 stage beside the tokens' codes and scales: weights_fp8_sm90.cuh) and the
 //                 token rows [BN][64 k] by TMA (dense, staged MoE rows), one TMA box a row
 //                 (the fused MoE map) or a cp.async gather (MoE after moe_map), into a ring
 //                 of stages with full/empty mbarriers;
@@ -123,6 +124,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   constexpr bool kConvert = Weights::kConvert;
   static_assert(!kConvert || (!RowMap::kGather && !RowMap::kRowTma && !RowMap::kSplitK && !kSplit),
                 "FP8 weights are converted beside TMA token rows of whole K only");
+  // FP8 weights times FP8 tokens (Fp8MmaWeights): a stage is one 128-k block of codes and the
+  // tokens' scales; the consumers promote each block's e4m3 wgmma sum into f32.
+  constexpr bool kFp8Mma = Weights::kFp8Mma;
+  static_assert(!kFp8Mma || (!RowMap::kGather && !RowMap::kRowTma && !RowMap::kSplitK && !kSplit && !kConvert && BN <= 128),
+                "W8A8 runs staged token rows of whole K, at most 128 wide (its block sum beside the accumulator)");
   static_assert(!RowMap::kSched || (!RowMap::kGather && !RowMap::kRowTma && !kSplit && !RowMap::kSplitK),
                 "tiles are handed out to the one-thread producer only (no gather, row boxes, splitters or K parts)");
   // With the split, the splitter warps (producer warps 1..kSplitWarps) arrive on full beside the
@@ -147,16 +153,17 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // Tall tiles (DenseRowsTall): each consumer owns kHalves x 64 weight rows, two m64 wgmmas a
   // k16 step into two accumulator halves; plain dense rows and 16-bit weights only.
   constexpr int kHalves = tile_rows_v<RowMap> / kTiledBM;
-  static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !kConvert && !RowMap::kGather && !RowMap::kScatter &&
+  static_assert(kHalves == 1 || (kHalves == 2 && !kSplit && !Weights::kDecode && !kConvert && !kFp8Mma && !RowMap::kGather && !RowMap::kScatter &&
                                  !RowMap::kRowTma && !RowMap::kSplitK && RowMap::kMid == 0 && BN <= 160),
                 "tall tiles run 16-bit dense rows of whole K, at most 160 tokens wide (bn accumulators a thread)");
   constexpr TiledSm90Shape S = Weights::kDecode ? tiled_sm90_tq2_shape(BN)
                                : kConvert       ? tiled_sm90_fp8_shape(BN)
+                               : kFp8Mma        ? tiled_sm90_w8a8_shape(BN)
                                : kSplit         ? tiled_sm90_f32_shape(BN)
                                : kHalves == 2   ? tiled_sm90_tall_shape(BN)
                                                 : tiled_sm90_shape(BN);
   constexpr int kStages = S.stages;
-  constexpr int kBK = kSplit ? kTiledF32BK : kTiledBK;  // K elements a stage (one 128-byte row)
+  constexpr int kBK = kSplit ? kTiledF32BK : kFp8Mma ? kTiledW8a8BK : kTiledBK;  // K elements a stage (one 128-byte row)
   extern __shared__ std::uint8_t smem_raw[];
   std::uint8_t* const smem = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
   std::uint8_t* const ring = smem;
@@ -175,8 +182,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
       if constexpr (kSplit) ptx::mbar_init(&raw[s], 1);
     }
     ptx::mbar_init_fence();
-    if constexpr (!Weights::kDecode && !kConvert) ptx::prefetch_tensor_map(&tm_w);
+    if constexpr (!Weights::kDecode && !kConvert && !kFp8Mma) ptx::prefetch_tensor_map(&tm_w);
     if constexpr (kConvert) ptx::prefetch_tensor_map(&wp.codes);
+    if constexpr (kFp8Mma) ptx::prefetch_tensor_map(&wp.codes), ptx::prefetch_tensor_map(&wp.x_scales);
     if constexpr (Weights::kDecode) ptx::prefetch_tensor_map(&wp.codes), ptx::prefetch_tensor_map(&wp.scales);
     if constexpr (!RowMap::kGather) ptx::prefetch_tensor_map(&tm_x);
   }
@@ -295,6 +303,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             ptx::mbar_arrive_expect_tx(&full[s], kTiledFp8CodeBytes + c.bn * kTiledBK * 2);
             Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
+          } else if constexpr (kFp8Mma) {  // codes, token codes, and the tokens' scales of this k-block
+            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * 128 + BN * 4);
+            Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
+            map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
+            Weights::copy_x_scales(wp, st + S.a_bytes() + S.b_bytes(), static_cast<int>(c.row_base) + c.tok0, kb, &full[s]);
           } else if constexpr (kSplit) {  // the tokens go to the splitters first
             ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes());
             ptx::tensor_copy_3d_g2s(st, &tm_w, kb * kBK, c.feat0, map.w_group(c), &full[s]);
@@ -433,6 +446,58 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         prev = s;
         if (++s == kStages) s = 0, phase ^= 1;
       }
+    } else if constexpr (kFp8Mma) {
+      // A stage: four e4m3 wgmmas into the block sum `part` (k32 each: one 128-k block), its
+      // tokens' scales read from the stage while they run, then the wait, the stage's release
+      // and acc += part x (weight scale x token scale), per accumulator element. One block in
+      // flight a consumer: the other consumer's wgmmas fill the tensor cores meanwhile.
+      using MmaF8 = ptx::WgmmaE4m3<BN>;
+      using MmaF8Narrow = ptx::WgmmaE4m3<kNarrow>;
+      const int q2 = 2 * (lane & 3);
+      Fp8MmaTileScales ws = Weights::tile_scales(wp, map.w_group(c), c.feat0 + 64 * cw + 16 * warp + (lane >> 2), kb0);
+      const std::uint32_t ring_addr = ptx::smem_addr(ring);
+      float part[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;  // promoted into from the tile's first block
+      for (int kb = kb0; kb < kb1; ++kb, ++it) {
+        const int s = it % kStages;
+        ptx::mbar_wait(&full[s], (it / kStages) & 1);
+        const std::uint32_t st = ring_addr + s * S.stage_bytes();
+        const std::uint64_t da = ptx::wgmma_desc_sw128_addr(st + cw * (64 * 128));
+        const std::uint64_t db = ptx::wgmma_desc_sw128_addr(st + S.a_bytes());
+        const bool wide = c.bn == BN;
+        if (wide) {
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kTiledW8a8BK / 32; ++kk) MmaF8::mma(part, da + 2 * kk, db + 2 * kk, kk > 0);
+          ptx::wgmma_commit();
+        } else if constexpr (kNarrow != BN) {
+          float(&narrow)[kNarrow / 2] = *reinterpret_cast<float(*)[kNarrow / 2]>(part);
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kTiledW8a8BK / 32; ++kk) MmaF8Narrow::mma(narrow, da + 2 * kk, db + 2 * kk, kk > 0);
+          ptx::wgmma_commit();
+        }
+        if (kb > kb0) Weights::advance(wp, ws, kb);
+        float2 xs[BN / 8];  // the scales of token columns 8 j + q2 and + 1
+        const std::uint32_t sc = st + S.a_bytes() + S.b_bytes() + 4 * q2;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(xs[j].x), "=f"(xs[j].y) : "r"(sc + 32 * j));
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_regs(part);
+        __syncwarp();  // every lane's reads of the stage are done before lane 0 releases it
+        if (lane == 0) ptx::mbar_arrive(&empty[s]);
+        const int cols = wide ? BN / 8 : kNarrow / 8;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          if (j >= cols) break;
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], xs[j].x * ws.w0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], xs[j].y * ws.w0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], xs[j].x * ws.w1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], xs[j].y * ws.w1, acc[4 * j + 3]);
+        }
+      }
     } else if constexpr (kSplit) {
       // 3xTF32 (DenseRows only: every tile is BN wide). A stage: its twelve wgmmas into `part`
       // (small terms first), then, while they run, the next stage's weight fragments loaded and
@@ -543,7 +608,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
         if (kb > kb0 && lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);
       }
     }
-    if constexpr (!kSplit) {  // the split loop has released every stage already
+    if constexpr (!kSplit && !kFp8Mma) {  // the split and W8A8 loops have released every stage already
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_regs(acc);
       if (lane == 0) ptx::mbar_arrive(&empty[(it - 1) % kStages]);

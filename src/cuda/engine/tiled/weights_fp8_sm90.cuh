@@ -46,6 +46,7 @@ struct Fp8Weights {
   static constexpr bool kDecode = false;
   static constexpr bool kSplit = false;
   static constexpr bool kConvert = true;
+  static constexpr bool kFp8Mma = false;
   static constexpr int kHalfCodeBytes = 64 * kTiledBK;   // a consumer's 64 rows of codes
   static constexpr int kHalfBoxBytes = 64 * kTiledBK * 2;  // a consumer's 16-bit box
 
@@ -123,6 +124,75 @@ struct Fp8Weights {
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(box + row * 128 + ((unit ^ (row & 7)) << 4)), "r"(o0),
                    "r"(o1), "r"(o2), "r"(o3)
                    : "memory");
+    }
+  }
+};
+
+}  // namespace llmm::engine
+
+namespace llmm::engine {
+
+// FP8 weights times FP8 tokens (W8A8, Fp8MmaWeights): a stage is one 128-k block, the weights'
+// codes [128 rows][128 k] by TMA in the 128-byte swizzle (the wgmma A operand as it lands), the
+// staged tokens' codes [bn][128 k] (moe_stage_rows quantized each routed row per 128 channels,
+// quantize_fp8_activations' rule) and their bn f32 scales of that block. Each consumer issues four
+// e4m3 m64nBNk32 wgmmas into a zeroed block sum, then promotes it into its f32 accumulator times
+// the weight scale and each token's scale (the tensor cores sum in reduced precision: never more
+// than one 128-k block before the f32 promotion).
+struct Fp8MmaWeightsParams {
+  CUtensorMap codes;     // [groups][n][k] bytes, boxes of 128 k x 128 rows, 128-byte swizzle
+  CUtensorMap x_scales;  // the staged rows' scales, f32 [k blocks][ld] (3D, one batch), boxes of bn x 1
+  const float* scales = nullptr;  // the weights' f32 scales, group g's at scales + g * scale_group_stride
+  std::int64_t scale_group_stride = 0;
+  int kind = 2;         // 0 tensor, 1 channel, 2 [128, 128] block (llmm::Fp8ScaleKind)
+  int scale_cols = 0;   // block scales: ceil(k / 128)
+  int n = 0;            // a group's rows
+};
+
+// A consumer thread's weight scales over one tile: of its rows r and r + 8 (channel; the tensor's
+// for both), or the current 128-k block's and the next one's (block: one for the tile's 128 rows).
+struct Fp8MmaTileScales {
+  float w0 = 0.0f, w1 = 0.0f, next = 0.0f;
+  const float* blocks = nullptr;
+  int last_block = 0;
+};
+
+struct Fp8MmaWeights {
+  using Params = Fp8MmaWeightsParams;
+  static constexpr bool kDecode = false;
+  static constexpr bool kSplit = false;
+  static constexpr bool kConvert = false;
+  static constexpr bool kFp8Mma = true;
+
+  __device__ static void copy(const Params& w, std::uint8_t* codes, int group, int feat0, int kb, std::uint64_t* bar) {
+    ptx::tensor_copy_3d_g2s(codes, &w.codes, kb * kTiledW8a8BK, feat0, group, bar);
+  }
+  // The scales of staged rows row0 .. row0 + bn - 1 for k-block kb (rows past the staged ones read 0).
+  __device__ static void copy_x_scales(const Params& w, void* dst, int row0, int kb, std::uint64_t* bar) {
+    ptx::tensor_copy_3d_g2s(dst, &w.x_scales, row0, kb, 0, bar);
+  }
+  // Rows row and row + 8 of group `group` (row: this thread's first accumulator row) at the tile's
+  // first k-block kb0; a row past n has zero codes (its scale 0 keeps it zero).
+  __device__ static Fp8MmaTileScales tile_scales(const Params& w, int group, int row, int kb0) {
+    Fp8MmaTileScales x;
+    const float* const g = w.scales + group * w.scale_group_stride;
+    if (w.kind == 1) {
+      x.w0 = row < w.n ? __ldg(g + row) : 0.0f;
+      x.w1 = row + 8 < w.n ? __ldg(g + row + 8) : 0.0f;
+    } else if (w.kind == 0) {
+      x.w0 = x.w1 = __ldg(g);
+    } else {
+      x.blocks = g + (row >> 7) * w.scale_cols, x.last_block = w.scale_cols - 1;
+      x.w0 = x.w1 = __ldg(x.blocks + kb0);
+      x.next = __ldg(x.blocks + min(kb0 + 1, x.last_block));
+    }
+    return x;
+  }
+  // Before k-block kb > kb0: the prefetched block scale becomes current, the next one is loaded.
+  __device__ static void advance(const Params& w, Fp8MmaTileScales& x, int kb) {
+    if (w.kind == 2) {
+      x.w0 = x.w1 = x.next;
+      x.next = __ldg(x.blocks + min(kb + 1, x.last_block));
     }
   }
 };

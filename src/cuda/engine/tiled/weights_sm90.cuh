@@ -32,6 +32,7 @@ struct TmaWeights {
   static constexpr bool kDecode = false;
   static constexpr bool kSplit = false;
   static constexpr bool kConvert = false;
+  static constexpr bool kFp8Mma = false;
 };
 
 struct Tq2WeightsParams {
@@ -69,6 +70,7 @@ struct Tq2Weights {
   static constexpr bool kDecode = true;
   static constexpr bool kSplit = false;
   static constexpr bool kConvert = false;
+  static constexpr bool kFp8Mma = false;
 
   // The producer's elected thread: the codes and scales of stage kb of group `group`'s weight
   // rows feat0 .. feat0 + 127 into the stage's weight part by two TMA copies completing on `bar`
@@ -156,6 +158,7 @@ struct Tf32x3Weights {
   static constexpr bool kDecode = false;
   static constexpr bool kSplit = true;
   static constexpr bool kConvert = false;
+  static constexpr bool kFp8Mma = false;
   static constexpr int kSplitWarps = 3;  // producer warps 1..3 split the token rows
 
   __device__ static void split(std::uint32_t v, std::uint32_t& hi, std::uint32_t& lo) {
