@@ -78,6 +78,10 @@ enum class Fp8Route {
              // x unquantized (any layout)
   StreamMma, // m <= 16, f16/bf16 x: the weights streamed once and widened to x's type for
              // tensor-core mma (f32 accumulation); x unquantized
+  TiledSm90, // W8A8 on the Hopper tiled engine (sm_90, Fast only): x quantized per token and 128
+             // channels for every scale kind, e4m3 wgmmas summed over one 128-k block at a time
+             // and promoted into f32 times the weight's and x's scales; taken when asked for by
+             // name (Auto does not route to it until it wins its A/B)
 };
 const char* fp8_route_name(Fp8Route r) noexcept;
 

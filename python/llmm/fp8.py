@@ -248,7 +248,9 @@ def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto"
     precision "fast" (default) lets a CUDA route quantize x per token to e4m3 (W8A8 on FP8 tensor
     cores, what FP8 serving runs); "exact" keeps x as given. route "auto", "stream" (m <= 16: the
     weights streamed once, x unquantized, CUDA-core FMAs), "stream_mma" (the same on tensor cores,
-    f16/bf16 x), "cublaslt" (W8A8, fast only), "dequant_lt" (the weight
+    f16/bf16 x), "cublaslt" (W8A8, fast only), "tiled_sm90" (W8A8 on llmm's Hopper engine: x in
+    1 x 128 groups for every kind, e4m3 wgmmas promoted into f32 every 128 k; fast only, by name
+    until it is measured), "dequant_lt" (the weight
     decoded into llmm's workspace, then a 16/32-bit GEMM) or "cpu" (NumPy arrays: the float64
     reference, rounded once into out). The CUDA routes need an H100/H200 (sm_90) except dequant_lt.
     The first call of a size allocates llmm's workspace: warm up before CUDA-graph capture.

@@ -413,9 +413,10 @@ Fp8ScaleKind fp8_kind_of(nb::handle h, const char* op, const char* name) {
 Fp8Route fp8_route_of(nb::handle h, const char* op) {
   const std::string r = str_arg(h, op, "route");
   for (Fp8Route x : {Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::StreamMma, Fp8Route::CublasLt,
-                     Fp8Route::DequantLt})
+                     Fp8Route::DequantLt, Fp8Route::TiledSm90})
     if (r == fp8_route_name(x)) return x;
-  fail(ErrorCode::InvalidArgument, op, ": unknown fp8 route '", r, "' (auto, cpu, stream, stream_mma, cublaslt, dequant_lt)");
+  fail(ErrorCode::InvalidArgument, op, ": unknown fp8 route '", r,
+       "' (auto, cpu, stream, stream_mma, cublaslt, dequant_lt, tiled_sm90)");
 }
 
 // FP8 weight codes: a uint8 array of float8_e4m3fn bits, or a float8_e4m3fn array where the

@@ -229,9 +229,9 @@ def test_refusals_name_the_problem():
     # options
     refuses(llmm.Error, "precision must be 'exact' or 'fast', got 'EXACT'",
             lambda: llmm.matmul_fp8(x, codes, scales, precision="EXACT", out=out), out)
-    refuses(llmm.Error, r"unknown fp8 route 'gemv' \(auto, cpu, stream, stream_mma, cublaslt, dequant_lt\)",
+    refuses(llmm.Error, r"unknown fp8 route 'gemv' \(auto, cpu, stream, stream_mma, cublaslt, dequant_lt, tiled_sm90\)",
             lambda: llmm.matmul_fp8(x, codes, scales, route="gemv", out=out), out)
-    for r in ("stream", "stream_mma", "cublaslt", "dequant_lt"):  # CUDA routes on NumPy arrays
+    for r in ("stream", "stream_mma", "cublaslt", "dequant_lt", "tiled_sm90"):  # CUDA routes on NumPy arrays
         refuses(llmm.Error, f"route {r} needs a CUDA context", lambda r=r: llmm.matmul_fp8(x, codes, scales, route=r,
                                                                                           out=out), out)
     # not arrays: TypeError naming the argument

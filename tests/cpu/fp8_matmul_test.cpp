@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/fp8/fp8_launch.hpp"
 #include "llmm/fp8.hpp"
 #include "support/expect_error.hpp"
 #include "support/fp8_case.hpp"
@@ -165,6 +166,43 @@ TEST(Fp8Plan, ForcedRoutesRefuseWhatTheyDoNotTake) {
   unserved.lt_served = false;
   expect_error([&] { plan_matmul_fp8(unserved, h, Fp8Route::CublasLt); }, ErrorCode::Unsupported, "no FP8 algorithm");
   EXPECT_EQ(plan_matmul_fp8(unserved, h).route, Fp8Route::DequantLt);
+}
+
+// The engine's W8A8 route: by name only (Auto never picks it), Fast only, k % 16, aligned rows,
+// sm_90; its workspace holds x's codes and 1 x 128 scales for m padded to a multiple of 4, for
+// every kind; it does not need cuBLASLt.
+TEST(Fp8Plan, TiledSm90ByNameOnly) {
+  const ArchInfo h = hopper();
+  for (Fp8ScaleKind kind : {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128})
+    for (std::int64_t m : {1, 17, 512, 4096}) {
+      MatmulFp8Desc d = desc(m, 4096, 4096);
+      d.kind = kind;
+      EXPECT_NE(plan_matmul_fp8(d, h).route, Fp8Route::TiledSm90);
+      const Fp8Plan p = plan_matmul_fp8(d, h, Fp8Route::TiledSm90);
+      EXPECT_EQ(p.route, Fp8Route::TiledSm90);
+      const std::int64_t lt_m = (m + 3) / 4 * 4;
+      const auto lay = detail::fp8_workspace_layout(Fp8Route::TiledSm90, m, 4096, 4096, kind, DType::BF16);
+      EXPECT_TRUE(lay.act_groups128);
+      EXPECT_EQ(lay.lt_m, lt_m);
+      EXPECT_EQ(p.workspace_bytes, lay.total);
+      EXPECT_GE(lay.act_scales, static_cast<std::size_t>(lt_m * 4096));
+      EXPECT_GE(lay.total, lay.act_scales + static_cast<std::size_t>(32 * lt_m * 4));
+    }
+  MatmulFp8Desc unserved = desc(64, 4096, 4096);
+  unserved.lt_served = false;
+  EXPECT_EQ(plan_matmul_fp8(unserved, h, Fp8Route::TiledSm90).route, Fp8Route::TiledSm90);
+  expect_error([&] { plan_matmul_fp8(desc(64, 64, 64, Precision::Exact), h, Fp8Route::TiledSm90); }, ErrorCode::Unsupported,
+               "route tiled_sm90 does not take m 64 n 64 k 64: precision Exact keeps x unquantized (W8A8 needs Fast)");
+  expect_error([&] { plan_matmul_fp8(desc(64, 64, 72), h, Fp8Route::TiledSm90); }, ErrorCode::Unsupported,
+               "k is not a positive multiple of 16");
+  MatmulFp8Desc mis = desc(64, 64, 64);
+  mis.lt_aligned = false;
+  expect_error([&] { plan_matmul_fp8(mis, h, Fp8Route::TiledSm90); }, ErrorCode::Unsupported, "not 16-byte aligned");
+  ArchInfo ada = h;
+  ada.cc_minor = 9, ada.cc_major = 8;
+  expect_error([&] { plan_matmul_fp8(desc(64, 64, 64), ada, Fp8Route::TiledSm90); }, ErrorCode::Unsupported, "sm_90a only");
+  expect_error([&] { plan_matmul_fp8(desc(std::int64_t{1} << 31, 64, 64), h, Fp8Route::TiledSm90); }, ErrorCode::Unsupported,
+               "2^31 - 256 or more");
 }
 
 TEST(Fp8MatmulCpu, MatchesTheReferenceForEveryScaleKind) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "llmm/fp8.hpp"
+#include "support/expect_error.hpp"
 #include "support/fp8_case.hpp"
 #include "support/fp8_moe_case.hpp"
 #include "support/fp8_ffn_case.hpp"
@@ -71,6 +72,36 @@ TEST(Fp8MatmulGpu, StreamMmaEveryKindDtypeAndM) {
     c.m = 5, c.n = 16, c.k = 4096, c.kind = kind, c.seed = ++seed;
     EXPECT_EQ(run_fp8_case(ctx, c, forced(Fp8Route::StreamMma)).route, "stream_mma");
   }
+}
+
+// W8A8 on the Hopper engine (route tiled_sm90, by name): every kind and dtype, m and n off the
+// 128 tiles (a partial token tile, m not a multiple of 4: padded scale rows), k 272 (a partial
+// 128-k block) and 2048, padded rows, non-finite inputs; against the float64 product of the
+// quantized x (1 x 128 groups) and the exact weights.
+TEST(Fp8MatmulGpu, TiledSm90W8A8EveryKindAndDtype) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) GTEST_SKIP() << "the Hopper engine runs on sm_90 only";
+  std::uint64_t seed = 2100;
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (const Shape sh : {Shape{37, 200, 272}, Shape{300, 384, 2048}, Shape{129, 136, 128}})
+    for (Fp8ScaleKind kind : kKinds)
+      for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+        Fp8Case c;
+        c.m = sh.m, c.n = sh.n, c.k = sh.k, c.dtype = dt, c.kind = kind, c.seed = ++seed;
+        c.x_pad = pad16(dt), c.y_pad = pad16(dt), c.w_pad = 16;  // rows stay 16-byte aligned (the route's gate)
+        c.nonfinite = sh.m == 37;
+        const Receipt r = run_fp8_case(ctx, c, forced(Fp8Route::TiledSm90));
+        EXPECT_EQ(r.route, "tiled_sm90");
+        EXPECT_NE(r.kernel.find("tiled_sm90_dense_w8a8_" + std::string(dtype_name(dt)) + "_bn128"), std::string::npos) << r.kernel;
+      }
+  // Exact keeps x unquantized: refused by name.
+  Fp8Case c;
+  c.m = 64, c.n = 128, c.k = 256;
+  expect_error([&] { run_fp8_case(ctx, c, forced(Fp8Route::TiledSm90, Precision::Exact)); }, ErrorCode::Unsupported,
+               "W8A8 needs Fast");
 }
 
 TEST(Fp8MatmulGpu, CublasLtW8A8EveryKindAndDtype) {

@@ -117,6 +117,17 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm) {
   return "tiled_sm90_dense_" + dt + (bm == kTiledBM ? "" : "_bm" + std::to_string(bm)) + "_bn" + std::to_string(bn);
 }
 
+TiledSm90Launch tiled_sm90_dense_w8a8_launch(std::int64_t m, std::int64_t n, int sm_count) {
+  TiledSm90Launch l = launch_at(1, m, n, sm_count, 128);
+  l.smem_bytes = tiled_sm90_w8a8_shape(128).fixed_smem_bytes();
+  l.w8a8 = true;
+  return l;
+}
+
+std::string tiled_sm90_dense_w8a8_kernel_name(DType out) {
+  return "tiled_sm90_dense_w8a8_" + std::string(dtype_name(out)) + "_bn128";
+}
+
 std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& arch) {
   if (!tiled_sm90_arch_ok(arch)) return "the Hopper tiled engine is built for sm_90a only";
   const bool fp8 = g.w_dtype == DType::F8E4M3;

@@ -84,6 +84,14 @@ std::string tiled_sm90_dense_kernel_name(DType dtype, int bn, int bm = kTiledBM)
 // and SGEMM streams the weight on every SM.
 bool tiled_sm90_dense_f32_preferred(const MatmulDesc& d, const ArchInfo& arch);
 
+// ---- dense FP8 W8A8 (matmul_fp8's tiled_sm90 route; its refusals are matmul_fp8's planner's)
+// y [m, n] = x . dequant(w)^T with x quantized per token and 128 channels (e4m3 codes [lt_m, k],
+// scales [k / 128][lt_m]) and FP8 weights [n, k]: tiles of 128 x 128 (Fp8MmaWeights' bn), grid
+// the SMs or the tiles.
+TiledSm90Launch tiled_sm90_dense_w8a8_launch(std::int64_t m, std::int64_t n, int sm_count);
+// tiled_sm90_dense_w8a8_<out>_bn128, e.g. tiled_sm90_dense_w8a8_bf16_bn128
+std::string tiled_sm90_dense_w8a8_kernel_name(DType out);
+
 // ---- moe (grouped route)
 // Why the moe instance cannot take `g` ("" when it can): sm_90, weights and input of one 16-bit
 // dtype (or FP8 e4m3 weights with their scales, a bf16 input, k and the expert stride multiples

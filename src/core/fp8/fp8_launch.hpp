@@ -34,6 +34,9 @@ struct Fp8WorkspaceLayout {
   std::int64_t lt_m = 0;
   bool y_staged = false;
   std::size_t y_stage = 0;
+  // TiledSm90: x quantized in 1 x 128 groups for every weight kind (the scales [k / 128][lt_m]),
+  // and no weight scales staged.
+  bool act_groups128 = false;
 };
 // The token rows the cublaslt route hands cuBLASLt for m tokens of a scale kind.
 inline std::int64_t fp8_lt_rows(Fp8ScaleKind kind, std::int64_t m) {

@@ -56,6 +56,18 @@ const char* stream_mma_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   return nullptr;
 }
 
+// The Hopper engine's W8A8 instance (int coordinates: m, n, k below 2^31 - 256).
+const char* tiled_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+  if (d.precision == Precision::Exact) return "precision Exact keeps x unquantized (W8A8 needs Fast)";
+  if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "the Hopper tiled engine is built for sm_90a only";
+  if (d.k < 16 || d.k % 16 != 0) return "k is not a positive multiple of 16";
+  if (!d.lt_aligned) return "the codes' or y's rows are not 16-byte aligned";
+  constexpr std::int64_t kMax = 0x7fffffff - 256;
+  if (d.m > kMax || d.n > kMax || d.k > kMax) return "m, n or k is 2^31 - 256 or more";
+  if (ceil_div(d.m, 128) * ceil_div(d.n, 128) > kMax) return "more than 2^31 tiles";
+  return nullptr;
+}
+
 const char* lt_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   if (d.precision == Precision::Exact) return "precision Exact keeps x unquantized (W8A8 needs Fast)";
   if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "cuBLASLt's FP8 scale modes used here are sm_90 only";
@@ -75,6 +87,7 @@ const char* fp8_route_name(Fp8Route r) noexcept {
     case Fp8Route::CublasLt: return "cublaslt";
     case Fp8Route::DequantLt: return "dequant_lt";
     case Fp8Route::StreamMma: return "stream_mma";
+    case Fp8Route::TiledSm90: return "tiled_sm90";
   }
   return "?";
 }
@@ -108,6 +121,14 @@ Fp8WorkspaceLayout fp8_workspace_layout(Fp8Route route, std::int64_t m, std::int
     w.w_scales = part(w_scales, 4);
     if (w.y_staged) w.y_stage = part(checked_mul(w.lt_m, n, what), es);
     w.total = at;
+  } else if (route == Fp8Route::TiledSm90) {
+    // x quantized per 128 channels whatever the weight's kind; the scales [k / 128][lt_m], lt_m
+    // a multiple of 4 (16-byte rows for the engine's TMA box of a tile's token scales).
+    w.act_groups128 = true;
+    w.lt_m = m % 4 == 0 ? m : m - m % 4 + 4;
+    w.act_codes = part(w.lt_m, k);
+    w.act_scales = part(checked_mul(ceil_div(k, kFp8Block), w.lt_m, what), 4);
+    w.total = at;
   } else if (route == Fp8Route::DequantLt) {
     w.image = part(checked_mul(n, k, what), es);
     w.total = at;
@@ -140,6 +161,11 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
       p.route = Fp8Route::CublasLt, p.reason = "forced";
       break;
     case Fp8Route::DequantLt: p.route = Fp8Route::DequantLt, p.reason = "forced"; break;
+    case Fp8Route::TiledSm90:
+      if (const char* why = tiled_refusal(d, arch))
+        fail(ErrorCode::Unsupported, kOp, ": route tiled_sm90 does not take m ", d.m, " n ", d.n, " k ", d.k, ": ", why);
+      p.route = Fp8Route::TiledSm90, p.reason = "forced";
+      break;
     case Fp8Route::StreamMma:
       if (const char* why = stream_mma_refusal(d, arch))
         fail(ErrorCode::Unsupported, kOp, ": route stream_mma does not take m ", d.m, " n ", d.n, " k ", d.k, ": ", why);

@@ -6,6 +6,7 @@
 #pragma once
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "core/dense/dense_args.hpp"
+#include "core/fp8/fp8_launch.hpp"
 #include "core/moe/moe_args.hpp"
 #include "core/ternary/tq2_args.hpp"
 #include "core/ternary/tq2_moe_args.hpp"
@@ -23,6 +24,13 @@ void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l,
 // Its FP8 instance (e4m3 weights with g.w_scales, bf16 input, staged rows only), which
 // launch_tiled_sm90_moe hands F8E4M3 weights to.
 void launch_tiled_sm90_moe_fp8(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream);
+
+// matmul_fp8's tiled_sm90 route: y = x . dequant(w)^T (a.codes [n, k] with a.scales, y [m, n]
+// in a.dtype), after the W8A8 quantization wrote x's codes [lt_m, k] at act_codes and their
+// scales [ceil(k / 128)][lt_m] at act_scales on the same stream; `l` from
+// tiled_sm90_dense_w8a8_launch.
+void launch_tiled_sm90_dense_w8a8(const detail::Fp8LaunchArgs& a, const std::uint8_t* act_codes, const float* act_scales,
+                                  std::int64_t lt_m, const TiledSm90Launch& l, StreamHandle stream);
 
 // out = x . W^T with W [n, k] decoded from g.codes / g.scales_t by the consumers; g.in is the f16
 // activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;

@@ -9,6 +9,7 @@
 #include "core/fp8/fp8_launch.hpp"
 #include "core/ranges.hpp"
 #include "cuda/cublaslt/cublaslt_fp8.hpp"
+#include "cuda/engine/launch.hpp"
 #include "cuda/fp8/fp8_kernels.hpp"
 #include "llmm/error.hpp"
 
@@ -123,6 +124,32 @@ Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchAr
         return r;
       });
       return Receipt{"cublaslt", lt.description(), 2};
+    }
+    case Fp8Route::TiledSm90: {
+      const Fp8WorkspaceLayout lay = fp8_workspace_layout(plan.route, a.m, a.n, a.k, a.kind, a.dtype);
+      if (!a.workspace || lay.total > plan.workspace_bytes) fail(ErrorCode::Internal, "matmul_fp8: tiled_sm90 without its workspace");
+      const engine::TiledSm90Launch l = engine::tiled_sm90_dense_w8a8_launch(a.m, a.n, ctx.arch().sm_count);
+      const std::string qname = cuda_fp8::quantize_kernel_name(a, true), ename = engine::tiled_sm90_dense_w8a8_kernel_name(a.dtype);
+      ctx.check_launchable(qname);
+      ctx.check_launchable(ename);
+      cuda_fp8::launch_quantize(a, lay, s);
+      const auto* codes = reinterpret_cast<const std::uint8_t*>(a.workspace + lay.act_codes);
+      const auto* x_scales = reinterpret_cast<const float*>(a.workspace + lay.act_scales);
+      engine::launch_tiled_sm90_dense_w8a8(a, codes, x_scales, lay.lt_m, l, s);
+      const ByteRange ws{a.workspace, lay.total};
+      ctx.note_launch(qname, [&] {
+        LaunchRanges r;
+        r.reads.push_back(matrix_range(a.x, a.dtype, 1, 0, a.m, a.k, a.x_ld));
+        r.writes.push_back(ws);
+        return r;
+      });
+      ctx.note_launch(ename, [&] {
+        LaunchRanges r = inputs_outputs(a);
+        r.reads.erase(r.reads.begin());  // x itself is read by the quantization only
+        r.reads.push_back(ws);
+        return r;
+      });
+      return Receipt{"tiled_sm90", qname + "+" + ename, 2};
     }
     case Fp8Route::DequantLt: {
       const Fp8WorkspaceLayout lay = fp8_workspace_layout(plan.route, a.m, a.n, a.k, a.kind, a.dtype);

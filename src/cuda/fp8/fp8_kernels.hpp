@@ -21,8 +21,9 @@ void launch_gemv_mma_e4m3(const detail::Fp8LaunchArgs& a, int k_warps, StreamHan
 // The W8A8 route's operand preparation, one kernel: x quantized per token (groups of 128 for the
 // block kind, whole rows otherwise; quantize_fp8_activations' rule, bit for bit) into the
 // workspace's codes [m, k] and scales [groups][m]; the weight scales as cuBLASLt reads them
-// (block kind: rows padded to layout.w_scale_ld; tensor kind: broadcast to n channels).
-std::string quantize_kernel_name(const detail::Fp8LaunchArgs& a);
+// (block kind: rows padded to layout.w_scale_ld; tensor kind: broadcast to n channels); for the
+// TiledSm90 route (layout.act_groups128) groups of 128 for every kind and no weight scales.
+std::string quantize_kernel_name(const detail::Fp8LaunchArgs& a, bool groups128 = false);  // groups128: TiledSm90's
 void launch_quantize(const detail::Fp8LaunchArgs& a, const detail::Fp8WorkspaceLayout& layout, StreamHandle s);
 
 // DequantLt's weight image: image[j, l] = e4m3(code) * scale in x's dtype, [n, k] contiguous.

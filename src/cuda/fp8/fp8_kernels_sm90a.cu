@@ -180,19 +180,22 @@ void launch_gemv_e4m3(const detail::Fp8LaunchArgs& a, int vecs, int k_lanes, int
   host::check_launch(name);
 }
 
-std::string quantize_kernel_name(const detail::Fp8LaunchArgs& a) {
-  return std::string("fp8_quantize_rows_") + std::string(dtype_name(a.dtype)) + (a.kind == Fp8ScaleKind::Block128 ? "_g128" : "_row");
+std::string quantize_kernel_name(const detail::Fp8LaunchArgs& a, bool groups128) {
+  return std::string("fp8_quantize_rows_") + std::string(dtype_name(a.dtype)) +
+         (groups128 || a.kind == Fp8ScaleKind::Block128 ? "_g128" : "_row");
 }
 
 void launch_quantize(const detail::Fp8LaunchArgs& a, const detail::Fp8WorkspaceLayout& lay, StreamHandle s) {
-  const std::string name = quantize_kernel_name(a);
-  const bool by_row = a.kind != Fp8ScaleKind::Block128;
+  const std::string name = quantize_kernel_name(a, lay.act_groups128);
+  const bool by_row = a.kind != Fp8ScaleKind::Block128 && !lay.act_groups128;
   if (a.k % 16 != 0) fail(ErrorCode::Internal, name, ": k ", a.k, " is not a multiple of 16");
   auto* codes = reinterpret_cast<std::uint8_t*>(a.workspace + lay.act_codes);
   auto* act_scales = reinterpret_cast<float*>(a.workspace + lay.act_scales);
   auto* w_out = reinterpret_cast<float*>(a.workspace + lay.w_scales);
   std::int64_t w_rows = 0, w_cols = 0, w_ld = 1;
-  if (a.kind == Fp8ScaleKind::Block128 && lay.w_scale_ld != (a.k + 127) / 128) {
+  if (lay.act_groups128) {
+    // no weight scales to stage (the engine reads the weight's own)
+  } else if (a.kind == Fp8ScaleKind::Block128 && lay.w_scale_ld != (a.k + 127) / 128) {
     w_rows = (a.n + 127) / 128, w_cols = (a.k + 127) / 128, w_ld = lay.w_scale_ld;
   } else if (a.kind == Fp8ScaleKind::Tensor) {
     w_rows = a.n, w_cols = 1, w_ld = 1;

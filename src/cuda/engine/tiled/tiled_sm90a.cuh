@@ -127,8 +127,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   // FP8 weights times FP8 tokens (Fp8MmaWeights): a stage is one 128-k block of codes and the
   // tokens' scales; the consumers promote each block's e4m3 wgmma sum into f32.
   constexpr bool kFp8Mma = Weights::kFp8Mma;
-  static_assert(!kFp8Mma || (!RowMap::kGather && !RowMap::kRowTma && !RowMap::kSplitK && !kSplit && !kConvert && BN <= 128),
-                "W8A8 runs staged token rows of whole K, at most 128 wide (its block sum beside the accumulator)");
+  static_assert(!kFp8Mma || (!RowMap::kGather && !RowMap::kRowTma && !kSplit && !kConvert && BN <= 128),
+                "W8A8 runs token rows by TMA, at most 128 wide (its block sum beside the accumulator)");
   static_assert(!RowMap::kSched || (!RowMap::kGather && !RowMap::kRowTma && !kSplit && !RowMap::kSplitK),
                 "tiles are handed out to the one-thread producer only (no gather, row boxes, splitters or K parts)");
   // With the split, the splitter warps (producer warps 1..kSplitWarps) arrive on full beside the
