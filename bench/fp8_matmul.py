@@ -72,7 +72,7 @@ BLOCK = 128
 SANITY_TOL = 0.1
 BASELINES = ["torch_bf16", "smm_row", "smm_row_q", "smm_block", "smm_block_q"]
 SHORT = {"llmm": "llmm", "llmm_stream": "stream", "llmm_stream_mma": "str_mma", "llmm_cublaslt": "cublaslt",
-         "llmm_dequant_lt": "dequant",
+         "llmm_dequant_lt": "dequant", "llmm_tiled_sm90": "tiled",
          "torch_bf16": "bf16", "smm_row": "row", "smm_row_q": "row+q", "smm_block": "blk", "smm_block_q": "blk+q"}
 
 
