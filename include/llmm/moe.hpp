@@ -221,16 +221,13 @@ struct Fp8Experts {
 
 // matmul_id on FP8 experts: W(e, j, l) = e4m3(code) * scale, any float input, f32 accumulation,
 // the same contract otherwise (ids, layouts, output, scratch, no host sync). Routes: Direct (the
-// streaming kernel decodes the codes: exact products) and GroupedPrefill: on sm_90 with a bf16
-// input and staging room, the Hopper engine, which with Precision::Exact (the default) converts
-// the codes to bf16 in shared memory (each weight scaled and rounded once, x unchanged), and with
-// Precision::Fast runs W8A8: the routed rows quantized per token and 128 channels
-// (quantize_fp8_activations' rule: x's own e4m3 rounding, 2^-4 relative, enters the result; a
-// non-finite value makes its token's outputs NaN) and e4m3 wgmmas promoted into f32 every 128 k;
-// elsewhere moe_grouped (weights and input rounded to bf16 tiles). Auto: Direct while a weight
-// row feeds at most 4 routed rows on average (m * top_k / min(n_experts, m * top_k) <= 4), else
-// GroupedPrefill. Scale values are read by the kernels (checked on the CPU backend only). The
-// views-only form of matmul_id.
+// streaming kernel decodes the codes: exact products) and GroupedPrefill (on sm_90 with a bf16
+// input and staging room, the Hopper engine: the codes converted to bf16 in shared memory, each
+// weight scaled and rounded once, x unchanged; else moe_grouped: the weights decoded and scaled
+// into bf16 tiles, the input rounded to bf16). Auto: Direct while a weight row feeds at most 4
+// routed rows on average (m * top_k / min(n_experts, m * top_k) <= 4), else GroupedPrefill.
+// Scale values are read by the kernels (checked on the CPU backend only). The views-only form of
+// matmul_id.
 Receipt matmul_id(Context& ctx, const Fp8Experts& weights, const View& input, const View& ids, const View& out,
                   MatmulIdScratch* scratch, MatmulIdInputLayout layout = MatmulIdInputLayout::SharedPerToken,
                   MatmulIdMultiplicity multiplicity = MatmulIdMultiplicity::DistinctPerToken,

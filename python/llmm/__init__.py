@@ -739,10 +739,7 @@ def matmul_id(weights, x, ids, out=None, *, layout: str = "shared", route: str =
     llmm.Error that is also a ValueError; float8 weights without weight_scale are refused. Routes
     "direct" (the codes decoded in the streaming kernel) and "grouped" (decoded and scaled into
     bf16 tiles, x rounded to bf16: on sm_90 with bf16 x the Hopper engine over staged rows, else
-    the mma.sync kernel). precision="fast" on that engine runs W8A8 instead, as FP8 serving does:
-    x quantized per token and 128 channels (e4m3, scale amax / 448; its rounding enters the
-    result, and a non-finite value makes its token's outputs NaN), e4m3 x e4m3 tensor cores
-    promoted into f32 every 128 k. On the CPU: the float64 reference of the dequantized weights.
+    the mma.sync kernel). On the CPU: the float64 reference of the dequantized weights.
     """
     if weight_scale is None:
         _fp8_needs_scale("matmul_id", "weights", weights, "weight_scale")
@@ -829,8 +826,7 @@ def moe_ffn(x, w_gate_up, w_down, topk_ids, topk_weights, *, activation: str = "
     with w_gate_up_scale and w_down_scale: float32 scales whose shapes name each stack's kind as
     matmul_id's weight_scale does ([E] / [E, 1] / [E, 1, 1] per tensor, [E, n] / [E, n, 1] per
     channel, [E, ceil(n / 128), ceil(k / 128)] per 128 x 128 block, with [n, k] = [2 * inter, hidden]
-    and [hidden, inter]); x stays in its dtype; the GEMMs are matmul_id's FP8 routes (precision
-    "fast": gate_up W8A8 on sm_90, down over the activated bf16 rows)."""
+    and [hidden, inter]); x stays in its dtype; the GEMMs are matmul_id's FP8 routes."""
     op = "moe_ffn"
     x = _array(op, "x", x)
     fp8 = {}

@@ -248,52 +248,6 @@ TEST(MoePlan, Fp8ExpertsOnTheStagedEngineOnly) {
   EXPECT_FALSE(plan_matmul_id_cuda(bare, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).engine);
 }
 
-// FP8 experts under Precision::Fast (g.exact false): W8A8, the staging copy quantizing the rows
-// (moe_stage_rows_bf16_e4m3) and the engine's e4m3 instance at bn 128; rows a previous call left
-// in bf16 (presorted) keep the conversion; too little room for the e4m3 layout: moe_grouped, the
-// forced engine refused.
-TEST(MoePlan, Fp8ExpertsW8a8UnderFast) {
-  auto fp8 = [](std::int64_t m, std::int64_t k, std::int64_t staged_bytes) {
-    MoeArgs g = grouped(DType::F8E4M3, DType::BF16, DType::BF16, m, 768, k);
-    g.w_scales = static_cast<const float*>(addr(0x70000000)), g.w_scale_kind = 2, g.w_scale_expert_stride = 6 * ((k + 127) / 128);
-    g.staged = const_cast<void*>(addr(0x60000000)), g.staged_bytes = staged_bytes;
-    g.exact = false;
-    return g;
-  };
-  const StagedE4m3Layout lay = staged_e4m3_layout(5, 272);
-  EXPECT_EQ(lay.scale_offset, 2048);  // 1360 code bytes, 1024-aligned
-  EXPECT_EQ(lay.scale_ld, 8);
-  EXPECT_EQ(lay.bytes, 2048 + 3 * 8 * 4);
-  const std::int64_t routed = 4096 * 8;
-  MoePlan p = plan_matmul_id_cuda(fp8(4096, 2048, routed * 2048 * 2), MatmulIdRoute::GroupedPrefill, h200(),
-                                  MatmulIdGroupedKernel::Auto);
-  EXPECT_TRUE(p.engine && p.staged && !p.fused && p.launch.w8a8);
-  EXPECT_EQ(p.launch.bn, 128);
-  EXPECT_EQ(p.kernels, (std::vector<std::string>{"moe_map_sort", "moe_stage_rows_bf16_e4m3",
-                                                 "tiled_sm90_moe_f8e4m3_bf16_bf16_bn128x64_staged_w8a8"}));
-  EXPECT_EQ(p.launch.smem_bytes, engine::tiled_sm90_w8a8_shape(128).fixed_smem_bytes() + engine::tiled_sm90_moe_extra_bytes(128, 64));
-  EXPECT_LE(p.launch.smem_bytes, engine::kTiledMaxSmem);
-  EXPECT_NE(p.reason.find("W8A8"), std::string::npos) << p.reason;
-  // Exactly the e4m3 layout's room is enough; a byte less is not (Auto: moe_grouped; forced: refused).
-  const std::int64_t need = staged_e4m3_layout(routed, 2048).bytes;
-  EXPECT_TRUE(plan_matmul_id_cuda(fp8(4096, 2048, need), MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).staged);
-  p = plan_matmul_id_cuda(fp8(4096, 2048, need - 1), MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
-  EXPECT_FALSE(p.engine);
-  expect_error([&] { plan_matmul_id_cuda(fp8(4096, 2048, need - 1), MatmulIdRoute::GroupedPrefill, h200(),
-                                         MatmulIdGroupedKernel::TiledSm90); },
-               ErrorCode::Unsupported, "quantized to e4m3 (W8A8, precision fast)");
-  // Presorted bf16 rows (moe_ffn's down GEMM): the conversion instance, bn 256.
-  MoeArgs pre = fp8(4096, 2048, routed * 2048 * 2);
-  pre.presorted = true;
-  p = plan_matmul_id_cuda(pre, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto);
-  EXPECT_FALSE(p.launch.w8a8);
-  EXPECT_EQ(p.kernels, (std::vector<std::string>{"tiled_sm90_moe_f8e4m3_bf16_bf16_bn256x64_staged"}));
-  // Exact (the default): the conversion instance.
-  MoeArgs exact = fp8(4096, 2048, routed * 2048 * 2);
-  exact.exact = true;
-  EXPECT_FALSE(plan_matmul_id_cuda(exact, MatmulIdRoute::GroupedPrefill, h200(), MatmulIdGroupedKernel::Auto).launch.w8a8);
-}
-
 TEST(MoePlan, Refusals) {
   const MoeArgs f16_bf16 = grouped(DType::F16, DType::BF16, DType::F32, 16, 64, 128);
   for (MatmulIdRoute r : {MatmulIdRoute::Direct, MatmulIdRoute::GroupedPrefill})

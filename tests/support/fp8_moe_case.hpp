@@ -18,9 +18,6 @@ struct Fp8MoeCase {
   MatmulIdGroupedKernel grouped_kernel = MatmulIdGroupedKernel::Auto;
   // Rows 0..skew_rows - 1 of the routing all go to expert 0 (an expert with several wide tiles).
   std::int64_t skew_rows = 0;
-  // Fast on the grouped route: W8A8 where the engine takes it (x quantized per token and 128
-  // channels): the reference then multiplies the quantized x (quantize_fp8_activations).
-  Precision precision = Precision::Exact;
   std::uint64_t seed = 1;
 };
 

@@ -168,14 +168,6 @@ TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count) 
   l.grid = sm_count > 0 ? sm_count : kDefaultSms;
   l.staged = g.staged != nullptr && g.staged_bytes / (g.k * 2) >= routed;
   l.pdl = routed <= kTiledMoePdlMaxRows;
-  // FP8 experts under Precision::Fast: W8A8 over rows the staging quantizes (not rows a previous
-  // call left in 16-bit, moe_ffn's activated rows: those take the bf16 conversion).
-  if (g.w_dtype == DType::F8E4M3 && !g.exact && !g.presorted) {
-    l.w8a8 = true;
-    l.bn = 128;
-    l.smem_bytes = tiled_sm90_w8a8_shape(l.bn).fixed_smem_bytes() + tiled_sm90_moe_extra_bytes(l.bn, static_cast<int>(g.n_experts));
-    l.staged = g.staged != nullptr && g.staged_bytes >= cuda_moe::staged_e4m3_layout(routed, g.k).bytes;
-  }
   return l;
 }
 
@@ -213,7 +205,7 @@ TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_c
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l) {
   return "tiled_sm90_moe_" + std::string(dtype_name(g.w_dtype)) + "_" + std::string(dtype_name(g.in_dtype)) + "_" +
          std::string(dtype_name(g.out_dtype)) + "_bn" + std::to_string(l.bn) + "x" + std::to_string(kTiledNarrowBN) +
-         (l.fused ? "_fused" : l.staged ? "_staged" : "") + (l.w8a8 ? "_w8a8" : "") + (g.out_sorted ? "_sorted" : "");
+         (l.fused ? "_fused" : l.staged ? "_staged" : "") + (g.out_sorted ? "_sorted" : "");
 }
 
 std::string tiled_sm90_tq2_refusal(std::int64_t m, std::int64_t n, std::int64_t k, DType in, DType out, bool exact,

@@ -47,8 +47,8 @@ struct TiledSm90Launch {
   bool pdl = false;
   // moe: the engine sorts the routed rows itself (ExpertRowsFused): the route is this one kernel.
   bool fused = false;
-  // moe on FP8 experts with Precision::Fast: W8A8 (the staged rows quantized per 128 channels,
-  // e4m3 wgmmas, bn 128: Fp8MmaWeights); else FP8 experts are converted to bf16 in shared memory.
+  // FP8 weights times FP8 tokens (Fp8MmaWeights: e4m3 wgmmas, bn 128): matmul_fp8's tiled_sm90
+  // route (tiled_sm90_dense_w8a8_launch).
   bool w8a8 = false;
   friend bool operator==(const TiledSm90Launch&, const TiledSm90Launch&) = default;
 };
@@ -102,8 +102,6 @@ std::string tiled_sm90_moe_refusal(const cuda_moe::MoeArgs& g, const ArchInfo& a
 // Tiles of 256 tokens and, for an expert's last rows or an expert with few, of 64 (chosen on the
 // device from the counts: the host cannot see the routing). Grid: the SMs. Staged when the scratch has room for every
 // routed row (g.staged_bytes >= m * top_k * k * 2): then moe_stage_rows runs before the engine.
-// FP8 experts with g.exact false (Precision::Fast) and rows not presorted: W8A8 (l.w8a8), tiles
-// of 128, staged when the scratch holds staged_e4m3_layout's bytes (the rows quantized to e4m3).
 TiledSm90Launch tiled_sm90_moe_launch(const cuda_moe::MoeArgs& g, int sm_count);
 // The instance that sorts the routed rows itself, in every CTA (no moe_map, no staging copy:
 // one kernel): why it cannot take `g` beyond tiled_sm90_moe_refusal ("" when it can): more than
@@ -123,7 +121,7 @@ bool tiled_sm90_moe_fused_preferred(const cuda_moe::MoeArgs& g);
 // Its launch: the moe launch's tiles and grid, the sorted list's shared memory, not staged, no PDL
 // (nothing of the route runs before it).
 TiledSm90Launch tiled_sm90_moe_fused_launch(const cuda_moe::MoeArgs& g, int sm_count);
-// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged|_fused][_w8a8][_sorted] (_sorted: MoeArgs::out_sorted), e.g.
+// tiled_sm90_moe_<w>_<in>_<out>_bn<bn>x64[_staged|_fused][_sorted] (_sorted: MoeArgs::out_sorted), e.g.
 // tiled_sm90_moe_bf16_bf16_f32_bn256x64_staged
 std::string tiled_sm90_moe_kernel_name(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l);
 

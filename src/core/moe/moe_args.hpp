@@ -91,21 +91,6 @@ struct MoeArgs {
   MoeDirectFusion fusion;
 };
 
-// The staging area of the W8A8 FP8 experts route (TiledSm90Launch::w8a8): moe_stage_rows writes
-// each routed row quantized per 128 channels (quantize_fp8_activations' rule), its k e4m3 codes
-// at staged + i * k, and its scales transposed, f32 [ceil(k / 128)][scale_ld] from scale_offset
-// (a k-block's scales of consecutive staged rows are one TMA box). `bytes`: the room it needs.
-struct StagedE4m3Layout {
-  std::int64_t scale_offset = 0, scale_ld = 0, bytes = 0;
-};
-inline StagedE4m3Layout staged_e4m3_layout(std::int64_t routed, std::int64_t k) {
-  StagedE4m3Layout l;
-  l.scale_offset = (routed * k + 1023) / 1024 * 1024;
-  l.scale_ld = (routed + 3) / 4 * 4;  // rows of 16-byte multiples (TMA strides)
-  l.bytes = l.scale_offset + (k + 127) / 128 * l.scale_ld * 4;
-  return l;
-}
-
 inline constexpr std::uint32_t kNoExpert = 0xffffffffu;
 
 // The expert of routed row r on the host (CPU backend), or kNoExpert when the id is out of range.

@@ -101,9 +101,7 @@ std::vector<std::string> moe_map_kernel_names(const MoeArgs& a) {
   if (moe_map_grid(a).blocks > 1) return {"moe_map_count", "moe_map_sort"};
   return {"moe_map_sort"};
 }
-std::string moe_stage_rows_kernel_name(const MoeArgs& a, bool e4m3) {
-  return "moe_stage_rows_" + std::string(dtype_name(a.in_dtype)) + (e4m3 ? "_e4m3" : "");
-}
+std::string moe_stage_rows_kernel_name(const MoeArgs& a) { return "moe_stage_rows_" + std::string(dtype_name(a.in_dtype)); }
 
 const char* moe_grouped_math_name(MoeGroupedMath m) noexcept {
   switch (m) {

@@ -94,7 +94,7 @@ MoeMapGrid moe_map_grid(const MoeArgs& args) noexcept;
 std::vector<std::string> moe_map_kernel_names(const MoeArgs& args);
 
 // moe_stage_rows_<in>, e.g. moe_stage_rows_bf16 (the optional copy of the routed rows into expert order)
-std::string moe_stage_rows_kernel_name(const MoeArgs& args, bool e4m3 = false);  // e4m3: quantizing (W8A8)
+std::string moe_stage_rows_kernel_name(const MoeArgs& args);
 
 // ---------------------------------------------------------------------------------------------
 // grouped: one 256-thread block computes a kMoeGroupedBM (routed rows of one expert) x

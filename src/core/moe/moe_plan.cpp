@@ -64,18 +64,16 @@ MoePlan plan_matmul_id_cuda(const MoeArgs& g, MatmulIdRoute route, const ArchInf
   if (p.engine && fp8 && !engine::tiled_sm90_moe_launch(g, arch.sm_count).staged) {
     if (kernel == MatmulIdGroupedKernel::TiledSm90)
       fail(ErrorCode::Unsupported, "matmul_id: grouped kernel tiled_sm90 runs FP8 weights over staged rows only: the scratch "
-                                   "has no staging room for the ", g.m * g.top_k, " routed rows",
-           g.exact ? "" : " quantized to e4m3 (W8A8, precision fast)");
+                                   "has no staging room for the ", g.m * g.top_k, " routed rows");
     p.engine = false;
   }
   if (p.engine) {
     p.launch = engine::tiled_sm90_moe_launch(g, arch.sm_count);
     p.staged = p.launch.staged;
     if (g.out_sorted && !p.staged) fail(ErrorCode::Internal, "matmul_id: a sorted output without staging room");
-    if (p.staged) p.kernels.push_back(moe_stage_rows_kernel_name(g, p.launch.w8a8));
+    if (p.staged) p.kernels.push_back(moe_stage_rows_kernel_name(g));
     p.kernels.push_back(engine::tiled_sm90_moe_kernel_name(g, p.launch));
-    p.reason = p.launch.w8a8 ? "the Hopper engine, W8A8: routed rows staged in expert order as e4m3 per 128 channels, e4m3 wgmmas"
-               : p.staged    ? "the Hopper engine over routed rows staged in expert order"
+    p.reason = p.staged ? "the Hopper engine over routed rows staged in expert order"
                         : "the Hopper engine, gathering routed rows (the scratch cannot stage them all)";
   } else {
     p.kernels.push_back(moe_grouped_kernel_name(g));

@@ -14,7 +14,7 @@ namespace {
 // Byte hulls of the operands of g (capture mode).
 struct MoeRanges {
   ByteRange w, in, ids, out, counts, rows, block_counts, staged, tile_counter, scales;
-  explicit MoeRanges(const cuda_moe::MoeArgs& g, bool w8a8 = false) {
+  explicit MoeRanges(const cuda_moe::MoeArgs& g) {
     const std::int64_t routed = g.m * g.top_k;
     w = g.n_experts > 0 && g.k > 0 ? elems_range(g.w, g.w_dtype, (g.n_experts - 1) * g.expert_stride + g.n * g.k)
                                    : ByteRange{g.w, 0};
@@ -25,9 +25,7 @@ struct MoeRanges {
     counts = elems_range(g.counts, DType::U32, g.counts ? g.n_experts : 0);
     rows = elems_range(g.rows, DType::U32, g.rows ? routed : 0);
     block_counts = elems_range(g.block_counts, DType::U32, cuda_moe::moe_map_grid(g).blocks > 1 ? g.block_count_words : 0);
-    // the rows a call stages (W8A8: their codes and scales)
-    staged = w8a8 ? ByteRange{g.staged, g.staged ? static_cast<std::size_t>(cuda_moe::staged_e4m3_layout(routed, g.k).bytes) : 0}
-                  : elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);
+    staged = elems_range(g.staged, g.in_dtype, g.staged ? routed * g.k : 0);  // the rows a call stages
     tile_counter = elems_range(g.tile_counter, DType::U32, g.tile_counter ? 1 : 0);
     // FP8 weights' scales (none otherwise: an empty range the capture ignores)
     scales = elems_range(g.w_scales, DType::F32, g.w_dtype == DType::F8E4M3 && g.w_scales ? g.n_experts * g.w_scale_expert_stride : 0);
@@ -45,7 +43,7 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     names += (names.empty() ? "" : "+") + k;
   }
   StreamHandle s = ctx.stream();
-  const auto ranges = [&] { return MoeRanges(g, plan.launch.w8a8); };
+  const auto ranges = [&] { return MoeRanges(g); };
   if (route == MatmulIdRoute::Direct) {
     cuda_moe::launch_moe_direct(g, s);
     ctx.note_launch(plan.kernels[0], [&] {
@@ -75,7 +73,7 @@ Receipt run_matmul_id_cuda(Context& ctx, MatmulIdRoute route, const cuda_moe::Mo
     });
   }
   if (plan.staged && !g.presorted) {
-    cuda_moe::launch_moe_stage_rows(g, s, plan.launch.w8a8);
+    cuda_moe::launch_moe_stage_rows(g, s);
     ctx.note_launch(plan.kernels[next++], [&] {
       const MoeRanges r = ranges();
       return LaunchRanges{{r.in, r.counts, r.rows}, {r.staged}};

@@ -25,7 +25,7 @@ void launch_moe_map(const MoeArgs& args, StreamHandle stream);
 // Grouped route, optional step between the map and the GEMM: staged[i] = the input row of
 // rows[i] for every listed row (requires a.staged with room for m * top_k rows of k elements,
 // k * element size a multiple of 16, 16-byte aligned input rows and strides).
-void launch_moe_stage_rows(const MoeArgs& args, StreamHandle stream, bool e4m3 = false);  // e4m3: W8A8 staging
+void launch_moe_stage_rows(const MoeArgs& args, StreamHandle stream);
 std::int64_t moe_stage_rows_blocks(const MoeArgs& args) noexcept;
 
 // Grouped route, step 2 (same stream, after launch_moe_map): every routed row of an in-range
