@@ -56,12 +56,19 @@ const char* stream_mma_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   return nullptr;
 }
 
-// The Hopper engine's W8A8 instance (int coordinates: m, n, k below 2^31 - 256).
-const char* tiled_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+// What both W8A8 routes (cublaslt, tiled_sm90) need: Fast (x is quantized), sm_90 (`arch_why`
+// says why in the route's terms), k a positive multiple of 16, 16-byte aligned code and y rows.
+const char* w8a8_refusal(const MatmulFp8Desc& d, const ArchInfo& arch, const char* arch_why) {
   if (d.precision == Precision::Exact) return "precision Exact keeps x unquantized (W8A8 needs Fast)";
-  if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "the Hopper tiled engine is built for sm_90a only";
+  if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return arch_why;
   if (d.k < 16 || d.k % 16 != 0) return "k is not a positive multiple of 16";
   if (!d.lt_aligned) return "the codes' or y's rows are not 16-byte aligned";
+  return nullptr;
+}
+
+// The Hopper engine's W8A8 instance (int coordinates: m, n, k below 2^31 - 256).
+const char* tiled_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+  if (const char* why = w8a8_refusal(d, arch, "the Hopper tiled engine is built for sm_90a only")) return why;
   constexpr std::int64_t kMax = 0x7fffffff - 256;
   if (d.m > kMax || d.n > kMax || d.k > kMax) return "m, n or k is 2^31 - 256 or more";
   if (ceil_div(d.m, 128) * ceil_div(d.n, 128) > kMax) return "more than 2^31 tiles";
@@ -69,10 +76,7 @@ const char* tiled_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
 }
 
 const char* lt_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
-  if (d.precision == Precision::Exact) return "precision Exact keeps x unquantized (W8A8 needs Fast)";
-  if (!(arch.cc_major == 9 && arch.cc_minor == 0)) return "cuBLASLt's FP8 scale modes used here are sm_90 only";
-  if (d.k < 16 || d.k % 16 != 0) return "k is not a positive multiple of 16";
-  if (!d.lt_aligned) return "the codes' or y's rows are not 16-byte aligned";
+  if (const char* why = w8a8_refusal(d, arch, "cuBLASLt's FP8 scale modes used here are sm_90 only")) return why;
   if (!d.lt_served) return "cuBLASLt has no FP8 algorithm for this shape and scale kind";
   return nullptr;
 }

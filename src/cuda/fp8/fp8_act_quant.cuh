@@ -1,6 +1,6 @@
 // The activation quantization of the W8A8 routes, on the device: quantize_fp8_activations' rule
-// (include/llmm/fp8.hpp) bit for bit, shared by matmul_fp8's operand preparation and the MoE
-// staging copy of the FP8 experts' W8A8 route.
+// (include/llmm/fp8.hpp) bit for bit: matmul_fp8's operand preparation (the cublaslt and
+// tiled_sm90 routes), and the MoE staging copy of docs/wip/moe_w8a8.patch.
 #pragma once
 #include <cuda_fp8.h>
 
