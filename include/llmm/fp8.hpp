@@ -103,6 +103,12 @@ struct MatmulFp8Desc {
   // kind: matmul_fp8 asks the device library (once per shape, kept in the context); a caller of
   // plan_matmul_fp8 without a context leaves it true.
   bool lt_served = true;
+  // x given in e4m3 with its 1 x 128 scales (Fp8ActivationView; x_dtype is then y's dtype): only
+  // the routes that multiply e4m3 codes take it (tiled_sm90), and only where x_tma_aligned (the
+  // codes' base and rows 16-byte aligned, the scales token-major: stride {1, ld}, ld % 4 == 0,
+  // base 16-byte aligned).
+  bool x_e4m3 = false;
+  bool x_tma_aligned = false;
 };
 
 struct Fp8Plan {
@@ -127,6 +133,23 @@ Fp8Plan plan_matmul_fp8(Context& ctx, MatmulFp8Desc desc, Fp8Route force = Fp8Ro
 // argument (shapes, dtypes, devices, overlaps, scale shape; scale values are the caller's: they
 // are read by the kernels, not checked on the host).
 Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const View& y, const MatmulFp8Options& opts = {});
+
+// Activations already quantized to e4m3 by the caller, with f32 scales per token and 128
+// channels (DeepGEMM's and vLLM's per_token_group_quant_fp8 groups; quantize_fp8_activations with
+// group 128 gives them): x(i, l) = e4m3(codes[i, l]) * scales[i, l / 128].
+struct Fp8ActivationView {
+  View codes;   // [m, k] F8E4M3, innermost stride 1
+  View scales;  // F32 [m, ceil(k / 128)], any strides on the CPU; on CUDA token-major (strides
+                // {1, ld}, ld % 4 == 0, 16-byte aligned base: DeepGEMM's TMA-aligned layout)
+};
+
+// y [m, n] = x . dequant(w)^T with x given in e4m3 (above); y f32/f16/bf16 (its dtype is the
+// output's). The routes that multiply e4m3 codes take it: the CPU backend (float64; any
+// precision) and, on CUDA, tiled_sm90 under Precision::Fast. The scale values are read as they
+// are (a NaN scale makes its token's outputs NaN; the weight's scales are checked as above).
+// Throws llmm::Error before anything is enqueued on any invalid argument.
+Receipt matmul_fp8(Context& ctx, const Fp8ActivationView& x, const Fp8WeightView& w, const View& y,
+                   const MatmulFp8Options& opts = {});
 
 namespace cpu {
 // out[i, j] = sum_l x[i, l] * value(j, l) in float64 for x a 2-D float view [m, k] (any strides),

@@ -34,8 +34,8 @@ __all__ = [
     "upload_tq2_experts", "matmul_id_tq2", "moe_ffn",
     "tq2_from_gguf", "tq2_from_bitnet", "load_tq2_gguf", "load_bitnet_safetensors", "HadamardRotation",
     "matmul_id_capability", "matmul_id_scratch", "suggest_matmul_id_route",
-    "to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "load_fp8_safetensors", "matmul_fp8",
-    "plan_matmul_fp8",
+    "to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "quantize_fp8_activations",
+    "load_fp8_safetensors", "matmul_fp8", "plan_matmul_fp8",
 ]
 
 # llmm's dtype codes and the frameworks' names for them (NumPy and CuPy have no bfloat16).
@@ -904,4 +904,4 @@ if "torch" in sys.modules:  # torch already loaded: register the custom ops now 
 
 
 from .fp8 import (_fp8_experts, _fp8_needs_scale, dequantize_fp8, from_fp8_bits, load_fp8_safetensors,  # noqa: E402
-                  matmul_fp8, plan_matmul_fp8, quantize_fp8, to_fp8_bits)
+                  matmul_fp8, plan_matmul_fp8, quantize_fp8, quantize_fp8_activations, to_fp8_bits)

@@ -15,8 +15,8 @@ import numpy as np
 from . import _array, _dtype_code, _empty, _is_torch, _launch, _llmm, _out, _where, cuda_available
 from ._llmm import Error
 
-__all__ = ["to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "load_fp8_safetensors", "matmul_fp8",
-           "plan_matmul_fp8"]
+__all__ = ["to_fp8_bits", "from_fp8_bits", "quantize_fp8", "dequantize_fp8", "quantize_fp8_activations",
+           "load_fp8_safetensors", "matmul_fp8", "plan_matmul_fp8"]
 
 _KINDS = ("block", "channel", "tensor")
 _BLOCK = 128
@@ -79,6 +79,71 @@ def quantize_fp8(w, scale: str = "block"):
 
     return (torch.from_numpy(codes.copy()).view(torch.float8_e4m3fn).to(torch_w.device),
             torch.from_numpy(scales.copy()).to(torch_w.device))
+
+
+def quantize_fp8_activations(x):
+    """(codes, scales) of float activations x [m, k] quantized per token and 128 channels, the
+    groups DeepSeek-V3's FP8 layers, DeepGEMM and vLLM's per_token_group_quant_fp8 use and the
+    input matmul_fp8 takes with x_scale: each group's scale is max(max |x| / 448, the smallest
+    positive float) (1 for an all-zero group; NaN for a group holding a NaN or an infinity, so
+    that its token's outputs are NaN), each code the float8_e4m3fn bits of x / scale rounded to
+    nearest even and saturated at +-448; bit for bit the rule of matmul_fp8's W8A8 routes.
+    scales is float32 [m, ceil(k / 128)] laid out token-major (strides (1, m): the layout the CUDA
+    route reads). NumPy in: codes uint8 (view them with ml_dtypes.float8_e4m3fn); a torch tensor
+    in: torch.float8_e4m3fn codes and float32 scales on x's device (computed on the host)."""
+    op = "quantize_fp8_activations"
+    torch_x = x if _is_torch(x) else None
+    a = _host_f32(op, x)
+    if a.ndim != 2:
+        raise Error(f"llmm.{op}: x must be [m, k], got shape {a.shape}")
+    m, k = a.shape
+    codes_b, scales_b = _llmm.fp8_quantize_activations(a)
+    codes = np.frombuffer(codes_b, dtype=np.uint8).reshape(m, k).copy()
+    scales = np.frombuffer(scales_b, dtype=np.float32).reshape(-(-k // _BLOCK), m).copy().T
+    if torch_x is None:
+        return codes, scales
+    import torch
+
+    return (torch.from_numpy(codes).view(torch.float8_e4m3fn).to(torch_x.device),
+            torch.from_numpy(scales.T.copy()).to(torch_x.device).t())
+
+
+def _token_major(op: str, s: Any, m: int, groups: int) -> Any:
+    """x's scales [m, groups] as the CUDA route reads them: token-major (strides (1, ld), ld a
+    multiple of 4 and >= m, a 16-byte aligned base: DeepGEMM's TMA-aligned layout). A torch CUDA
+    tensor in another layout is copied into one; anything else passes as it is (the CPU backend
+    reads any strides; the library refuses other CUDA layouts, naming the one it needs)."""
+    if not (_is_torch(s) and s.is_cuda):
+        return s
+    st = s.stride()
+    if (m <= 1 or st[0] == 1) and (groups <= 1 or (st[1] % 4 == 0 and st[1] >= m)) and s.data_ptr() % 16 == 0:
+        return s
+    import torch
+
+    t = torch.empty((groups, -(-m // 4) * 4), dtype=torch.float32, device=s.device)
+    t[:, :m].copy_(s.t())
+    return t[:, :m].t()
+
+
+def _x_scales(op: str, x_scale: Any, m: int, k: int) -> Any:
+    """x_scale as matmul_fp8 passes it: [m, ceil(k / 128)] float32; [m] or [m, 1] (one scale a
+    token) broadcast over the groups."""
+    s = _array(op, "x_scale", x_scale)
+    groups = -(-k // _BLOCK)
+    shape = tuple(int(d) for d in s.shape)
+    if str(getattr(s, "dtype", "")).replace("torch.", "") != "float32":
+        raise Error(f"llmm.{op}: x_scale must be float32, got {getattr(s, 'dtype', None)}")
+    if shape in ((m,), (m, 1)) and shape != (m, groups):
+        if _is_torch(s):
+            s = s.reshape(m, 1).expand(m, groups)
+            s = s if s.is_cuda else s.contiguous()
+        else:
+            s = np.ascontiguousarray(np.broadcast_to(np.asarray(s).reshape(m, 1), (m, groups)))
+    elif shape != (m, groups):
+        raise Fp8ScaleShapeError(
+            f"llmm.{op}: x_scale of shape {list(shape)} fits no scale layout of x [{m}, {k}]: per token and 128 "
+            f"channels [{m}, {groups}], or per token [{m}] / [{m}, 1]")
+    return _token_major(op, s, m, groups)
 
 
 def _expand(scales: np.ndarray, kind: str, n: int, k: int) -> np.ndarray:
@@ -233,7 +298,8 @@ def _fp8_needs_scale(op: str, name: str, w: Any, scale_name: str) -> None:
                     f"[E], per channel [E, n, 1] or per 128 x 128 block [E, ceil(n / 128), ceil(k / 128)])")
 
 
-def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto", out=None):
+def matmul_fp8(x, weight, scale, *, x_scale=None, out_dtype=None, precision: str = "fast", route: str = "auto",
+               out=None):
     """y[m, n] = x[m, k] @ dequant(weight)[n, k]^T, dequant(w)[j, l] = e4m3(weight[j, l]) * scale
     of (j, l)'s group: an FP8 checkpoint's linear layer (DeepSeek-V3, Qwen3-FP8) in one call.
 
@@ -244,6 +310,13 @@ def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto"
     (per output channel), [ceil(n / 128), ceil(k / 128)] (per 128 x 128 block, DeepSeek's
     weight_scale_inv); a shape that fits none raises an llmm.Error that is also a ValueError.
     Returns out [m, n] in x's dtype (allocated like x: NumPy or torch on x's device; or out=).
+
+    x given in e4m3 (quantized by the caller, e.g. fused into the previous op): x the [m, k] codes
+    (float8_e4m3fn, or uint8 bits) and x_scale their float32 scales per token and 128 channels,
+    [m, ceil(k / 128)] (quantize_fp8_activations' and vLLM's per_token_group_quant_fp8's groups;
+    [m] or [m, 1] for one scale a token), x(i, l) = value(x[i, l]) * x_scale[i, l // 128]. out is
+    then out_dtype (default bfloat16; float16, float32). The CPU backend computes it in float64;
+    on CUDA it is route tiled_sm90's (not enabled in this build: its GPU run is pending).
 
     precision "fast" (default) lets a CUDA route quantize x per token to e4m3 (W8A8 on FP8 tensor
     cores, what FP8 serving runs); "exact" keeps x as given. route "auto", "stream" (m <= 16: the
@@ -258,6 +331,14 @@ def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto"
     backend refuses non-finite or non-positive scales."""
     op = "matmul_fp8"
     x = _array(op, "x", x)
+    f8 = _float8_name(x)
+    if x_scale is None and f8 is not None:
+        raise Error(f"llmm.{op}: x is {f8}: pass x_scale, its float32 scales per token and 128 channels "
+                    f"[m, ceil(k / 128)] (or [m] / [m, 1], one a token)")
+    if x_scale is None and out_dtype is not None:
+        raise Error(f"llmm.{op}: out_dtype applies to e4m3 x (with x_scale); float x gives out in x's dtype")
+    if x_scale is not None:
+        x = _fp8_codes(op, x, "x")
     weight = _fp8_codes(op, weight)
     scale = _array(op, "scale", scale)
     xs, ws = tuple(x.shape), tuple(weight.shape)
@@ -267,22 +348,29 @@ def matmul_fp8(x, weight, scale, *, precision: str = "fast", route: str = "auto"
         raise Error(f"llmm.{op}: weight must be [n, k], got shape {list(ws)}")
     n, k = int(ws[0]), int(ws[1])
     kind = _scale_kind_of(op, tuple(int(d) for d in scale.shape), n, k)
+    if x_scale is not None:
+        x_scale = _x_scales(op, x_scale, int(xs[0]), int(xs[1]))
+        if out is None:
+            out = _empty(op, x, (xs[0], n), "bfloat16" if out_dtype is None else out_dtype)
+        elif out_dtype is not None:
+            raise Error(f"llmm.{op}: pass out= or out_dtype=, not both")
     out = _empty(op, x, (xs[0], n)) if out is None else _out(op, out)
-    _launch(_llmm.matmul_fp8, out, x, weight, scale, kind, out, precision=precision, route=route)
+    _launch(_llmm.matmul_fp8, out, x, weight, scale, kind, out, precision=precision, route=route, x_scale=x_scale)
     return out
 
 
 def plan_matmul_fp8(m: int, n: int, k: int, dtype="bfloat16", scale_kind: str = "block", *, precision: str = "fast",
-                    route: str = "auto", device: Optional[Any] = None) -> dict:
+                    route: str = "auto", device: Optional[Any] = None, x_fp8: bool = False) -> dict:
     """The route matmul_fp8 would take for x [m, k] of `dtype` (float32, float16, bfloat16: a name,
     an llmm code or a NumPy/torch dtype) and an [n, k] FP8 weight with `scale_kind` scales
     ("tensor", "channel", "block") on `device` ("cpu", "cuda", "cuda:N", a torch.device or an array
     there; None: "cuda" where llmm.cuda_available(), else "cpu"), for dense arrays on aligned bases:
     {"route", "reason", "workspace_bytes" (of llmm's per-stream workspace), "gemv_vecs",
     "gemv_k_lanes", "gemv_grid_x" (the stream route's launch), "mma_k_warps" (stream_mma's); 0 for the others}. route: "auto" or a
-    route to check: one that cannot take the problem raises llmm.Error saying why. Pure."""
+    route to check: one that cannot take the problem raises llmm.Error saying why. x_fp8: x given
+    in e4m3 with x_scale (dtype is then the output's). Pure."""
     op = "plan_matmul_fp8"
     if device is None:
         device = "cuda" if cuda_available() else "cpu"
     return _llmm.plan_matmul_fp8(m, n, k, _dtype_code(op, "dtype", dtype), scale_kind, _where(device),
-                                 precision=precision, route=route)
+                                 precision=precision, route=route, x_fp8=x_fp8)

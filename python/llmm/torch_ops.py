@@ -177,16 +177,21 @@ def _moe_ffn_fake(x, w_gate_up, w_down, topk_ids, topk_weights, activation="silu
 # ceil(k/128)] block: llmm.matmul_fp8's rules).
 
 @_custom_op("llmm::matmul_fp8")
-def _matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, precision: str = "fast", route: str = "auto") -> Tensor:
-    return llmm.matmul_fp8(x, weight, scale, precision=precision, route=route)
+def _matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, precision: str = "fast", route: str = "auto",
+                x_scale: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    return llmm.matmul_fp8(x, weight, scale, precision=precision, route=route, x_scale=x_scale, out_dtype=out_dtype)
 
 
 @_matmul_fp8.register_fake
-def _matmul_fp8_fake(x, weight, scale, precision="fast", route="auto"):
+def _matmul_fp8_fake(x, weight, scale, precision="fast", route="auto", x_scale=None, out_dtype=None):
     if x.dim() != 2 or weight.dim() != 2:
         raise llmm.Error(f"llmm.matmul_fp8: x must be [m, k] and weight [n, k], got shapes {list(x.shape)} and "
                          f"{list(weight.shape)}")
-    return x.new_empty((x.shape[0], weight.shape[0]))
+    if x_scale is None:
+        if out_dtype is not None:
+            raise llmm.Error("llmm.matmul_fp8: out_dtype applies to e4m3 x (with x_scale); float x gives out in x's dtype")
+        return x.new_empty((x.shape[0], weight.shape[0]))
+    return x.new_empty((x.shape[0], weight.shape[0]), dtype=torch.bfloat16 if out_dtype is None else out_dtype)
 
 
 # llmm._llmm_torch, where built, registers the CPU and CUDA kernels of llmm::matmul,
@@ -223,10 +228,12 @@ def moe_ffn(x: Tensor, w_gate_up: Tensor, w_down: Tensor, topk_ids: Tensor, topk
                                   w_gate_up_scale, w_down_scale, alpha, limit, bias_gate_up, bias_down)
 
 
-def matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, *, precision: str = "fast", route: str = "auto") -> Tensor:
-    """torch.ops.llmm.matmul_fp8: x [m, k] @ dequant(weight [n, k])^T as a new [m, n] tensor in x's dtype
-    (see llmm.matmul_fp8)."""
-    return torch.ops.llmm.matmul_fp8(x, weight, scale, precision, route)
+def matmul_fp8(x: Tensor, weight: Tensor, scale: Tensor, *, precision: str = "fast", route: str = "auto",
+               x_scale: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """torch.ops.llmm.matmul_fp8: x [m, k] @ dequant(weight [n, k])^T as a new [m, n] tensor in x's dtype;
+    with x_scale, x is float8_e4m3fn codes with their scales per token and 128 channels and the output
+    out_dtype (default bfloat16) (see llmm.matmul_fp8)."""
+    return torch.ops.llmm.matmul_fp8(x, weight, scale, precision, route, x_scale, out_dtype)
 
 
 class Fp8Linear(torch.nn.Module):

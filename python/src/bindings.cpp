@@ -429,7 +429,7 @@ Arr fp8_codes_arg(nb::handle h, const char* op, const char* name) {
                   (t.code == static_cast<std::uint8_t>(C::UInt) || t.code == static_cast<std::uint8_t>(C::Float8_E4M3FN));
   if (!ok)
     fail(ErrorCode::Unsupported, op, ": ", name, " has dtype ", dlpack_dtype_name(t),
-         ": FP8 weight codes must be float8_e4m3fn, or uint8 holding float8_e4m3fn bits");
+         ": FP8 ", std::string(name) == "x" ? "activation" : "weight", " codes must be float8_e4m3fn, or uint8 holding float8_e4m3fn bits");
   r.v.dtype = DType::F8E4M3;
   return r;
 }
@@ -817,11 +817,26 @@ NB_MODULE(_llmm, m) {
       nb::arg("w").none(), nb::arg("scale").none() = "block",
       "(codes, scales) bytes of a C-contiguous float32 [n, k] host array. Low level: use llmm.quantize_fp8.");
   m.def(
+      "fp8_quantize_activations",
+      [](nb::handle x) {
+        constexpr const char* op = "llmm.quantize_fp8_activations";
+        Arr a = input_arg(x, op, "x");
+        if (a.v.device != DeviceKind::CPU || a.v.dtype != DType::F32 || a.v.rank != 2)
+          fail(ErrorCode::InvalidArgument, op, ": x must be a float32 [m, k] host array, got ", a.v.describe());
+        const Fp8Activations q = quantize_fp8_activations(a.v, kFp8Block);
+        return nb::make_tuple(nb::bytes(reinterpret_cast<const char*>(q.codes.data()), q.codes.size()),
+                              nb::bytes(reinterpret_cast<const char*>(q.scales.data()), q.scales.size() * 4));
+      },
+      nb::arg("x").none(),
+      "(codes, scales) bytes of a float32 [m, k] host array quantized per token and 128 channels: codes [m, k], "
+      "scales [ceil(k / 128), m] (the token fastest). Low level: use llmm.quantize_fp8_activations.");
+  m.def(
       "matmul_fp8",
       [](nb::handle x, nb::handle weight, nb::handle scale, nb::handle scale_kind, nb::handle out, nb::handle precision,
-         nb::handle route, nb::handle stream) {
+         nb::handle route, nb::handle x_scale, nb::handle stream) {
         constexpr const char* op = "llmm.matmul_fp8";
-        Arr vx = input_arg(x, op, "x");
+        const bool x_fp8 = !x_scale.is_none();
+        Arr vx = x_fp8 ? fp8_codes_arg(x, op, "x") : input_arg(x, op, "x");
         Arr vw = fp8_codes_arg(weight, op, "weight");
         Arr vs = input_arg(scale, op, "scale");
         Arr vo = output_arg(out, op, "out");
@@ -829,20 +844,27 @@ NB_MODULE(_llmm, m) {
         MatmulFp8Options o;
         o.precision = precision_of(precision, op), o.force_route = fp8_route_of(route, op);
         Context& ctx = context_for(vo.v, stream_arg(stream, op), op, "out");
+        if (x_fp8) {
+          Arr vxs = input_arg(x_scale, op, "x_scale");
+          return receipt_dict(llmm::matmul_fp8(ctx, Fp8ActivationView{vx.v, vxs.v}, w, vo.v, o));
+        }
         return receipt_dict(llmm::matmul_fp8(ctx, vx.v, w, vo.v, o));
       },
       nb::arg("x").none(), nb::arg("weight").none(), nb::arg("scale").none(), nb::arg("scale_kind").none(),
       nb::arg("out").none(), nb::arg("precision").none() = "fast", nb::arg("route").none() = "auto",
-      nb::arg("stream").none() = 0,
+      nb::arg("x_scale").none() = nb::none(), nb::arg("stream").none() = 0,
       "out[m, n] = x[m, k] @ dequant(weight[n, k])^T for float8_e4m3fn codes (uint8 bits or float8_e4m3fn) with "
-      "float32 scales of scale_kind ('tensor', 'channel', 'block'), on out's device and the given stream; returns "
-      "the receipt. Low level: use llmm.matmul_fp8.");
+      "float32 scales of scale_kind ('tensor', 'channel', 'block'), on out's device and the given stream; with "
+      "x_scale, x is e4m3 codes too and x_scale its float32 [m, ceil(k / 128)] scales. Returns the receipt. Low "
+      "level: use llmm.matmul_fp8.");
   m.def(
       "plan_matmul_fp8",
       [](nb::handle m_, nb::handle n_, nb::handle k_, nb::handle dtype, nb::handle scale_kind, nb::handle device,
-         nb::handle precision, nb::handle route) {
+         nb::handle precision, nb::handle route, nb::handle x_fp8) {
         constexpr const char* op = "llmm.plan_matmul_fp8";
         MatmulFp8Desc d;
+        // x in e4m3 (dtype is then the output's), its codes and scales as llmm.matmul_fp8 lays them out.
+        d.x_e4m3 = d.x_tma_aligned = bool_arg(x_fp8, op, "x_fp8");
         d.m = size_arg(m_, op, "m"), d.n = size_arg(n_, op, "n"), d.k = size_arg(k_, op, "k");
         d.x_dtype = dtype_code_of(dtype, op, "dtype");
         if (!is_float(d.x_dtype))
@@ -871,6 +893,7 @@ NB_MODULE(_llmm, m) {
       },
       nb::arg("m").none(), nb::arg("n").none(), nb::arg("k").none(), nb::arg("dtype").none(), nb::arg("scale_kind").none(),
       nb::arg("device").none(), nb::arg("precision").none() = "fast", nb::arg("route").none() = "auto",
+      nb::arg("x_fp8").none() = false,
       "The route matmul_fp8 takes for x [m, k] of dtype (f32, f16, bf16) and an [n, k] FP8 weight with scale_kind "
       "scales on device ('cpu', 'cuda:N' or an array there), for dense arrays on aligned bases: {route, reason, "
       "workspace_bytes, gemv_vecs, gemv_k_lanes, gemv_grid_x} (the last three: the stream route's launch, else 0). "

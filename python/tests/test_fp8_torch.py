@@ -46,7 +46,8 @@ def dequant(layer):
 
 def test_op_is_registered_with_its_schema():
     assert str(torch.ops.llmm.matmul_fp8.default._schema) == (
-        'llmm::matmul_fp8(Tensor x, Tensor weight, Tensor scale, str precision="fast", str route="auto") -> Tensor')
+        'llmm::matmul_fp8(Tensor x, Tensor weight, Tensor scale, str precision="fast", str route="auto", '
+        'Tensor? x_scale=None, ScalarType? out_dtype=None) -> Tensor')
 
 
 @pytest.mark.parametrize("kind", KINDS)

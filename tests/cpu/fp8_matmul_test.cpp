@@ -205,6 +205,109 @@ TEST(Fp8Plan, TiledSm90ByNameOnly) {
                "2^31 - 256 or more");
 }
 
+TEST(Fp8Plan, E4m3XRunsOnTiledSm90Only) {
+  const ArchInfo h = hopper();
+  MatmulFp8Desc d = desc(3, 4096, 4096);
+  d.x_e4m3 = true, d.x_tma_aligned = true;
+  for (std::int64_t m : {1, 3, 64, 4096}) {
+    d.m = m;
+    const Fp8Plan p = plan_matmul_fp8(d, h);
+    EXPECT_EQ(p.route, Fp8Route::TiledSm90) << m;
+    EXPECT_EQ(p.workspace_bytes, 0u) << m;  // nothing to quantize
+    EXPECT_NE(p.reason.find("x given in e4m3"), std::string::npos) << p.reason;
+    EXPECT_EQ(plan_matmul_fp8(d, h, Fp8Route::TiledSm90).route, Fp8Route::TiledSm90);
+  }
+  for (Fp8Route r : {Fp8Route::Stream, Fp8Route::StreamMma, Fp8Route::CublasLt, Fp8Route::DequantLt})
+    expect_error([&] { plan_matmul_fp8(d, h, r); }, ErrorCode::Unsupported,
+                 std::string("route ") + fp8_route_name(r) + " reads x in 16 or 32 bits; x given in e4m3 runs on tiled_sm90");
+  MatmulFp8Desc exact = d;
+  exact.precision = Precision::Exact;
+  expect_error([&] { plan_matmul_fp8(exact, h); }, ErrorCode::Unsupported,
+               "no CUDA route takes x in e4m3 for m 4096 n 4096 k 4096: precision Exact");
+  MatmulFp8Desc loose = d;
+  loose.x_tma_aligned = false;
+  expect_error([&] { plan_matmul_fp8(loose, h, Fp8Route::TiledSm90); }, ErrorCode::Unsupported,
+               "route tiled_sm90 does not take x in e4m3 for m 4096 n 4096 k 4096: x's codes need a 16-byte aligned base");
+  MatmulFp8Desc k72 = d;
+  k72.k = 72;
+  expect_error([&] { plan_matmul_fp8(k72, h); }, ErrorCode::Unsupported, "k is not a positive multiple of 16");
+  ArchInfo cpu;
+  EXPECT_EQ(plan_matmul_fp8(exact, cpu).route, Fp8Route::Cpu);  // the float64 backend takes any precision
+}
+
+TEST(Fp8MatmulCpu, E4m3XMatchesTheReference) {
+  Context ctx = Context::cpu(2);
+  int seed = 0;
+  for (Fp8ScaleKind kind : {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128})
+    for (DType dt : {DType::F32, DType::BF16, DType::F16})
+      for (bool row_major : {false, true}) {
+        Fp8Case c;
+        c.m = 5, c.n = 131, c.k = 272, c.dtype = dt, c.kind = kind, c.x_pad = 16, c.y_pad = 3, c.w_pad = 16;
+        c.x_e4m3 = true, c.x_scales_row_major = row_major, c.x_scale_pad = 4, c.seed = static_cast<std::uint64_t>(++seed);
+        EXPECT_EQ(run_fp8_case(ctx, c, {}).route, "cpu");
+      }
+  // Exact is the CPU backend's too (float64 products of the given codes).
+  Fp8Case c;
+  c.m = 2, c.n = 7, c.k = 16, c.x_e4m3 = true;
+  MatmulFp8Options exact;
+  exact.precision = Precision::Exact;
+  EXPECT_EQ(run_fp8_case(ctx, c, exact).route, "cpu");
+  // A NaN scale (a token group that held NaN or Inf) makes that token's outputs NaN.
+  Fp8Case nf;
+  nf.m = 4, nf.n = 9, nf.k = 130, nf.nonfinite = true, nf.x_e4m3 = true;
+  run_fp8_case(ctx, nf, {});
+}
+
+TEST(Fp8MatmulCpu, E4m3XRefusals) {
+  Context ctx = Context::cpu(1);
+  std::vector<std::uint8_t> xc(4 * 256, 0x38), w(8 * 256, 0x38);  // 0x38: 1.0
+  std::vector<float> xs(4 * 8, 0.5f), ws(1, 1.0f), y(4 * 8, 0.0f);  // xs: room for an overlapping y
+  const Fp8ActivationView x{View::contiguous(xc.data(), DType::F8E4M3, {4, 256}),
+                            View::strided(xs.data(), DType::F32, {4, 2}, {1, 4})};
+  const Fp8WeightView wt{View::contiguous(w.data(), DType::F8E4M3, {8, 256}), Fp8ScaleKind::Tensor,
+                         View::contiguous(ws.data(), DType::F32, {1})};
+  const View yv = View::contiguous(y.data(), DType::F32, {4, 8});
+  matmul_fp8(ctx, x, wt, yv);
+  EXPECT_FLOAT_EQ(y[0], 128.0f);  // 256 x (1 x 0.5) x 1
+  std::vector<std::uint16_t> yb(4 * 8);
+  matmul_fp8(ctx, x, wt, View::contiguous(yb.data(), DType::BF16, {4, 8}));  // y's dtype is the caller's
+  EXPECT_EQ(yb[31], 0x4300);                                                // 128 in bf16
+  expect_error([&] { matmul_fp8(ctx, Fp8ActivationView{View::contiguous(xc.data(), DType::U8, {4, 256}), x.scales}, wt, yv); },
+               ErrorCode::InvalidArgument, "x codes must be an f8e4m3 [m, k] matrix");
+  expect_error([&] { matmul_fp8(ctx, Fp8ActivationView{x.codes, View::contiguous(xs.data(), DType::F32, {2, 4})}, wt, yv); },
+               ErrorCode::InvalidArgument, "the scales of x codes [4, 256] must be an f32 [4, 2] matrix");
+  expect_error([&] { matmul_fp8(ctx, Fp8ActivationView{x.codes, View::contiguous(xs.data(), DType::F32, {4, 1})}, wt, yv); },
+               ErrorCode::InvalidArgument, "must be an f32 [4, 2] matrix (one a token and 128 channels)");
+  expect_error([&] { matmul_fp8(ctx, Fp8ActivationView{x.codes, View::contiguous(yb.data(), DType::BF16, {4, 2})}, wt, yv); },
+               ErrorCode::InvalidArgument, "f32 [4, 2]");
+  expect_error([&] { matmul_fp8(ctx, Fp8ActivationView{View::contiguous(xc.data(), DType::F8E4M3, {8, 128}), x.scales}, wt, yv); },
+               ErrorCode::InvalidArgument, "the scales of x codes [8, 128] must be an f32 [8, 1]");
+  std::vector<std::int32_t> yi(4 * 8);
+  expect_error([&] { matmul_fp8(ctx, x, wt, View::contiguous(yi.data(), DType::I32, {4, 8})); }, ErrorCode::InvalidArgument,
+               "y must be an f32/f16/bf16 [4, 8] matrix");
+  expect_error([&] { matmul_fp8(ctx, x, wt, View::contiguous(y.data(), DType::F32, {4, 7})); }, ErrorCode::InvalidArgument,
+               "y must be an f32/f16/bf16 [4, 8] matrix");
+  const Fp8WeightView w128{View::contiguous(w.data(), DType::F8E4M3, {8, 128}), Fp8ScaleKind::Tensor, wt.scales};
+  expect_error([&] { matmul_fp8(ctx, x, w128, yv); }, ErrorCode::InvalidArgument, "has k 256 but the codes");
+  expect_error([&] { matmul_fp8(ctx, x, wt, View::contiguous(xs.data(), DType::F32, {4, 8})); }, ErrorCode::InvalidArgument,
+               "overlaps an input");
+  expect_error([&] { matmul_fp8(ctx, Fp8ActivationView{View::strided(xc.data(), DType::F8E4M3, {4, 256}, {256, 2}), x.scales}, wt, yv); },
+               ErrorCode::InvalidArgument, "innermost stride 1");
+  const Fp8ActivationView xg{View::contiguous(xc.data(), DType::F8E4M3, {4, 256}, DeviceKind::CUDA, 0), x.scales};
+  expect_error([&] { matmul_fp8(ctx, xg, wt, yv); }, ErrorCode::InvalidArgument, "x codes is on");
+  MatmulFp8Options o;
+  o.force_route = Fp8Route::TiledSm90;
+  expect_error([&] { matmul_fp8(ctx, x, wt, yv, o); }, ErrorCode::Unsupported, "needs a CUDA context");
+  ws[0] = 0.0f;  // the weight's scales are checked as for 16/32-bit x
+  expect_error([&] { matmul_fp8(ctx, x, wt, yv); }, ErrorCode::InvalidArgument, "must be finite and > 0");
+  ws[0] = 1.0f;
+  // Empty m: nothing runs, nothing is written.
+  y[0] = 7.0f;
+  const Fp8ActivationView x0{View::contiguous(xc.data(), DType::F8E4M3, {0, 256}), View::contiguous(xs.data(), DType::F32, {0, 2})};
+  EXPECT_EQ(matmul_fp8(ctx, x0, wt, View::contiguous(y.data(), DType::F32, {0, 8})).kernels_launched, 0);
+  EXPECT_EQ(y[0], 7.0f);
+}
+
 TEST(Fp8MatmulCpu, MatchesTheReferenceForEveryScaleKind) {
   Context ctx = Context::cpu(2);
   for (Fp8ScaleKind kind : {Fp8ScaleKind::Tensor, Fp8ScaleKind::Channel, Fp8ScaleKind::Block128})

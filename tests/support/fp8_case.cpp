@@ -57,8 +57,40 @@ Receipt run_fp8_case(Context& ctx, const Fp8Case& c, const MatmulFp8Options& opt
   auto view2 = [](const View& v3, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
     return View::strided(v3.data, v3.dtype, {rows, cols}, {ld, 1}, v3.device, v3.device_index);
   };
+  // x in e4m3: the caller's codes (rows padded like x's) and scales in the case's layout.
+  Fp8Activations qa;
+  const std::int64_t groups = (c.k + kFp8Block - 1) / kFp8Block;
+  const std::int64_t s_ld = c.x_scales_row_major ? groups : (c.m + 3) / 4 * 4 + c.x_scale_pad;
+  HostTensor xc = host_tensor_3d(DType::F8E4M3, 1, c.m, c.k, c.x_pad);
+  HostTensor xs = c.x_scales_row_major ? host_tensor(DType::F32, {c.m, groups}) : host_tensor(DType::F32, {groups, s_ld});
+  auto x_scales = [&](const View& v) {
+    return c.x_scales_row_major ? View::strided(v.data, DType::F32, {c.m, groups}, {groups, 1}, v.device, v.device_index)
+                                : View::strided(v.data, DType::F32, {c.m, groups}, {1, s_ld}, v.device, v.device_index);
+  };
+  if (c.x_e4m3) {
+    qa = quantize_fp8_activations(xh, kFp8Block);
+    std::memset(xs.view.data, 0xFF, xs.bytes.size());  // NaN where no scale is (the padding: never read)
+    for (std::int64_t i = 0; i < c.m; ++i) {
+      std::memcpy(static_cast<unsigned char*>(xc.view.data) + i * (c.k + c.x_pad), qa.codes.data() + i * c.k,
+                  static_cast<std::size_t>(c.k));
+      for (std::int64_t g = 0; g < groups; ++g)
+        static_cast<float*>(xs.view.data)[c.x_scales_row_major ? i * groups + g : g * s_ld + i] =
+            qa.scales[static_cast<std::size_t>(g * c.m + i)];
+    }
+  }
   Receipt r;
-  if (cuda) {
+  if (cuda && c.x_e4m3) {
+    DeviceTensor dxc = to_device(xc), dxs = to_device(xs), dc = to_device(codes), ds = to_device(scales), dy = to_device(y);
+    const Fp8WeightView w{view2(dc.view, c.n, c.k, c.k + c.w_pad), c.kind, ds.view};
+    const Fp8ActivationView xa{view2(dxc.view, c.m, c.k, c.k + c.x_pad), x_scales(dxs.view)};
+    r = matmul_fp8(ctx, xa, w, view2(dy.view, c.m, c.n, c.n + c.y_pad), opts);
+    ctx.synchronize();
+    to_host(dy, y);
+  } else if (c.x_e4m3) {
+    const Fp8WeightView w{view2(codes.view, c.n, c.k, c.k + c.w_pad), c.kind, scales.view};
+    const Fp8ActivationView xa{view2(xc.view, c.m, c.k, c.k + c.x_pad), x_scales(xs.view)};
+    r = matmul_fp8(ctx, xa, w, view2(y.view, c.m, c.n, c.n + c.y_pad), opts);
+  } else if (cuda) {
     DeviceTensor dx = to_device(x), dc = to_device(codes), ds = to_device(scales), dy = to_device(y);
     const Fp8WeightView w{view2(dc.view, c.n, c.k, c.k + c.w_pad), c.kind, ds.view};
     r = matmul_fp8(ctx, view2(dx.view, c.m, c.k, c.k + c.x_pad), w, view2(dy.view, c.m, c.n, c.n + c.y_pad), opts);
@@ -70,12 +102,11 @@ Receipt run_fp8_case(Context& ctx, const Fp8Case& c, const MatmulFp8Options& opt
   }
 
   // The reference: x as given, or as the W8A8 route quantized it.
-  const bool w8a8 = r.route == "cublaslt" || r.route == "tiled_sm90";
+  const bool w8a8 = r.route == "cublaslt" || r.route == "tiled_sm90" || c.x_e4m3;
   HostTensor xr = host_tensor(DType::F32, {c.m, c.k});
   const View xrv = View::contiguous(xr.view.data, DType::F32, {c.m, c.k});
-  Fp8Activations qa;
   // cublaslt: 1 x 128 groups with block scales, whole rows otherwise; tiled_sm90: 1 x 128 always.
-  if (w8a8) qa = quantize_fp8_activations(xh, c.kind == Fp8ScaleKind::Block128 || r.route == "tiled_sm90" ? 128 : c.k);
+  if (w8a8 && !c.x_e4m3) qa = quantize_fp8_activations(xh, c.kind == Fp8ScaleKind::Block128 || r.route == "tiled_sm90" ? 128 : c.k);
   for (std::int64_t i = 0; i < c.m; ++i)
     for (std::int64_t l = 0; l < c.k; ++l) {
       double v = load_as_double(xh.data, c.dtype, i * (c.k + c.x_pad) + l);

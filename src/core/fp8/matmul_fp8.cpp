@@ -75,6 +75,32 @@ const char* tiled_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   return nullptr;
 }
 
+// tiled_sm90 over the caller's e4m3 codes and 1 x 128 scales (no quantization step).
+const char* tiled_e4m3_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
+  if (d.precision == Precision::Exact)
+    return "precision Exact: the e4m3 tensor cores' sums within a 128-k block are not f32 (pass Fast, the default)";
+  if (const char* why = tiled_refusal(d, arch)) return why;
+  if (!d.x_tma_aligned)
+    return "x's codes need a 16-byte aligned base and rows, its scales a token-major layout (strides {1, ld}, ld % 4 == 0, "
+           "16-byte aligned base)";
+  return nullptr;
+}
+
+// Every CUDA route but tiled_sm90 reads 16/32-bit x: the plan of an e4m3 x.
+Fp8Plan plan_e4m3_x(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route force) {
+  if (force != Fp8Route::Auto && force != Fp8Route::TiledSm90)
+    fail(ErrorCode::Unsupported, kOp, ": route ", fp8_route_name(force), " reads x in 16 or 32 bits; x given in e4m3 runs on ",
+         "tiled_sm90 (or the CPU backend)");
+  if (const char* why = tiled_e4m3_refusal(d, arch))
+    fail(ErrorCode::Unsupported, kOp, ": ", force == Fp8Route::Auto ? "no CUDA route takes" : "route tiled_sm90 does not take",
+         " x in e4m3 for m ", d.m, " n ", d.n, " k ", d.k, ": ", why);
+  Fp8Plan p;
+  p.route = Fp8Route::TiledSm90;
+  p.reason = force == Fp8Route::Auto ? "x given in e4m3: the Hopper engine's e4m3 wgmmas over the caller's codes and scales"
+                                     : "forced";
+  return p;  // no workspace: nothing to quantize
+}
+
 const char* lt_refusal(const MatmulFp8Desc& d, const ArchInfo& arch) {
   if (const char* why = w8a8_refusal(d, arch, "cuBLASLt's FP8 scale modes used here are sm_90 only")) return why;
   if (!d.lt_served) return "cuBLASLt has no FP8 algorithm for this shape and scale kind";
@@ -152,6 +178,7 @@ Fp8Plan plan_matmul_fp8(const MatmulFp8Desc& d, const ArchInfo& arch, Fp8Route f
     p.reason = "CPU context: the float64 reference";
     return p;
   }
+  if (d.x_e4m3) return plan_e4m3_x(d, arch, force);
   const char* s_why = stream_refusal(d, arch);
   const char* l_why = lt_refusal(d, arch);
   switch (force) {
@@ -299,22 +326,16 @@ Fp8Plan plan_matmul_fp8(Context& ctx, MatmulFp8Desc d, Fp8Route force) {
   return plan_matmul_fp8(d, ctx.arch(), force);
 }
 
-Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const View& y, const MatmulFp8Options& opts) {
-  check_device(ctx, x, "x");
-  check_device(ctx, w.codes, "codes");
-  check_device(ctx, w.scales, "scales");
-  check_device(ctx, y, "y");
-  if (x.rank != 2 || !is_float(x.dtype))
-    fail(ErrorCode::InvalidArgument, kOp, ": x must be an f32/f16/bf16 [m, k] matrix, got ", x.describe());
+namespace {
+
+// The weight's checks both forms of x share (x's k given); returns the codes' row stride.
+std::int64_t check_weight(const Fp8WeightView& w, std::int64_t k, const std::string& x_desc) {
   if (w.codes.rank != 2 || w.codes.dtype != DType::F8E4M3)
     fail(ErrorCode::InvalidArgument, kOp, ": codes must be an f8e4m3 [n, k] matrix, got ", w.codes.describe());
-  const std::int64_t m = x.dim(0), k = x.dim(1), n = w.codes.dim(0);
+  const std::int64_t n = w.codes.dim(0);
   if (w.codes.dim(1) != k)
-    fail(ErrorCode::InvalidArgument, kOp, ": x ", x.describe(), " has k ", k, " but the codes ", w.codes.describe(), " have ",
+    fail(ErrorCode::InvalidArgument, kOp, ": x ", x_desc, " has k ", k, " but the codes ", w.codes.describe(), " have ",
          w.codes.dim(1));
-  if (y.rank != 2 || y.dim(0) != m || y.dim(1) != n || y.dtype != x.dtype)
-    fail(ErrorCode::InvalidArgument, kOp, ": y must be a ", dtype_name(x.dtype), " [", m, ", ", n, "] matrix (x's dtype), got ",
-         y.describe());
   const auto [sr, sc] = fp8_scale_shape(w.kind, n, k);
   const bool scale_shape_ok = w.scales.dtype == DType::F32 && w.scales.is_contiguous() &&
                               w.scales.numel() == static_cast<std::uint64_t>(sr * sc) &&
@@ -322,7 +343,57 @@ Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const Vi
   if (!scale_shape_ok)
     fail(ErrorCode::InvalidArgument, kOp, ": ", fp8_scale_kind_name(w.kind), " scales of a [", n, ", ", k,
          "] weight must be a contiguous f32 [", sr, ", ", sc, "], got ", w.scales.describe());
-  const std::int64_t x_ld = row_stride(x, "x"), w_ld = row_stride(w.codes, "codes"), y_ld = row_stride(y, "y");
+  return row_stride(w.codes, "codes");
+}
+
+// The float64 backend: y[i, j] = sum_l x_at(i, l) * e4m3(code(j, l)) * scale of (j, l)'s group,
+// rounded once into y.
+template <class XAt>
+Receipt run_cpu(Context& ctx, std::int64_t m, std::int64_t k, const XAt& x_at, const Fp8WeightView& w, std::int64_t w_ld,
+                const View& y, std::int64_t y_ld) {
+  const std::int64_t n = w.codes.dim(0);
+  const auto [sr, sc] = fp8_scale_shape(w.kind, n, k);
+  check_fp8_scales(kOp, w.kind, n, k, static_cast<const float*>(w.scales.data), static_cast<std::size_t>(sr * sc));
+  const float* scales = static_cast<const float*>(w.scales.data);
+  const auto* codes = static_cast<const std::uint8_t*>(w.codes.data);
+  const std::int64_t scol = sc;  // a structured binding cannot be captured by clang's lambdas
+  cpu::detail::parallel_for(m, ctx.arch().cpu_threads, [&](std::int64_t i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t l = 0; l < k; ++l) {
+        const std::int64_t g = w.kind == Fp8ScaleKind::Tensor    ? 0
+                               : w.kind == Fp8ScaleKind::Channel ? j
+                                                                 : (j / kFp8Block) * scol + l / kFp8Block;
+        s += x_at(i, l) * (static_cast<double>(e4m3fn_bits_to_f32(codes[j * w_ld + l])) * static_cast<double>(scales[g]));
+      }
+      store_from_double(y.data, y.dtype, i * y_ld + j, s);
+    }
+  });
+  return Receipt{"cpu", "reference_matmul_fp8", 0};
+}
+
+// Codes and y rows as cuBLASLt's and the engine's TMA read and write them.
+bool lt_rows_aligned(const View& codes, std::int64_t w_ld, const View& y, std::int64_t y_ld) {
+  const std::int64_t ys = static_cast<std::int64_t>(dtype_size(y.dtype)), n = codes.dim(0), m = y.dim(0);
+  return aligned16(codes.data) && aligned16(y.data) && (n <= 1 || w_ld % 16 == 0) && (m <= 1 || (y_ld * ys) % 16 == 0) &&
+         (n * ys) % 16 == 0;
+}
+
+}  // namespace
+
+Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const View& y, const MatmulFp8Options& opts) {
+  check_device(ctx, x, "x");
+  check_device(ctx, w.codes, "codes");
+  check_device(ctx, w.scales, "scales");
+  check_device(ctx, y, "y");
+  if (x.rank != 2 || !is_float(x.dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": x must be an f32/f16/bf16 [m, k] matrix, got ", x.describe());
+  const std::int64_t m = x.dim(0), k = x.dim(1);
+  const std::int64_t w_ld = check_weight(w, k, x.describe()), n = w.codes.dim(0);
+  if (y.rank != 2 || y.dim(0) != m || y.dim(1) != n || y.dtype != x.dtype)
+    fail(ErrorCode::InvalidArgument, kOp, ": y must be a ", dtype_name(x.dtype), " [", m, ", ", n, "] matrix (x's dtype), got ",
+         y.describe());
+  const std::int64_t x_ld = row_stride(x, "x"), y_ld = row_stride(y, "y");
   if (m == 0 || n == 0) return Receipt{"empty", "", 0};
   if (overlaps(y, x) || overlaps(y, w.codes) || overlaps(y, w.scales))
     fail(ErrorCode::InvalidArgument, kOp, ": y ", y.describe(), " overlaps an input");
@@ -332,8 +403,7 @@ Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const Vi
   d.m = m, d.n = n, d.k = k, d.x_dtype = x.dtype, d.kind = w.kind, d.precision = opts.precision;
   d.stream_aligned = aligned16(x.data) && aligned16(w.codes.data) &&
                      (m <= 1 || (static_cast<std::size_t>(x_ld) * xs) % 16 == 0) && (n <= 1 || w_ld % 16 == 0);
-  d.lt_aligned = aligned16(w.codes.data) && aligned16(y.data) && (n <= 1 || w_ld % 16 == 0) &&
-                 (m <= 1 || (static_cast<std::size_t>(y_ld) * xs) % 16 == 0) && (n * static_cast<std::int64_t>(xs)) % 16 == 0;
+  d.lt_aligned = lt_rows_aligned(w.codes, w_ld, y, y_ld);
   detail::Fp8LaunchArgs a;
   a.dtype = x.dtype, a.m = m, a.n = n, a.k = k;
   a.x = x.data, a.x_ld = x_ld;
@@ -343,29 +413,58 @@ Receipt matmul_fp8(Context& ctx, const View& x, const Fp8WeightView& w, const Vi
   d.lt_served = lt_served(ctx, d, a);
   const Fp8Plan plan = plan_matmul_fp8(d, ctx.arch(), opts.force_route);
 
-  if (plan.route == Fp8Route::Cpu) {
-    check_fp8_scales(kOp, w.kind, n, k, static_cast<const float*>(w.scales.data), static_cast<std::size_t>(sr * sc));
-    const float* scales = static_cast<const float*>(w.scales.data);
-    const auto* codes = static_cast<const std::uint8_t*>(w.codes.data);
-    const std::int64_t scol = sc;  // a structured binding cannot be captured by clang's lambdas
-    cpu::detail::parallel_for(m, ctx.arch().cpu_threads, [&](std::int64_t i) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (std::int64_t l = 0; l < k; ++l) {
-          const std::int64_t g = w.kind == Fp8ScaleKind::Tensor    ? 0
-                                 : w.kind == Fp8ScaleKind::Channel ? j
-                                                                   : (j / kFp8Block) * scol + l / kFp8Block;
-          s += load_as_double(x.data, x.dtype, i * x_ld + l) *
-               (static_cast<double>(e4m3fn_bits_to_f32(codes[j * w_ld + l])) * static_cast<double>(scales[g]));
-        }
-        store_from_double(y.data, y.dtype, i * y_ld + j, s);
-      }
-    });
-    return Receipt{"cpu", "reference_matmul_fp8", 0};
-  }
-
+  if (plan.route == Fp8Route::Cpu)
+    return run_cpu(
+        ctx, m, k, [&](std::int64_t i, std::int64_t l) { return load_as_double(x.data, x.dtype, i * x_ld + l); }, w, w_ld, y,
+        y_ld);
   a.workspace = detail::stream_workspace(ctx, kOp, plan.workspace_bytes);
   return detail::run_matmul_fp8_cuda(ctx, plan, a);
+}
+
+Receipt matmul_fp8(Context& ctx, const Fp8ActivationView& x, const Fp8WeightView& w, const View& y,
+                   const MatmulFp8Options& opts) {
+  check_device(ctx, x.codes, "x codes");
+  check_device(ctx, x.scales, "x scales");
+  check_device(ctx, w.codes, "codes");
+  check_device(ctx, w.scales, "scales");
+  check_device(ctx, y, "y");
+  if (x.codes.rank != 2 || x.codes.dtype != DType::F8E4M3)
+    fail(ErrorCode::InvalidArgument, kOp, ": x codes must be an f8e4m3 [m, k] matrix, got ", x.codes.describe());
+  const std::int64_t m = x.codes.dim(0), k = x.codes.dim(1), groups = ceil_div(k, kFp8Block);
+  if (x.scales.rank != 2 || x.scales.dtype != DType::F32 || x.scales.dim(0) != m || x.scales.dim(1) != groups)
+    fail(ErrorCode::InvalidArgument, kOp, ": the scales of x codes [", m, ", ", k, "] must be an f32 [", m, ", ", groups,
+         "] matrix (one a token and 128 channels), got ", x.scales.describe());
+  const std::int64_t w_ld = check_weight(w, k, x.codes.describe()), n = w.codes.dim(0);
+  if (y.rank != 2 || y.dim(0) != m || y.dim(1) != n || !is_float(y.dtype))
+    fail(ErrorCode::InvalidArgument, kOp, ": y must be an f32/f16/bf16 [", m, ", ", n, "] matrix, got ", y.describe());
+  const std::int64_t x_ld = row_stride(x.codes, "x codes"), y_ld = row_stride(y, "y");
+  if (m == 0 || n == 0) return Receipt{"empty", "", 0};
+  if (overlaps(y, x.codes) || overlaps(y, x.scales) || overlaps(y, w.codes) || overlaps(y, w.scales))
+    fail(ErrorCode::InvalidArgument, kOp, ": y ", y.describe(), " overlaps an input");
+
+  MatmulFp8Desc d;
+  d.m = m, d.n = n, d.k = k, d.x_dtype = y.dtype, d.kind = w.kind, d.precision = opts.precision;
+  d.x_e4m3 = true;
+  d.lt_aligned = lt_rows_aligned(w.codes, w_ld, y, y_ld);
+  const std::int64_t s_tok = x.scales.stride(0), s_grp = x.scales.stride(1);
+  d.x_tma_aligned = aligned16(x.codes.data) && (m <= 1 || x_ld % 16 == 0) && aligned16(x.scales.data) &&
+                    (m <= 1 || s_tok == 1) && (groups <= 1 || (s_grp % 4 == 0 && s_grp >= m));
+  d.lt_served = false;
+  const Fp8Plan plan = plan_matmul_fp8(d, ctx.arch(), opts.force_route);
+
+  if (plan.route == Fp8Route::Cpu) {
+    const auto* xc = static_cast<const std::uint8_t*>(x.codes.data);
+    const auto* xsc = static_cast<const float*>(x.scales.data);
+    return run_cpu(
+        ctx, m, k,
+        [&](std::int64_t i, std::int64_t l) {
+          return static_cast<double>(e4m3fn_bits_to_f32(xc[i * x_ld + l])) *
+                 static_cast<double>(xsc[i * s_tok + (l / kFp8Block) * s_grp]);
+        },
+        w, w_ld, y, y_ld);
+  }
+  fail(ErrorCode::Unsupported, kOp, ": x given in e4m3 on CUDA (route tiled_sm90 over the caller's codes and scales) ",
+       "has not run on a GPU yet; this build computes it on the CPU backend only");
 }
 
 }  // namespace llmm
