@@ -464,10 +464,13 @@ void check_tq2_moe_plan(FuzzedDataProvider& in) {
 }  // namespace
 
 // plan_matmul_fp8 (include/llmm/fp8.hpp): negative sizes refused (InvalidArgument); Auto never
-// refuses otherwise, except a workspace whose size overflows (InvalidArgument); a forced route's
-// refusal is Unsupported; the planned route keeps its gates (stream / stream_mma: m 1..16, k % 16,
-// aligned, sm_90, 16-bit x for stream_mma; cublaslt: Fast, k % 16, aligned, served, sm_90; the CPU
-// on a CPU arch); the workspace holds the route's layout; the answer is deterministic.
+// refuses otherwise, except a workspace whose size overflows (InvalidArgument) and x given in
+// e4m3 on a GPU that tiled_sm90 cannot serve (Unsupported); a forced route's refusal is
+// Unsupported; the planned route keeps its gates (stream / stream_mma: m 1..16, k % 16, aligned,
+// sm_90, 16-bit x for stream_mma; cublaslt: Fast, k % 16, aligned, served, sm_90; tiled_sm90: Fast,
+// k % 16, aligned, sm_90, sizes below 2^31 - 256, and for e4m3 x its TMA layout and no
+// workspace; e4m3 x: only tiled_sm90 or the CPU; the CPU on a CPU arch); the workspace holds the
+// route's layout; the answer is deterministic.
 void check_fp8_plan(FuzzedDataProvider& in) {
   MatmulFp8Desc d;
   d.m = fuzz::edgy<std::int64_t>(in), d.n = fuzz::edgy<std::int64_t>(in), d.k = fuzz::edgy<std::int64_t>(in);
@@ -476,24 +479,27 @@ void check_fp8_plan(FuzzedDataProvider& in) {
   d.precision = in.ConsumeBool() ? Precision::Exact : Precision::Fast;
   d.stream_aligned = in.ConsumeBool(), d.lt_aligned = in.ConsumeBool(), d.lt_served = in.ConsumeBool();
   const ArchInfo arch = consume_arch(in);
-  const Fp8Route force = in.PickValueInArray(
-      {Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::StreamMma, Fp8Route::CublasLt, Fp8Route::DequantLt});
+  const Fp8Route force = in.PickValueInArray({Fp8Route::Auto, Fp8Route::Cpu, Fp8Route::Stream, Fp8Route::StreamMma,
+                                              Fp8Route::CublasLt, Fp8Route::DequantLt, Fp8Route::TiledSm90});
+  d.x_e4m3 = in.ConsumeBool(), d.x_tma_aligned = in.ConsumeBool();
   const bool cuda = arch.kind == DeviceKind::CUDA, sm90 = cuda && arch.cc_major == 9 && arch.cc_minor == 0;
   const bool nonneg = d.m >= 0 && d.n >= 0 && d.k >= 0;
   const auto desc = [&] {
     return std::string("m ") + std::to_string(d.m) + " n " + std::to_string(d.n) + " k " + std::to_string(d.k) + " " +
            std::string(dtype_name(d.x_dtype)) + " " + fp8_scale_kind_name(d.kind) + (cuda ? " cuda cc " : " cpu ") +
-           std::to_string(arch.cc()) + " force " + fp8_route_name(force);
+           std::to_string(arch.cc()) + " force " + fp8_route_name(force) + (d.x_e4m3 ? " x e4m3" : "");
   };
   fuzz::Refusal why;
   auto p = attempt([&] { return plan_matmul_fp8(d, arch, force); }, &why);
   if (!nonneg) FUZZ_CHECK(!p && why.code == ErrorCode::InvalidArgument, "negative size not refused: ", desc());
   if (!p) {
     FUZZ_CHECK(why.code == ErrorCode::Unsupported || why.code == ErrorCode::InvalidArgument, why.message);
-    if (force == Fp8Route::Auto && nonneg)
+    if (force == Fp8Route::Auto && nonneg && !(d.x_e4m3 && cuda))
       FUZZ_CHECK(why.code == ErrorCode::InvalidArgument && (why.message.find("overflows") != std::string::npos ||
                                                            why.message.find("does not fit") != std::string::npos),
                  "Auto refused a valid problem: ", why.message, " (", desc(), ")");
+    if (force == Fp8Route::Auto && nonneg && d.x_e4m3 && cuda)
+      FUZZ_CHECK(why.code == ErrorCode::Unsupported, "e4m3 x refused with the wrong code: ", why.message, " (", desc(), ")");
     return;
   }
   auto again = plan_matmul_fp8(d, arch, force);
@@ -503,6 +509,8 @@ void check_fp8_plan(FuzzedDataProvider& in) {
              "plan_matmul_fp8 is not deterministic: ", desc());
   if (force != Fp8Route::Auto) FUZZ_CHECK(p->route == force, "a forced route was not taken: ", desc());
   FUZZ_CHECK((p->route == Fp8Route::Cpu) == !cuda, "the CPU route iff a CPU arch: ", desc());
+  FUZZ_CHECK(!d.x_e4m3 || p->route == Fp8Route::Cpu || p->route == Fp8Route::TiledSm90,
+             "e4m3 x on a route that reads 16/32-bit x: ", desc());
   const bool streamable = d.m >= 1 && d.m <= 16 && d.k % 16 == 0 && d.stream_aligned && sm90;
   switch (p->route) {
     case Fp8Route::Stream:
@@ -529,6 +537,21 @@ void check_fp8_plan(FuzzedDataProvider& in) {
       FUZZ_CHECK(p->workspace_bytes == lay.total &&
                      static_cast<u128>(lay.total) >= static_cast<u128>(lay.lt_m) * static_cast<u128>(d.k),
                  "cublaslt workspace: ", desc());
+      break;
+    }
+    case Fp8Route::TiledSm90: {
+      constexpr std::int64_t kMax = 0x7fffffff - 256;
+      FUZZ_CHECK(sm90 && d.precision == Precision::Fast && d.k >= 16 && d.k % 16 == 0 && d.lt_aligned && d.m <= kMax &&
+                     d.n <= kMax && d.k <= kMax && (!d.x_e4m3 || d.x_tma_aligned),
+                 "tiled_sm90 planned outside its gates: ", desc());
+      if (d.x_e4m3) {
+        FUZZ_CHECK(p->workspace_bytes == 0, "tiled_sm90 on e4m3 x with a workspace: ", desc());
+      } else {
+        const auto lay = detail::fp8_workspace_layout(Fp8Route::TiledSm90, d.m, d.n, d.k, d.kind, d.x_dtype);
+        FUZZ_CHECK(p->workspace_bytes == lay.total && lay.lt_m >= d.m && lay.lt_m % 4 == 0 &&
+                       static_cast<u128>(lay.total) >= static_cast<u128>(lay.lt_m) * static_cast<u128>(d.k),
+                   "tiled_sm90 workspace: ", desc());
+      }
       break;
     }
     case Fp8Route::DequantLt:
