@@ -16,7 +16,8 @@ error), it times
   llmm            llmm.matmul_fp8(x, codes, scales) (route "auto"; the route is printed)
   llmm_stream     route "stream" forced (m <= 16)
   llmm_cublaslt   route "cublaslt" forced (W8A8: x quantized per token inside the call)
-  (--routes adds or removes forced routes; "dequant_lt" is the third)
+  (--routes adds or removes forced routes: "dequant_lt", "stream_mma", and "tiled_sm90", W8A8 on
+  llmm's Hopper engine: x quantized per 128 channels inside the call, e4m3 wgmmas)
   torch_bf16      x @ w_bf16.T, w_bf16 = the dequantized weight in bf16 (cuBLAS)
   smm_row         torch._scaled_mm with row-wise scales: x quantized per token by a torch
                   expression OUTSIDE the timed region; per-channel weight codes (for block weights:
@@ -71,7 +72,7 @@ BLOCK = 128
 SANITY_TOL = 0.1
 BASELINES = ["torch_bf16", "smm_row", "smm_row_q", "smm_block", "smm_block_q"]
 SHORT = {"llmm": "llmm", "llmm_stream": "stream", "llmm_stream_mma": "str_mma", "llmm_cublaslt": "cublaslt",
-         "llmm_dequant_lt": "dequant",
+         "llmm_dequant_lt": "dequant", "llmm_tiled_sm90": "tiled",
          "torch_bf16": "bf16", "smm_row": "row", "smm_row_q": "row+q", "smm_block": "blk", "smm_block_q": "blk+q"}
 
 
@@ -701,7 +702,7 @@ def parse_args():
     ap.add_argument("--m", default=None, help="comma list of token counts")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma list of block, channel")
     ap.add_argument("--routes", default=",".join(DEFAULT_ROUTES),
-                    help="llmm routes forced besides auto (stream, cublaslt, dequant_lt; '' for none)")
+                    help="llmm routes forced besides auto (stream, stream_mma, cublaslt, dequant_lt, tiled_sm90; '' for none)")
     ap.add_argument("--calls", type=int, default=20, help="calls per graph / eager loop (default 20)")
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions (median; default 10)")
     ap.add_argument("--acc-m", type=int, default=16, help="tokens of the float64 accuracy check (default 16)")
@@ -725,8 +726,8 @@ def parse_args():
     if not a.kinds or any(s not in KINDS for s in a.kinds):
         ap.error("--kinds takes block, channel")
     a.routes = [s.strip() for s in a.routes.split(",") if s.strip()]
-    if any(s not in ("stream", "stream_mma", "cublaslt", "dequant_lt") for s in a.routes):
-        ap.error("--routes takes stream, stream_mma, cublaslt, dequant_lt")
+    if any(s not in ("stream", "stream_mma", "cublaslt", "dequant_lt", "tiled_sm90") for s in a.routes):
+        ap.error("--routes takes stream, stream_mma, cublaslt, dequant_lt, tiled_sm90")
     if a.quick and not a.cpu_check:
         a.reps = min(a.reps, 5)
     return a

@@ -193,3 +193,40 @@ def test_torch_e4m3_x_and_the_op():
     assert all(v == "SUCCESS" for v in result.values()), result
     with pytest.raises(llmm.Error, match="out_dtype applies to e4m3 x"):
         T.matmul_fp8(x, wc, ws, out_dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA (skips without a GPU; a failure under LLMM_REQUIRE_GPU=1)
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_e4m3_x(cuda_torch, kind):
+    torch = cuda_torch
+    from llmm import torch_ops as T
+
+    g = torch.Generator().manual_seed(21)
+    n, k = 264, 400
+    wc, ws = llmm.quantize_fp8(torch.randn(n, k, generator=g), scale=kind)
+    wq = llmm.dequantize_fp8(wc.view(torch.uint8).numpy(), ws.numpy(), scale=kind).astype(np.float64)
+    for m in (1, 7, 130):
+        xc, xs = llmm.quantize_fp8_activations(torch.randn(m, k, generator=g))
+        want = llmm.matmul_fp8(xc, wc, ws, x_scale=xs, out_dtype=torch.float32).double()  # the CPU backend
+        bound = torch.from_numpy(np.abs(x_value(xc.view(torch.uint8).numpy(), xs.numpy())) @ np.abs(wq).T)
+        # token-major with ld = m (copied to ld % 4 == 0 unless m is), row-major (copied), one scale a token
+        for scales in (xs, xs.contiguous(), None):
+            if scales is None:
+                s1 = xs[:, :1].contiguous()
+                xs1 = s1.expand(m, xs.shape[1]).contiguous()
+                want1 = llmm.matmul_fp8(xc, wc, ws, x_scale=xs1, out_dtype=torch.float32).double()
+                y = llmm.matmul_fp8(xc.cuda(), wc.cuda(), ws.cuda(), x_scale=s1.reshape(m).cuda())
+                ref, bnd = want1, torch.from_numpy(np.abs(x_value(xc.view(torch.uint8).numpy(), xs1.numpy())) @ np.abs(wq).T)
+            else:
+                y = llmm.matmul_fp8(xc.cuda(), wc.cuda(), ws.cuda(), x_scale=scales.cuda())
+                ref, bnd = want, bound
+            assert y.dtype == torch.bfloat16 and y.is_cuda and y.shape == (m, n)
+            err = (y.double().cpu() - ref).abs()
+            # bf16 output rounding plus the tensor cores' sums within a 128-k block
+            assert bool(torch.all(err <= 2.0 ** -8 * ref.abs() + 2.0 ** -11 * bnd)), (kind, m)
+        y32 = T.matmul_fp8(xc.cuda(), wc.cuda(), ws.cuda(), x_scale=xs.cuda(), out_dtype=torch.float32)
+        assert y32.dtype == torch.float32
+        err = (y32.double().cpu() - want).abs()
+        assert bool(torch.all(err <= 2.0 ** -22 * want.abs() + 2.0 ** -11 * bound)), (kind, m)

@@ -104,6 +104,38 @@ TEST(Fp8MatmulGpu, TiledSm90W8A8EveryKindAndDtype) {
                "W8A8 needs Fast");
 }
 
+TEST(Fp8MatmulGpu, E4m3XOnTiledSm90EveryKindAndDtype) {
+  LLMM_REQUIRE_CUDA();
+  Context ctx = Context::cuda(0);
+  if (!(ctx.arch().cc_major == 9 && ctx.arch().cc_minor == 0)) GTEST_SKIP() << "the Hopper engine runs on sm_90 only";
+  std::uint64_t seed = 2300;
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  // m 1 and 5 (scale rows shorter than a box), 37 (NaN/Inf tokens), 300 (three token tiles); k 128 (one group).
+  for (const Shape sh : {Shape{1, 200, 272}, Shape{5, 136, 128}, Shape{37, 200, 272}, Shape{300, 384, 2048}})
+    for (Fp8ScaleKind kind : kKinds)
+      for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+        Fp8Case c;
+        c.m = sh.m, c.n = sh.n, c.k = sh.k, c.dtype = dt, c.kind = kind, c.seed = ++seed;
+        c.x_pad = 16, c.y_pad = pad16(dt), c.w_pad = 16, c.x_scale_pad = 4 * static_cast<std::int64_t>(seed % 3);
+        c.x_e4m3 = true, c.nonfinite = sh.m == 37;
+        const Receipt auto_r = run_fp8_case(ctx, c, {});
+        EXPECT_EQ(auto_r.route, "tiled_sm90");
+        EXPECT_EQ(auto_r.kernels_launched, 1);  // nothing to quantize
+        EXPECT_NE(auto_r.kernel.find("tiled_sm90_dense_w8a8_" + std::string(dtype_name(dt)) + "_bn128"), std::string::npos)
+            << auto_r.kernel;
+      }
+  // Scales [m][groups] (row-major) are not what the engine's TMA reads: refused, naming the layout.
+  Fp8Case c;
+  c.m = 64, c.n = 128, c.k = 256, c.x_e4m3 = true, c.x_scales_row_major = true, c.x_pad = 16;
+  expect_error([&] { run_fp8_case(ctx, c, {}); }, ErrorCode::Unsupported, "token-major layout");
+  c.x_scales_row_major = false;
+  expect_error([&] { run_fp8_case(ctx, c, forced(Fp8Route::Auto, Precision::Exact)); }, ErrorCode::Unsupported,
+               "precision Exact");
+  expect_error([&] { run_fp8_case(ctx, c, forced(Fp8Route::CublasLt)); }, ErrorCode::Unsupported, "reads x in 16 or 32 bits");
+}
+
 TEST(Fp8MatmulGpu, CublasLtW8A8EveryKindAndDtype) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);

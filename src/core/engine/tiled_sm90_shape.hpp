@@ -174,13 +174,13 @@ constexpr TiledSm90Shape tiled_sm90_fp8_shape(int bn) {
 }
 
 // FP8 weights times FP8 tokens (Fp8MmaWeights, W8A8): a stage is one 128-k block, the weights'
-// codes [128 rows][128 k] (16 KB), the staged tokens' codes [bn][128 k] and their bn scales (1 KB
-// region). bn 128 only: a consumer holds its accumulator and the block's sum before promotion
-// (2 x 64 registers; 2 x 128 at bn 256 would not fit). 6 stages.
+// codes [128 rows][128 k] (16 KB), the staged tokens' codes [bn][128 k] and their scales (bn + 4
+// from a 16-byte aligned row: 1 KB region). bn 128 only: a consumer holds its accumulator and
+// the block's sum before promotion (2 x 64 registers; 2 x 128 at bn 256 would not fit). 6 stages.
 inline constexpr int kTiledW8a8BK = 128;
 constexpr TiledSm90Shape tiled_sm90_w8a8_shape(int bn) {
   TiledSm90Shape one{bn, 1, kTiledBM * kTiledW8a8BK};
-  one.scale_region = (bn * 4 + 1023) / 1024 * 1024;
+  one.scale_region = ((bn + 4) * 4 + 1023) / 1024 * 1024;  // bn + 4 scales: Fp8MmaWeights::copy_x_scales
   const int fit = kTiledRingBudget / one.stage_bytes();
   one.stages = fit < 8 ? fit : 8;
   return one;

@@ -21,6 +21,12 @@ struct Fp8LaunchArgs {
   void* y = nullptr;
   std::int64_t y_ld = 0;
   char* workspace = nullptr;  // plan.workspace_bytes, 256-byte aligned
+  // x given in e4m3 (matmul_fp8's Fp8ActivationView): x is then its codes [m, k] (rows x_ld
+  // bytes apart), x_scales its scales, token-major, x_scale_ld floats from one 128-k group to
+  // the next (a multiple of 4, >= m); dtype is y's.
+  bool x_e4m3 = false;
+  const float* x_scales = nullptr;
+  std::int64_t x_scale_ld = 0;
 };
 
 // Byte offsets of the CublasLt route's workspace parts (activation codes, activation scales,

@@ -463,8 +463,15 @@ Receipt matmul_fp8(Context& ctx, const Fp8ActivationView& x, const Fp8WeightView
         },
         w, w_ld, y, y_ld);
   }
-  fail(ErrorCode::Unsupported, kOp, ": x given in e4m3 on CUDA (route tiled_sm90 over the caller's codes and scales) ",
-       "has not run on a GPU yet; this build computes it on the CPU backend only");
+  detail::Fp8LaunchArgs a;
+  a.dtype = y.dtype, a.m = m, a.n = n, a.k = k;
+  a.x = x.codes.data, a.x_ld = x_ld;
+  a.x_e4m3 = true, a.x_scales = static_cast<const float*>(x.scales.data);
+  a.x_scale_ld = groups > 1 ? s_grp : (m + 3) / 4 * 4;  // one group: the map's unused pitch, a multiple of 4
+  a.codes = static_cast<const std::uint8_t*>(w.codes.data), a.w_ld = w_ld;
+  a.kind = w.kind, a.scales = static_cast<const float*>(w.scales.data);
+  a.y = y.data, a.y_ld = y_ld;
+  return detail::run_matmul_fp8_cuda(ctx, plan, a);
 }
 
 }  // namespace llmm

@@ -26,11 +26,18 @@ void launch_tiled_sm90_moe(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l,
 void launch_tiled_sm90_moe_fp8(const cuda_moe::MoeArgs& g, const TiledSm90Launch& l, StreamHandle stream);
 
 // matmul_fp8's tiled_sm90 route: y = x . dequant(w)^T (a.codes [n, k] with a.scales, y [m, n]
-// in a.dtype), after the W8A8 quantization wrote x's codes [lt_m, k] at act_codes and their
-// scales [ceil(k / 128)][lt_m] at act_scales on the same stream; `l` from
-// tiled_sm90_dense_w8a8_launch.
-void launch_tiled_sm90_dense_w8a8(const detail::Fp8LaunchArgs& a, const std::uint8_t* act_codes, const float* act_scales,
-                                  std::int64_t lt_m, const TiledSm90Launch& l, StreamHandle stream);
+// in a.dtype) over x's e4m3 codes, `rows` rows (>= m) of codes_ld bytes at act_codes, and their
+// scales [ceil(k / 128)][scales_ld] at act_scales (token-major, scales_ld % 4 == 0): the W8A8
+// quantization's output in the workspace (rows = scales_ld = m rounded up to 4, codes_ld = k),
+// or the caller's (Fp8ActivationView: rows = m); `l` from tiled_sm90_dense_w8a8_launch.
+struct Fp8ActTiles {
+  const std::uint8_t* codes = nullptr;
+  std::int64_t codes_ld = 0, rows = 0;
+  const float* scales = nullptr;
+  std::int64_t scales_ld = 0;
+};
+void launch_tiled_sm90_dense_w8a8(const detail::Fp8LaunchArgs& a, const Fp8ActTiles& x, const TiledSm90Launch& l,
+                                  StreamHandle stream);
 
 // out = x . W^T with W [n, k] decoded from g.codes / g.scales_t by the consumers; g.in is the f16
 // activation [m, k] (g.in_dtype F16, 16-byte aligned base, in_ld % 8 == 0), g.out f32/f16/bf16;

@@ -126,16 +126,29 @@ Receipt run_matmul_fp8_cuda(Context& ctx, const Fp8Plan& plan, const Fp8LaunchAr
       return Receipt{"cublaslt", lt.description(), 2};
     }
     case Fp8Route::TiledSm90: {
+      const engine::TiledSm90Launch l = engine::tiled_sm90_dense_w8a8_launch(a.m, a.n, ctx.arch().sm_count);
+      const std::string ename = engine::tiled_sm90_dense_w8a8_kernel_name(a.dtype);
+      if (a.x_e4m3) {  // the caller's codes and scales: nothing to quantize
+        ctx.check_launchable(ename);
+        const std::int64_t groups = (a.k + kFp8Block - 1) / kFp8Block;
+        engine::launch_tiled_sm90_dense_w8a8(a, {static_cast<const std::uint8_t*>(a.x), a.x_ld, a.m, a.x_scales, a.x_scale_ld}, l, s);
+        ctx.note_launch(ename, [&] {
+          LaunchRanges r = inputs_outputs(a);
+          r.reads.front() = matrix_range(a.x, DType::U8, 1, 0, a.m, a.k, a.x_ld);
+          r.reads.push_back(matrix_range(a.x_scales, DType::F32, 1, 0, groups, a.m, a.x_scale_ld));
+          return r;
+        });
+        return Receipt{"tiled_sm90", ename, 1};
+      }
       const Fp8WorkspaceLayout lay = fp8_workspace_layout(plan.route, a.m, a.n, a.k, a.kind, a.dtype);
       if (!a.workspace || lay.total > plan.workspace_bytes) fail(ErrorCode::Internal, "matmul_fp8: tiled_sm90 without its workspace");
-      const engine::TiledSm90Launch l = engine::tiled_sm90_dense_w8a8_launch(a.m, a.n, ctx.arch().sm_count);
-      const std::string qname = cuda_fp8::quantize_kernel_name(a, true), ename = engine::tiled_sm90_dense_w8a8_kernel_name(a.dtype);
+      const std::string qname = cuda_fp8::quantize_kernel_name(a, true);
       ctx.check_launchable(qname);
       ctx.check_launchable(ename);
       cuda_fp8::launch_quantize(a, lay, s);
       const auto* codes = reinterpret_cast<const std::uint8_t*>(a.workspace + lay.act_codes);
       const auto* x_scales = reinterpret_cast<const float*>(a.workspace + lay.act_scales);
-      engine::launch_tiled_sm90_dense_w8a8(a, codes, x_scales, lay.lt_m, l, s);
+      engine::launch_tiled_sm90_dense_w8a8(a, {codes, a.k, lay.lt_m, x_scales, lay.lt_m}, l, s);
       const ByteRange ws{a.workspace, lay.total};
       ctx.note_launch(qname, [&] {
         LaunchRanges r;

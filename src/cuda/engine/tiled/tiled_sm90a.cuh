@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
             Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
           } else if constexpr (kFp8Mma) {  // codes, token codes, and the tokens' scales of this k-block
-            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * 128 + BN * 4);
+            ptx::mbar_arrive_expect_tx(&full[s], S.a_bytes() + c.bn * kBK + (BN + Weights::kScaleBoxExtra) * 4);
             Weights::copy(wp, st, map.w_group(c), c.feat0, kb, &full[s]);
             map.tma_tokens(&tm_x, &tm_x_narrow, c, kb * kBK, st + S.a_bytes(), &full[s]);
             Weights::copy_x_scales(wp, st + S.a_bytes() + S.b_bytes(), static_cast<int>(c.row_base) + c.tok0, kb, &full[s]);
@@ -479,11 +479,14 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
           ptx::wgmma_commit();
         }
         if (kb > kb0) Weights::advance(wp, ws, kb);
-        float2 xs[BN / 8];  // the scales of token columns 8 j + q2 and + 1
-        const std::uint32_t sc = st + S.a_bytes() + S.b_bytes() + 4 * q2;
+        float2 xs[BN / 8];  // the scales of token columns 8 j + q2 and + 1 (the box starts x_scale_shift rows early)
+        const std::uint32_t sc =
+            st + S.a_bytes() + S.b_bytes() + 4 * (q2 + Weights::x_scale_shift(static_cast<int>(c.row_base) + c.tok0));
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(xs[j].x), "=f"(xs[j].y) : "r"(sc + 32 * j));
+        for (int j = 0; j < BN / 8; ++j) {
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(xs[j].x) : "r"(sc + 32 * j));
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(xs[j].y) : "r"(sc + 32 * j + 4));
+        }
         ptx::wgmma_wait<0>();
         ptx::wgmma_fence_regs(part);
         __syncwarp();  // every lane's reads of the stage are done before lane 0 releases it

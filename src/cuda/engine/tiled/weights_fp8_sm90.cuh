@@ -141,7 +141,7 @@ namespace llmm::engine {
 // than one 128-k block before the f32 promotion).
 struct Fp8MmaWeightsParams {
   CUtensorMap codes;     // [groups][n][k] bytes, boxes of 128 k x 128 rows, 128-byte swizzle
-  CUtensorMap x_scales;  // the staged rows' scales, f32 [k blocks][ld] (3D, one batch), boxes of bn x 1
+  CUtensorMap x_scales;  // the token rows' scales, f32 [k blocks][ld] (3D, one batch), boxes of (bn + 4) x 1
   const float* scales = nullptr;  // the weights' f32 scales, group g's at scales + g * scale_group_stride
   std::int64_t scale_group_stride = 0;
   int kind = 2;         // 0 tensor, 1 channel, 2 [128, 128] block (llmm::Fp8ScaleKind)
@@ -167,9 +167,14 @@ struct Fp8MmaWeights {
   __device__ static void copy(const Params& w, std::uint8_t* codes, int group, int feat0, int kb, std::uint64_t* bar) {
     ptx::tensor_copy_3d_g2s(codes, &w.codes, kb * kTiledW8a8BK, feat0, group, bar);
   }
-  // The scales of staged rows row0 .. row0 + bn - 1 for k-block kb (rows past the staged ones read 0).
+  // The scales of rows row0 .. row0 + bn - 1 for k-block kb (rows past the staged ones read 0),
+  // from row0 rounded down to a multiple of 4: a TMA box must start on a 16-byte aligned global
+  // address (else the copy faults as an illegal instruction), and an expert's first staged row
+  // is anywhere. So the box holds bn + kScaleBoxExtra rows, row0's scale at x_scale_shift(row0).
+  static constexpr int kScaleBoxExtra = 4;
+  __device__ static int x_scale_shift(int row0) { return row0 & 3; }
   __device__ static void copy_x_scales(const Params& w, void* dst, int row0, int kb, std::uint64_t* bar) {
-    ptx::tensor_copy_3d_g2s(dst, &w.x_scales, row0, kb, 0, bar);
+    ptx::tensor_copy_3d_g2s(dst, &w.x_scales, row0 - x_scale_shift(row0), kb, 0, bar);
   }
   // Rows row and row + 8 of group `group` (row: this thread's first accumulator row) at the tile's
   // first k-block kb0; a row past n has zero codes (its scale 0 keeps it zero).
