@@ -44,9 +44,11 @@ struct Tq2MoeOptions {
 Tq2MoeRoute plan_matmul_id_tq2(const MatmulIdParams& p, const ArchInfo& arch, bool input_ok, bool staging_ok,
                                Tq2MoeRoute force = Tq2MoeRoute::Auto);
 
-// Enqueues on ctx's stream (never synchronises). `experts` must be a handle on ctx's device;
-// `scratch` is needed by GroupedSm90 only (Auto without one takes StreamSm90 where it can, else
-// Naive).
+// Enqueues on ctx's stream (never synchronises). `experts` must be a handle on ctx's device.
+// `scratch` (GroupedSm90's map and staging room) may be null: where GroupedSm90 would take the
+// call with staging room, the context's own scratch is used (per stream, grow-only, sized by the
+// call: run one call of a size before capturing it in a CUDA graph); a caller's scratch is used
+// as given (one without staging room sends Auto to Naive).
 Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& input, const View& ids, const View& out,
                       MatmulIdScratch* scratch, MatmulIdInputLayout layout = MatmulIdInputLayout::SharedPerToken,
                       const Tq2MoeOptions& opts = {});

@@ -868,8 +868,9 @@ def matmul_id_tq2(experts: TernaryWeight, x, ids, out=None, *, layout: str = "sh
     ids [m, top_k]: matmul_id with ternary experts, by the same rules for x (layouts "shared" and
     "slotted", padded rows), ids (uint32/int32/int64, out-of-range ids give zero rows) and out
     ([m, top_k, n], float32 by default or x's dtype). route "auto" (on an H100/H200: for m <= 64 tokens the
-    streaming decode route; else, with a float16 or bfloat16 x and a scratch from
-    matmul_id_scratch(..., max_k=k, dtype=x's dtype), the Hopper engine; else the reference kernel),
+    streaming decode route; else, with a float16 or bfloat16 x, the Hopper engine on llmm's own
+    scratch (or the caller's, from matmul_id_scratch(..., max_k=k, dtype=x's dtype)); else the
+    reference kernel),
     "tq2_moe_stream_sm90", "tq2_moe_grouped_sm90", "tq2_moe_naive" (CUDA) or "cpu" (NumPy)."""
     op = "matmul_id_tq2"
     if not isinstance(experts, TernaryWeight):

@@ -145,9 +145,10 @@ TEST(Tq2ExpertsGpu, GroupedRowsOfVeryDifferentMagnitudeEachKeepTheirPrecision) {
     }
 }
 
-// Auto takes the engine only where it can: an f32 input, no scratch, a scratch without staging
-// room or an f16 row stride TMA cannot read go to the reference kernel; a bf16 slotted input with
-// uneven rows takes the engine (its rows are staged one by one); results correct on each.
+// Auto takes the engine only where it can: an f32 input, a caller's scratch without staging room
+// or an f16 row stride TMA cannot read go to the reference kernel; no scratch takes the engine on
+// the context's own; a bf16 slotted input with uneven rows takes the engine (its rows are staged
+// one by one); results correct on each.
 TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   LLMM_REQUIRE_CUDA();
   Context ctx = Context::cuda(0);
@@ -157,7 +158,7 @@ TEST(Tq2ExpertsGpu, RouterFallsBackToTheReferenceKernel) {
   const char* engine = hopper(ctx) ? "tq2_moe_grouped_sm90" : "tq2_moe_naive";
   std::uint64_t seed = 900;
   for (R r : {R{DType::F16, &staged, 0, engine}, R{DType::BF16, &staged, 3, engine}, R{DType::F32, &staged, 0, "tq2_moe_naive"},
-              R{DType::F16, nullptr, 0, "tq2_moe_naive"}, R{DType::F16, &plain, 0, "tq2_moe_naive"},
+              R{DType::F16, nullptr, 0, engine}, R{DType::BF16, nullptr, 3, engine}, R{DType::F16, &plain, 0, "tq2_moe_naive"},
               R{DType::F16, &staged, 3, "tq2_moe_naive"}, R{DType::BF16, &staged, -1, engine}}) {
     Tq2MoeCase c = make_case(80, 4, 136, 256, 8, r.in, DType::F32, ++seed);  // m > 64: past the streaming route
     c.base.input_pad = r.pad < 0 ? 0 : r.pad, c.base.out_of_range_every = 6;
@@ -193,7 +194,9 @@ TEST(Tq2ExpertsGpu, GroupedSm90DeterministicAndRefusals) {
                ErrorCode::Unsupported, "needs an f16 or bf16 input");
   HostTensor in16 = host_tensor(DType::F16, {8, 256});
   DeviceTensor din16 = to_device(in16);
-  expect_error([&] { matmul_id_tq2(ctx, h, din16.view, dids.view, dout.view, nullptr, MatmulIdInputLayout::SharedPerToken, o); },
+  // A caller's scratch without staging room is refused (no scratch at all takes the context's own).
+  MatmulIdScratch plain(ctx, 4, 8, 2);
+  expect_error([&] { matmul_id_tq2(ctx, h, din16.view, dids.view, dout.view, &plain, MatmulIdInputLayout::SharedPerToken, o); },
                ErrorCode::Unsupported, "staged_row_bytes");
   ctx.synchronize();
   HostTensor back = out;

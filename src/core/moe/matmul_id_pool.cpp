@@ -28,7 +28,7 @@ std::uint32_t pow2_at_least(std::uint32_t v) {
 }  // namespace
 
 MatmulIdScratch& matmul_id_pool_scratch(Context& ctx, std::uint32_t n_experts, std::uint32_t tokens, std::uint32_t top_k,
-                                        std::uint64_t staged_row_bytes) {
+                                        std::uint64_t staged_row_bytes, const char* op) {
   auto& slot = ctx.cache_slot("matmul_id.scratch." + std::to_string(reinterpret_cast<std::uintptr_t>(ctx.stream())));
   auto* have = static_cast<MatmulIdScratch*>(slot.get());
   if (have && holds(*have, n_experts, tokens, top_k, staged_row_bytes)) return *have;
@@ -41,7 +41,7 @@ MatmulIdScratch& matmul_id_pool_scratch(Context& ctx, std::uint32_t n_experts, s
   // Memory cannot be had (nor freed) while the stream is captured into a graph: say so, rather
   // than let cudaMalloc invalidate the capture.
   if (ctx.is_cuda() && cuda_stream_capturing(ctx.arch().device_index, ctx.stream()))
-    fail(ErrorCode::InvalidArgument, "matmul_id: the grouped route needs the context's scratch ",
+    fail(ErrorCode::InvalidArgument, op, ": the grouped route needs the context's scratch ",
          have ? "grown" : "made", " (", n_experts, " experts, ", tokens, " tokens x top_k ", top_k,
          staged_row_bytes ? ", rows staged" : "", ") during CUDA-graph capture, where memory cannot be allocated: run ",
          "one call of this size or larger on this stream before capturing, or pass a MatmulIdScratch");

@@ -12,8 +12,9 @@ namespace llmm::detail {
 // A scratch with room for n_experts experts, tokens x top_k routed rows and, when staged_row_bytes
 // > 0, every routed row staged at that many bytes: the one this context keeps for its current
 // stream, grown (tokens to a power of two, every capacity to the larger of old and new) when too
-// small. Throws OutOfMemory when the memory cannot be had.
+// small. Throws OutOfMemory when the memory cannot be had, InvalidArgument (naming op) when it
+// must grow during CUDA-graph capture.
 MatmulIdScratch& matmul_id_pool_scratch(Context& ctx, std::uint32_t n_experts, std::uint32_t tokens, std::uint32_t top_k,
-                                        std::uint64_t staged_row_bytes);
+                                        std::uint64_t staged_row_bytes, const char* op = "matmul_id");
 
 }  // namespace llmm::detail

@@ -7,6 +7,7 @@
 #include "core/engine/tiled_sm90_plan.hpp"
 #include "core/log.hpp"
 #include "core/moe/matmul_id_checks.hpp"
+#include "core/moe/matmul_id_pool.hpp"
 #include "core/moe/moe_kernels.hpp"
 #include "core/ranges.hpp"
 #include "core/ternary/tq2_moe_dispatch.hpp"
@@ -121,6 +122,13 @@ Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& inp
   const bool input_ok = p.input_dtype == DType::F16
                             ? detail::aligned16(input.data) && strides.token % 8 == 0 && strides.slot % 8 == 0
                             : p.input_dtype == DType::BF16;
+  // No scratch: where the engine would run with staging room, the context's own (per stream,
+  // grow-only, sized by this call), so that a caller passing only tensors gets the engine.
+  if (!scratch && ctx.is_cuda() &&
+      plan_matmul_id_tq2(p, ctx.arch(), input_ok, true, opts.force_route) == Tq2MoeRoute::GroupedSm90) {
+    scratch = &detail::matmul_id_pool_scratch(ctx, p.n_experts, p.m, p.top_k, 2 * static_cast<std::uint64_t>(p.k), kOp);
+    staging_ok = true;
+  }
   const Tq2MoeRoute route = plan_matmul_id_tq2(p, ctx.arch(), input_ok, staging_ok, opts.force_route);
 
   cuda_ternary::Tq2MoeArgs a;
