@@ -99,13 +99,13 @@ def quantize_fp8_activations(x):
     m, k = a.shape
     codes_b, scales_b = _llmm.fp8_quantize_activations(a)
     codes = np.frombuffer(codes_b, dtype=np.uint8).reshape(m, k).copy()
-    scales = np.frombuffer(scales_b, dtype=np.float32).reshape(-(-k // _BLOCK), m).copy().T
+    by_group = np.frombuffer(scales_b, dtype=np.float32).reshape(-(-k // _BLOCK), m).copy()  # [G, m]: token-major
     if torch_x is None:
-        return codes, scales
+        return codes, by_group.T
     import torch
 
     return (torch.from_numpy(codes).view(torch.float8_e4m3fn).to(torch_x.device),
-            torch.from_numpy(scales.T.copy()).to(torch_x.device).t())
+            torch.from_numpy(by_group).to(torch_x.device).t())
 
 
 def _token_major(op: str, s: Any, m: int, groups: int) -> Any:
