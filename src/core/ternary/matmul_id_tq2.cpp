@@ -122,14 +122,13 @@ Receipt matmul_id_tq2(Context& ctx, const WeightHandle& experts, const View& inp
   const bool input_ok = p.input_dtype == DType::F16
                             ? detail::aligned16(input.data) && strides.token % 8 == 0 && strides.slot % 8 == 0
                             : p.input_dtype == DType::BF16;
-  // No scratch: where the engine would run with staging room, the context's own (per stream,
+  // No scratch on CUDA: planned as if staging room were there (staging_ok decides nothing but the
+  // engine); where the engine takes the call it runs on the context's own scratch (per stream,
   // grow-only, sized by this call), so that a caller passing only tensors gets the engine.
-  if (!scratch && ctx.is_cuda() &&
-      plan_matmul_id_tq2(p, ctx.arch(), input_ok, true, opts.force_route) == Tq2MoeRoute::GroupedSm90) {
+  const bool pooled = !scratch && ctx.is_cuda();
+  const Tq2MoeRoute route = plan_matmul_id_tq2(p, ctx.arch(), input_ok, staging_ok || pooled, opts.force_route);
+  if (pooled && route == Tq2MoeRoute::GroupedSm90)
     scratch = &detail::matmul_id_pool_scratch(ctx, p.n_experts, p.m, p.top_k, 2 * static_cast<std::uint64_t>(p.k), kOp);
-    staging_ok = true;
-  }
-  const Tq2MoeRoute route = plan_matmul_id_tq2(p, ctx.arch(), input_ok, staging_ok, opts.force_route);
 
   cuda_ternary::Tq2MoeArgs a;
   cuda_moe::MoeArgs& g = a.g;
